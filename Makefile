@@ -1,0 +1,75 @@
+# kiln: build, test, benchmark and demo. `make help` lists the targets.
+#
+# The two README commands, `make demo` and `make test`, install what they need themselves
+# (through `make deps`), so each works alone on a fresh Debian/Ubuntu machine.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+CARGO ?= cargo
+export CARGO_TERM_COLOR ?= never
+
+# kiln-firstboot is built with the size-optimised `firstboot` profile into a static binary;
+# scripts/build-firstboot.sh knows how (docs/building.md explains it).
+FIRSTBOOT_BIN := target/firstboot/kiln-firstboot
+FIRSTBOOT_BUDGET_KIB := 400
+
+.PHONY: help all build firstboot test check lint fmt fmt-check clippy doc unit size-check \
+	bench demo clean deps deps-qemu deps-windows fuzz
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
+
+all: build
+
+deps: ## install the apt packages and cargo tools the project needs (idempotent)
+	scripts/deps.sh
+
+deps-qemu: ## install QEMU, kernel tools and debootstrap for the boot tests
+	scripts/deps.sh qemu
+
+deps-windows: ## install Debian's Rust with std sources, mingw-w64 and Wine
+	scripts/deps.sh windows
+
+build: firstboot ## build kiln (release) and the static kiln-firstboot
+	$(CARGO) build --release -p kiln
+
+firstboot: ## build the static, size-optimised kiln-firstboot into target/firstboot/
+	scripts/build-firstboot.sh $(FIRSTBOOT_BIN)
+
+test: deps check ## the README's test command: every gate and every test
+
+check: lint unit size-check
+
+lint: fmt-check clippy doc ## rustfmt, clippy -D warnings, rustdoc -D warnings
+
+fmt: ## format the code
+	$(CARGO) fmt --all
+
+fmt-check:
+	$(CARGO) fmt --all --check
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+doc:
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked
+
+unit: ## the test suites (nextest) and doctests
+	$(CARGO) nextest run --workspace --all-targets --locked --no-fail-fast
+	$(CARGO) test --workspace --doc --locked
+
+size-check: firstboot ## fail if kiln-firstboot is over its size budget
+	scripts/check-size.sh $(FIRSTBOOT_BIN) $(FIRSTBOOT_BUDGET_KIB)
+
+bench: deps build ## benchmarks side by side with their baselines (docs/benchmarks.md)
+	bench/run.sh
+
+demo: deps ## kiln's main job on the embedded offline default
+	scripts/demo.sh
+
+fuzz: ## run each fuzz target for a short while (cargo-fuzz, nightly)
+	scripts/fuzz.sh
+
+clean: ## remove build outputs
+	$(CARGO) clean
+	rm -rf target/firstboot

@@ -1,0 +1,74 @@
+//! The command line: one subcommand per job. Each area owns its own file under `cli/`.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit codes shared by every subcommand (documented in `docs/cli.md`).
+pub mod exit {
+    /// Everything worked.
+    pub const OK: u8 = 0;
+    /// Any failure not covered below.
+    pub const FAILURE: u8 = 1;
+    /// Bad command line (clap's own code).
+    pub const USAGE: u8 = 2;
+}
+
+/// The node contract version (`KILN_CONTRACT`) this kiln writes; see `docs/contract.md`.
+pub const CONTRACT_VERSION: u32 = 1;
+
+/// kiln builds immutable Kubernetes node images from a signed, pinned artifact lock.
+#[derive(Debug, Parser)]
+#[command(name = "kiln", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every subcommand understands.
+#[derive(Debug, clap::Args)]
+pub struct Global {
+    /// Print machine-readable JSON lines instead of human text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Only print errors.
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the node contract version this kiln bakes and renders for.
+    Contract,
+}
+
+/// Parses the command line, runs it, and turns the outcome into an exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("kiln: error: {err}");
+            for cause in err.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::from(exit::FAILURE)
+        }
+    }
+}
+
+/// Dispatches one parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Contract => {
+            if cli.global.json {
+                println!("{{\"kiln_contract\":{CONTRACT_VERSION}}}");
+            } else {
+                println!("KILN_CONTRACT={CONTRACT_VERSION}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

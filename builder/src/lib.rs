@@ -1,0 +1,6 @@
+//! kiln: builds immutable Kubernetes node images from a signed, pinned artifact lock.
+//!
+//! The library holds every piece so tests and benchmarks can call it directly; the `kiln`
+//! binary is a thin command line on top (see [`cli`]).
+
+pub mod cli;

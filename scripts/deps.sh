@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Installs what kiln's build, tests, benchmarks and demo need on a fresh Debian/Ubuntu machine.
+# Idempotent: packages already present are not touched, and apt is not even called when
+# nothing is missing. Works as root or through sudo.
+#
+#   scripts/deps.sh            the base set (build, unit tests, bake tools, validators)
+#   scripts/deps.sh qemu       + QEMU, kernel tools, debootstrap (boot tests, demo)
+#   scripts/deps.sh windows    + Debian's Rust with std sources, mingw-w64 and Wine
+set -euo pipefail
+
+if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo -E); fi
+export DEBIAN_FRONTEND=noninteractive
+
+base=(
+  build-essential pkg-config ca-certificates curl git
+  squashfs-tools zstd tar gzip unzip file xz-utils
+  systemd systemd-container
+  hyperfine valgrind time
+  minisign
+  cloud-init
+  busybox-static cpio kmod e2fsprogs
+  musl-tools
+)
+qemu=(busybox-static cpio kmod e2fsprogs squashfs-tools erofs-utils debootstrap zstd)
+windows=(rustc-web cargo-web rust-web-src gcc-mingw-w64-x86-64 wine64 wine)
+
+want=("${base[@]}")
+backports=()
+for set in "$@"; do
+  case "$set" in
+    base) ;;
+    qemu) want+=("${qemu[@]}"); backports+=(qemu-system-x86 qemu-utils) ;;
+    windows) want+=("${windows[@]}") ;;
+    *) echo "deps.sh: unknown set '$set' (expected: qemu, windows)" >&2; exit 2 ;;
+  esac
+done
+
+missing() {
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || echo "$p"
+  done
+}
+
+apt_get() {
+  "${SUDO[@]}" apt-get -o DPkg::Lock::Timeout=600 -y --no-install-recommends "$@"
+}
+
+updated=0
+update_once() {
+  if [ "$updated" -eq 0 ]; then
+    "${SUDO[@]}" apt-get -o DPkg::Lock::Timeout=600 update -qq
+    updated=1
+  fi
+}
+
+mapfile -t need < <(missing "${want[@]}" | sort -u)
+if [ "${#need[@]}" -gt 0 ]; then
+  echo "deps: installing ${need[*]}"
+  update_once
+  apt_get install -qq "${need[@]}" >/dev/null
+fi
+
+if [ "${#backports[@]}" -gt 0 ]; then
+  # Debian 12's own qemu-system-x86 (7.2) cannot sit beside the qemu-utils 10.0 that these
+  # machines ship, so QEMU comes from bookworm-backports (see docs/boot-tests.md).
+  mapfile -t bneed < <(missing "${backports[@]}")
+  if [ "${#bneed[@]}" -gt 0 ] || ! command -v qemu-system-x86_64 >/dev/null; then
+    codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+    if [ "$codename" = bookworm ] && ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+      echo "deps: adding bookworm-backports for QEMU"
+      printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' |
+        "${SUDO[@]}" tee /etc/apt/sources.list.d/kiln-backports.sources >/dev/null
+      updated=0
+    fi
+    update_once
+    if [ "$codename" = bookworm ]; then
+      apt_get install -qq -t bookworm-backports "${backports[@]}" >/dev/null
+    else
+      apt_get install -qq "${backports[@]}" >/dev/null
+    fi
+  fi
+fi
+
+# Rust tools the gates use; the toolchain itself comes from rustup on these machines.
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "deps: installing cargo-nextest"
+  cargo install --locked cargo-nextest >/dev/null
+fi
+echo "deps: ok"
