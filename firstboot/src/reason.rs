@@ -170,7 +170,8 @@ mod tests {
         for r in Reason::ALL {
             let c = r.code();
             assert!(
-                c.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'),
+                c.bytes()
+                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'),
                 "{c}"
             );
             assert!(!seen.contains(&c), "duplicate {c}");

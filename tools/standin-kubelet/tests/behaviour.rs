@@ -1,0 +1,123 @@
+//! Runs the real stand-in binary in a temp dir: success path (records, checks the runtime
+//! socket, serves /healthz, writes the client cert) and a named failure (kubelet's wording).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("standin-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn setup(dir: &Path, mode: &str) -> (PathBuf, UnixListener) {
+    std::fs::write(dir.join("config.yaml"), "kind: KubeletConfiguration\n").unwrap();
+    std::fs::write(
+        dir.join("bootstrap-kubeconfig"),
+        "clusters:\n- cluster:\n    server: https://api.test.invalid:6443\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("standin.env"),
+        format!("STANDIN_MODE={mode}\nSTANDIN_JOIN_DELAY_MS=50\n"),
+    )
+    .unwrap();
+    let sock = dir.join("containerd.sock");
+    let listener = UnixListener::bind(&sock).unwrap();
+    (sock, listener)
+}
+
+fn kubelet(dir: &Path, sock: &Path, port: u16) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kubelet"));
+    c.arg(format!("--config={}", dir.join("config.yaml").display()))
+        .arg("--root-dir")
+        .arg(dir.join("var-lib-kubelet"))
+        .arg(format!(
+            "--bootstrap-kubeconfig={}",
+            dir.join("bootstrap-kubeconfig").display()
+        ))
+        .arg(format!(
+            "--container-runtime-endpoint=unix://{}",
+            sock.display()
+        ))
+        .arg(format!("--healthz-port={port}"))
+        .arg("--node-ip=10.0.0.7")
+        .env("STANDIN_KUBELET_CONFIG", dir.join("standin.env"))
+        .env("KILN_TEST_MARKER", "yes");
+    c
+}
+
+#[test]
+fn success_serves_healthz_and_writes_the_client_cert() {
+    let dir = tempdir("ok");
+    let (sock, _listener) = setup(&dir, "success");
+    let port = free_port();
+    let mut child = kubelet(&dir, &sock, port)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let cert = dir.join("var-lib-kubelet/pki/kubelet-client-current.pem");
+    let until = Instant::now() + Duration::from_secs(20);
+    while !cert.exists() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(cert.exists(), "client certificate never appeared");
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert!(resp.starts_with("HTTP/1.1 200 OK"), "{resp}");
+    assert!(resp.ends_with("\r\n\r\nok"), "{resp}");
+    let args = std::fs::read_to_string(dir.join("var-lib-kubelet/standin/args")).unwrap();
+    assert!(args.lines().any(|l| l == "--node-ip=10.0.0.7"), "{args}");
+    let env = std::fs::read_to_string(dir.join("var-lib-kubelet/standin/env")).unwrap();
+    assert!(env.lines().any(|l| l == "KILN_TEST_MARKER=yes"), "{env}");
+}
+
+#[test]
+fn x509_mode_prints_kubelets_wording_and_exits_1() {
+    let dir = tempdir("x509");
+    let (sock, _listener) = setup(&dir, "x509");
+    let out = kubelet(&dir, &sock, free_port()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("\"command failed\" err=\"failed to run Kubelet: cannot create certificate signing request: Post \\\"https://api.test.invalid:6443/apis/certificates.k8s.io/v1/certificatesigningrequests\\\": tls: failed to verify certificate: x509: certificate signed by unknown authority\""), "{err}");
+    assert!(!dir
+        .join("var-lib-kubelet/pki/kubelet-client-current.pem")
+        .exists());
+}
+
+#[test]
+fn missing_runtime_socket_is_reported_like_kubelet() {
+    let dir = tempdir("nosock");
+    let (sock, listener) = setup(&dir, "success");
+    drop(listener);
+    std::fs::remove_file(&sock).unwrap();
+    let out = kubelet(&dir, &sock, free_port())
+        .env("STANDIN_RUNTIME_WAIT_MS", "100")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("validate CRI v1 runtime API for endpoint"),
+        "{err}"
+    );
+    assert!(err.contains("connect: no such file or directory"), "{err}");
+}
