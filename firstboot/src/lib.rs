@@ -5,4 +5,15 @@
 pub mod reason;
 
 pub use reason::Reason;
+pub mod cli;
+pub mod config;
+pub mod envfile;
+pub mod error;
+pub mod fsutil;
+pub mod http;
+pub mod json;
+pub mod kubelet_env;
+pub mod provider;
+pub mod run;
+pub mod service;
 pub mod status;

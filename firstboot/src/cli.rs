@@ -1,0 +1,212 @@
+//! Hand-rolled argument parsing: `run` (the default), `status`, `report`, `--help`,
+//! `--version`. Flags take `--flag VALUE` or `--flag=VALUE`.
+
+use std::path::PathBuf;
+
+use crate::run::Options;
+
+/// What the command line asks for.
+#[derive(Debug, Clone)]
+pub enum Command {
+    Run(Options),
+    Status {
+        root: PathBuf,
+        json: bool,
+    },
+    Report {
+        root: PathBuf,
+        journalctl: String,
+        systemctl: String,
+    },
+    Help,
+    Version,
+}
+
+/// The text of `--help`.
+pub const USAGE: &str = "\
+kiln-firstboot: turns kiln's node contract and instance metadata into a running kubelet
+
+USAGE:
+  kiln-firstboot [run] [--root DIR] [--provider NAME] [--metadata-url URL]
+                 [--systemctl PATH] [--kubeadm PATH] [--vmware-rpctool PATH]
+                 [--console PATH] [--no-start] [--deadline SECS]
+  kiln-firstboot status [--root DIR] [--json]
+  kiln-firstboot report [--root DIR] [--journalctl PATH] [--systemctl PATH]
+  kiln-firstboot --help | --version
+
+RUN FLAGS:
+  --root DIR            prefix for every contract and /sys path (default /)
+  --provider NAME       auto, aws, azure, gcp, openstack, vmware, qemu, none (default: PROVIDER
+                        in /etc/kiln/node.env, else auto = detect from DMI)
+  --metadata-url URL    metadata base URL (default http://169.254.169.254, the real service:
+                        on a workstation always pass a loopback URL)
+  --systemctl PATH      service manager (default /usr/bin/systemctl)
+  --kubeadm PATH        kubeadm for JOIN_MODE=kubeadm (default /usr/bin/kubeadm)
+  --vmware-rpctool PATH guestinfo reader (default /usr/bin/vmware-rpctool)
+  --console PATH        console for status lines (default /dev/ttyS0, else /dev/console)
+  --no-start            write kubelet's environment, do not start it
+  --deadline SECS       global deadline (default KILN_DEADLINE from node.env/image.env, 300)
+
+Exit codes: 0 ok, 1 internal, 2 usage, 3 config, 4 metadata, 5 write, 6 start, 7 join.
+See docs/contract.md and docs/firstboot.md.
+";
+
+/// Parses the arguments after the program name.
+pub fn parse(args: &[String]) -> Result<Command, String> {
+    let mut it = args.iter().map(String::as_str).peekable();
+    let sub = match it.peek() {
+        Some(&("run" | "status" | "report")) => it.next().unwrap_or("run"),
+        _ => "run",
+    };
+    let mut opts = Options::default();
+    let mut json = false;
+    let mut journalctl = "/usr/bin/journalctl".to_string();
+    while let Some(arg) = it.next() {
+        if arg == "--help" || arg == "-h" {
+            return Ok(Command::Help);
+        }
+        if arg == "--version" || arg == "-V" {
+            return Ok(Command::Version);
+        }
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v)),
+            _ => (arg, None),
+        };
+        let is_switch = matches!(flag, "--no-start" | "--json");
+        if is_switch && inline.is_some() {
+            return Err(format!("{flag} takes no value"));
+        }
+        let mut value = || -> Result<String, String> {
+            match inline {
+                Some(v) => Ok(v.to_string()),
+                None => it
+                    .next()
+                    .map(str::to_string)
+                    .ok_or_else(|| format!("{flag} needs a value")),
+            }
+        };
+        let allowed: &[&str] = match sub {
+            "status" => &["--root", "--json"],
+            "report" => &["--root", "--journalctl", "--systemctl"],
+            _ => &[
+                "--root",
+                "--provider",
+                "--metadata-url",
+                "--systemctl",
+                "--kubeadm",
+                "--vmware-rpctool",
+                "--console",
+                "--no-start",
+                "--deadline",
+            ],
+        };
+        if !allowed.contains(&flag) {
+            return Err(format!("{sub}: unknown argument {arg:?}"));
+        }
+        match flag {
+            "--root" => opts.root = PathBuf::from(value()?),
+            "--provider" => {
+                let v = value()?;
+                if v != "auto" && !crate::provider::NAMES.contains(&v.as_str()) {
+                    return Err(format!(
+                        "--provider: expected auto, aws, azure, gcp, openstack, vmware, qemu or none, found {v:?}"
+                    ));
+                }
+                opts.provider = Some(v);
+            }
+            "--metadata-url" => {
+                let v = value()?;
+                crate::http::Url::parse(&v).map_err(|e| format!("--metadata-url: {e}"))?;
+                opts.metadata_url = Some(v);
+            }
+            "--systemctl" => opts.systemctl = value()?,
+            "--kubeadm" => opts.kubeadm = value()?,
+            "--vmware-rpctool" => opts.rpctool = value()?,
+            "--journalctl" => journalctl = value()?,
+            "--console" => opts.console = Some(PathBuf::from(value()?)),
+            "--no-start" => opts.no_start = true,
+            "--json" => json = true,
+            "--deadline" => {
+                let v = value()?;
+                let n = v.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    format!("--deadline: expected a positive number of seconds, found {v:?}")
+                })?;
+                opts.deadline = Some(n);
+            }
+            _ => return Err(format!("{sub}: unknown argument {arg:?}")),
+        }
+    }
+    Ok(match sub {
+        "status" => Command::Status {
+            root: opts.root,
+            json,
+        },
+        "report" => Command::Report {
+            root: opts.root,
+            journalctl,
+            systemctl: opts.systemctl,
+        },
+        _ => Command::Run(opts),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(args: &[&str]) -> Result<Command, String> {
+        parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn run_is_the_default() {
+        let Ok(Command::Run(o)) = p(&["--root", "/tmp/r", "--no-start", "--deadline=5"]) else {
+            panic!()
+        };
+        assert_eq!(
+            (o.root, o.no_start, o.deadline),
+            (PathBuf::from("/tmp/r"), true, Some(5))
+        );
+        let Ok(Command::Run(o)) = p(&[
+            "run",
+            "--provider=aws",
+            "--metadata-url",
+            "http://127.0.0.1:1",
+        ]) else {
+            panic!()
+        };
+        assert_eq!(o.provider.as_deref(), Some("aws"));
+        assert_eq!(o.metadata_url.as_deref(), Some("http://127.0.0.1:1"));
+    }
+
+    #[test]
+    fn subcommands() {
+        assert!(matches!(
+            p(&["status", "--json"]),
+            Ok(Command::Status { json: true, .. })
+        ));
+        assert!(
+            matches!(p(&["report", "--journalctl", "/bin/j"]), Ok(Command::Report { journalctl, .. }) if journalctl == "/bin/j")
+        );
+        assert!(matches!(p(&["--help"]), Ok(Command::Help)));
+        assert!(matches!(p(&["run", "-V"]), Ok(Command::Version)));
+    }
+
+    #[test]
+    fn errors_name_the_argument() {
+        for (args, needle) in [
+            (&["--bogus"][..], "--bogus"),
+            (&["--root"], "needs a value"),
+            (&["--deadline", "0"], "positive"),
+            (&["--deadline", "x"], "positive"),
+            (&["--provider", "ec2"], "ec2"),
+            (&["--metadata-url", "https://x"], "http://"),
+            (&["--no-start=1"], "takes no value"),
+            (&["status", "--no-start"], "unknown argument"),
+            (&["extra"], "unknown argument"),
+        ] {
+            let e = p(args).expect_err(&format!("{args:?}"));
+            assert!(e.contains(needle), "{args:?}: {e}");
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! Metadata sources: one small trait, one implementation per platform, one `match` from a
+//! name to an implementation, and DMI-based detection for `PROVIDER=auto`.
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
+use std::path::Path;
+
+use crate::error::Error;
+use crate::fsutil;
+use crate::http::{Client, HttpError};
+use crate::Reason;
+
+mod aws;
+mod azure;
+mod gcp;
+mod none;
+mod openstack;
+mod qemu;
+mod vmware;
+
+/// The real link-local metadata address: the default base URL of every HTTP source.
+pub const LINK_LOCAL: &str = "http://169.254.169.254";
+
+/// What a metadata source knows about this instance. Empty strings mean "not known".
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Metadata {
+    /// The node name the platform suggests (hostname or instance name).
+    pub hostname: String,
+    pub node_ip: String,
+    pub instance_id: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub region: String,
+    pub provider_id: String,
+}
+
+/// Everything a source may use: paths are under `root`, URLs under `base_url`.
+#[derive(Debug)]
+pub struct Context<'a> {
+    pub root: &'a Path,
+    /// `--metadata-url`, else the source's default.
+    pub base_url: Option<&'a str>,
+    pub client: &'a Client,
+    /// Path of `vmware-rpctool`.
+    pub rpctool: &'a str,
+    /// `API_SERVER` from node.env, for the route-based node IP.
+    pub api_server: &'a str,
+}
+
+impl Context<'_> {
+    /// The base URL without a trailing slash.
+    pub fn base(&self) -> &str {
+        self.base_url.unwrap_or(LINK_LOCAL).trim_end_matches('/')
+    }
+}
+
+/// One platform's metadata service.
+pub trait MetadataSource {
+    /// The name used in `PROVIDER=` and `kubelet.env`.
+    fn name(&self) -> &'static str;
+    /// Reads this instance's metadata.
+    fn fetch(&self, cx: &Context<'_>) -> Result<Metadata, Error>;
+}
+
+/// Every provider name `PROVIDER=` accepts besides `auto`.
+pub const NAMES: [&str; 7] = ["aws", "azure", "gcp", "openstack", "vmware", "qemu", "none"];
+
+/// The source called `name`.
+pub fn by_name(name: &str) -> Option<&'static dyn MetadataSource> {
+    Some(match name {
+        "aws" => &aws::Aws,
+        "azure" => &azure::Azure,
+        "gcp" => &gcp::Gcp,
+        "openstack" => &openstack::OpenStack,
+        "vmware" => &vmware::Vmware,
+        "qemu" => &qemu::Qemu,
+        "none" => &none::NoMetadata,
+        _ => return None,
+    })
+}
+
+/// Azure's fixed chassis asset tag, the documented way to recognise an Azure VM.
+const AZURE_ASSET_TAG: &str = "7783-7084-3265-9085-8269-3286-77";
+
+/// Picks a provider from DMI facts under `<root>/sys/class/dmi/id/`. Never probes the network.
+pub fn detect(root: &Path) -> &'static str {
+    let dmi = |f: &str| dmi_field(root, f);
+    let (vendor, product, bios) = (dmi("sys_vendor"), dmi("product_name"), dmi("bios_vendor"));
+    if vendor == "Amazon EC2" || bios == "Amazon EC2" {
+        "aws"
+    } else if dmi("chassis_asset_tag") == AZURE_ASSET_TAG {
+        "azure"
+    } else if product == "Google Compute Engine" || vendor == "Google" {
+        "gcp"
+    } else if vendor == "OpenStack Foundation" || product == "OpenStack Nova" {
+        "openstack"
+    } else if vendor == "VMware, Inc." {
+        "vmware"
+    } else if vendor == "QEMU" && fsutil::under(root, qemu::FW_CFG_DIR).is_dir() {
+        "qemu"
+    } else {
+        "none"
+    }
+}
+
+/// One DMI file's trimmed content, or empty when it is absent or unreadable.
+pub fn dmi_field(root: &Path, field: &str) -> String {
+    let p = fsutil::under(root, "/sys/class/dmi/id").join(field);
+    match fsutil::read_capped(&p, 4096) {
+        Ok(Some(s)) => s.trim().to_string(),
+        _ => String::new(),
+    }
+}
+
+/// Checks a metadata value is one printable token, so it is safe in kubelet's flags.
+pub fn check_token(value: &str, what: &str, source: &str) -> Result<(), Error> {
+    let bad = value
+        .chars()
+        .find(|c| !c.is_ascii_graphic() || matches!(c, '"' | '\'' | '\\' | '$' | '`'));
+    match bad {
+        None => Ok(()),
+        Some(c) => Err(Error::metadata(
+            Reason::MetadataInvalid,
+            format!("{source}: {what}: expected one printable token, found {c:?} in {value:?}"),
+        )),
+    }
+}
+
+/// Maps a transport failure to the metadata error it stands for.
+pub fn http_error(e: HttpError) -> Error {
+    match e {
+        HttpError::Unreachable(m) => Error::metadata(Reason::MetadataUnreachable, m),
+        HttpError::Invalid(m) => Error::metadata(Reason::MetadataInvalid, m),
+    }
+}
+
+/// A response body as UTF-8 text, or an error naming the URL and the first bad byte.
+pub fn body_text(url: &str, body: Vec<u8>) -> Result<String, Error> {
+    String::from_utf8(body).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        Error::metadata(
+            Reason::MetadataInvalid,
+            format!(
+                "GET {url}: expected UTF-8 text, found byte 0x{:02x} at offset {at}",
+                e.as_bytes()[at]
+            ),
+        )
+    })
+}
+
+/// GETs one text value. `optional`: a 404 means "not set" instead of an error.
+pub fn get_text(
+    cx: &Context<'_>,
+    url: &str,
+    headers: &[(&str, &str)],
+    optional: bool,
+) -> Result<Option<String>, Error> {
+    let resp = cx.client.send("GET", url, headers).map_err(http_error)?;
+    match resp.status {
+        200 => {
+            let text = body_text(url, resp.body)?;
+            let v = text.trim().to_string();
+            check_token(&v, "value", url)?;
+            Ok(Some(v))
+        }
+        404 if optional => Ok(None),
+        s => Err(Error::metadata(
+            Reason::MetadataInvalid,
+            format!("GET {url}: expected HTTP 200, found HTTP {s}"),
+        )),
+    }
+}
+
+/// The local address of the route to `API_SERVER`: a connected UDP socket's local address.
+/// Connecting a UDP socket sends no packet; it only asks the kernel for a route.
+pub fn route_ip(api_server: &str) -> Result<String, Error> {
+    let fail = |m: String| Error::metadata(Reason::MetadataInvalid, m);
+    let hostport = api_server
+        .strip_prefix("https://")
+        .unwrap_or(api_server)
+        .split('/')
+        .next()
+        .unwrap_or("");
+    let with_port = if hostport.ends_with(']') || !hostport.contains(':') {
+        format!("{hostport}:443")
+    } else {
+        hostport.to_string()
+    };
+    let addr: SocketAddr = with_port
+        .to_socket_addrs()
+        .map_err(|e| {
+            fail(format!(
+                "API_SERVER {api_server}: cannot resolve for the route to it: {e}"
+            ))
+        })?
+        .next()
+        .ok_or_else(|| fail(format!("API_SERVER {api_server}: resolves to no address")))?;
+    let local = if addr.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    };
+    let sock = UdpSocket::bind(local)
+        .and_then(|s| s.connect(addr).map(|_| s))
+        .and_then(|s| s.local_addr())
+        .map_err(|e| fail(format!("no route to API_SERVER {addr}: {e}")))?;
+    Ok(sock.ip().to_string())
+}
+
+/// Drops a value that is not an IP address, so `NODE_IP` is either valid or empty.
+pub fn valid_ip(value: String, what: &str, source: &str) -> Result<String, Error> {
+    if value.is_empty() || value.parse::<IpAddr>().is_ok() {
+        Ok(value)
+    } else {
+        Err(Error::metadata(
+            Reason::MetadataInvalid,
+            format!("{source}: {what}: expected an IP address, found {value:?}"),
+        ))
+    }
+}
+
+/// The last `/`-separated segment: GCP answers `projects/1/zones/us-central1-a`.
+pub fn last_segment(s: &str) -> &str {
+    s.rsplit('/').next().unwrap_or(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_map_to_sources() {
+        for n in NAMES {
+            assert_eq!(by_name(n).map(|s| s.name()), Some(n));
+        }
+        assert!(by_name("auto").is_none());
+        assert!(by_name("AWS").is_none());
+    }
+
+    #[test]
+    fn tokens() {
+        assert!(check_token("ip-10-0-0-1.ec2.internal", "h", "s").is_ok());
+        for bad in ["a b", "a\"b", "a$b", "tab\t", "ünï"] {
+            assert!(check_token(bad, "h", "s").is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn route_to_loopback() {
+        assert_eq!(route_ip("https://127.0.0.1:6443").unwrap(), "127.0.0.1");
+        assert_eq!(route_ip("https://127.0.0.1").unwrap(), "127.0.0.1");
+        assert_eq!(route_ip("https://[::1]:6443").unwrap(), "::1");
+    }
+
+    #[test]
+    fn segments() {
+        assert_eq!(
+            last_segment("projects/1/machineTypes/n2-standard-4"),
+            "n2-standard-4"
+        );
+        assert_eq!(last_segment("plain"), "plain");
+    }
+}

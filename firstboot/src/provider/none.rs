@@ -1,0 +1,34 @@
+//! No metadata service (bare metal, or a platform kiln does not know): the node's name is
+//! its hostname and its IP is the source address of the route to the API server.
+
+use super::{check_token, route_ip, Context, Metadata, MetadataSource};
+use crate::error::Error;
+use crate::fsutil;
+
+#[derive(Debug)]
+pub struct NoMetadata;
+
+impl MetadataSource for NoMetadata {
+    fn name(&self) -> &'static str {
+        "none"
+    }
+
+    fn fetch(&self, cx: &Context<'_>) -> Result<Metadata, Error> {
+        let mut hostname = String::new();
+        for f in ["/proc/sys/kernel/hostname", "/etc/hostname"] {
+            let p = fsutil::under(cx.root, f);
+            if let Ok(Some(s)) = fsutil::read_capped(&p, 256) {
+                hostname = s.trim().to_ascii_lowercase();
+                if !hostname.is_empty() {
+                    check_token(&hostname, "hostname", &p.display().to_string())?;
+                    break;
+                }
+            }
+        }
+        Ok(Metadata {
+            hostname,
+            node_ip: route_ip(cx.api_server)?,
+            ..Metadata::default()
+        })
+    }
+}

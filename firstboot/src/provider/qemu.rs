@@ -1,0 +1,51 @@
+//! QEMU: fw_cfg entries the VM was started with (`-fw_cfg name=opt/kiln/<key>,string=…`),
+//! read from sysfs, so boot tests have a metadata source without any network.
+
+use super::{check_token, valid_ip, Context, Metadata, MetadataSource};
+use crate::error::Error;
+use crate::fsutil;
+use crate::Reason;
+
+/// Where the kernel's `qemu_fw_cfg` driver shows the `opt/kiln/…` entries.
+pub const FW_CFG_DIR: &str = "/sys/firmware/qemu_fw_cfg/by_name/opt/kiln";
+
+#[derive(Debug)]
+pub struct Qemu;
+
+fn entry(cx: &Context<'_>, key: &str) -> Result<String, Error> {
+    let p = fsutil::under(cx.root, FW_CFG_DIR).join(key).join("raw");
+    let v = fsutil::read_capped(&p, 4096)
+        .map_err(|m| Error::metadata(Reason::MetadataInvalid, m))?
+        .unwrap_or_default();
+    let v = v.trim().to_string();
+    check_token(&v, key, &p.display().to_string())?;
+    Ok(v)
+}
+
+impl MetadataSource for Qemu {
+    fn name(&self) -> &'static str {
+        "qemu"
+    }
+
+    fn fetch(&self, cx: &Context<'_>) -> Result<Metadata, Error> {
+        let instance_id = entry(cx, "instance-id")?;
+        if instance_id.is_empty() {
+            return Err(Error::metadata(
+                Reason::MetadataInvalid,
+                format!(
+                    "{}/instance-id/raw: expected an instance id (start QEMU with -fw_cfg name=opt/kiln/instance-id,string=…), found none",
+                    fsutil::under(cx.root, FW_CFG_DIR).display()
+                ),
+            ));
+        }
+        Ok(Metadata {
+            hostname: entry(cx, "hostname")?,
+            node_ip: valid_ip(entry(cx, "local-ipv4")?, "local-ipv4", FW_CFG_DIR)?,
+            instance_type: entry(cx, "instance-type")?,
+            zone: entry(cx, "zone")?,
+            region: entry(cx, "region")?,
+            provider_id: format!("kiln://qemu/{instance_id}"),
+            instance_id,
+        })
+    }
+}

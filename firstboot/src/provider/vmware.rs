@@ -1,0 +1,84 @@
+//! VMware vSphere: guestinfo keys `guestinfo.kiln.<key>` read with `vmware-rpctool`
+//! (its path is configurable), the VM's BIOS UUID from DMI for the provider ID.
+
+use std::process::{Command, Stdio};
+
+use super::{check_token, dmi_field, valid_ip, Context, Metadata, MetadataSource};
+use crate::error::Error;
+use crate::Reason;
+
+#[derive(Debug)]
+pub struct Vmware;
+
+/// Reads one guestinfo key. `vmware-rpctool` exits non-zero with "No value found" when the
+/// key is unset, which is "empty" here; failing to run the tool at all is an error.
+fn info_get(cx: &Context<'_>, key: &str) -> Result<String, Error> {
+    let arg = format!("info-get guestinfo.kiln.{key}");
+    let out = Command::new(cx.rpctool)
+        .arg(&arg)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| {
+            Error::metadata(
+                Reason::MetadataUnreachable,
+                format!("cannot run {} \"{arg}\": {e}", cx.rpctool),
+            )
+        })?;
+    if !out.status.success() {
+        return Ok(String::new());
+    }
+    let v = String::from_utf8(out.stdout).map_err(|_| {
+        Error::metadata(
+            Reason::MetadataInvalid,
+            format!(
+                "{} \"{arg}\": expected UTF-8 text, found invalid bytes",
+                cx.rpctool
+            ),
+        )
+    })?;
+    let v = v.trim().to_string();
+    check_token(&v, key, cx.rpctool)?;
+    Ok(v)
+}
+
+impl MetadataSource for Vmware {
+    fn name(&self) -> &'static str {
+        "vmware"
+    }
+
+    fn fetch(&self, cx: &Context<'_>) -> Result<Metadata, Error> {
+        let uuid = dmi_field(cx.root, "product_uuid").to_ascii_lowercase();
+        let mut instance_id = info_get(cx, "instance-id")?;
+        if instance_id.is_empty() {
+            instance_id = uuid.clone();
+        }
+        if instance_id.is_empty() {
+            return Err(Error::metadata(
+                Reason::MetadataInvalid,
+                format!(
+                    "expected guestinfo.kiln.instance-id or /sys/class/dmi/id/product_uuid, found neither (through {})",
+                    cx.rpctool
+                ),
+            ));
+        }
+        check_token(&uuid, "product_uuid", "/sys/class/dmi/id/product_uuid")?;
+        Ok(Metadata {
+            hostname: info_get(cx, "hostname")?,
+            node_ip: valid_ip(
+                info_get(cx, "local-ipv4")?,
+                "guestinfo.kiln.local-ipv4",
+                cx.rpctool,
+            )?,
+            instance_type: info_get(cx, "instance-type")?,
+            zone: info_get(cx, "zone")?,
+            region: info_get(cx, "region")?,
+            provider_id: if uuid.is_empty() {
+                String::new()
+            } else {
+                format!("vsphere://{uuid}")
+            },
+            instance_id,
+        })
+    }
+}

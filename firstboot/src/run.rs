@@ -1,0 +1,202 @@
+//! The run flow of one boot: config → metadata → write → start-kubelet, each phase
+//! reported to the [`Reporter`] as it begins and ends. Later phases (waiting for kubelet to
+//! be healthy and joined) go after the start step, where the comment marks the place.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::config::{self, Config, Credential, JoinMode};
+use crate::error::Error;
+use crate::fsutil;
+use crate::http::Client;
+use crate::kubelet_env::{self, Node};
+use crate::provider::{self, Context};
+use crate::service::{self, ToolError};
+use crate::status::{Phase, Reporter};
+use crate::Reason;
+
+/// `/run/kiln/kubelet.env`.
+pub const KUBELET_ENV: &str = "/run/kiln/kubelet.env";
+/// Present once kubeadm has joined: a second run must not join again.
+const KUBEADM_KUBELET_CONF: &str = "/etc/kubernetes/kubelet.conf";
+
+/// Everything `kiln-firstboot run` takes from its command line.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub root: PathBuf,
+    /// `--provider`, beating `PROVIDER` in node.env.
+    pub provider: Option<String>,
+    pub metadata_url: Option<String>,
+    pub systemctl: String,
+    pub kubeadm: String,
+    pub rpctool: String,
+    pub console: Option<PathBuf>,
+    pub no_start: bool,
+    pub deadline: Option<u64>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            root: PathBuf::from("/"),
+            provider: None,
+            metadata_url: None,
+            systemctl: "/usr/bin/systemctl".to_string(),
+            kubeadm: "/usr/bin/kubeadm".to_string(),
+            rpctool: "/usr/bin/vmware-rpctool".to_string(),
+            console: None,
+            no_start: false,
+            deadline: None,
+        }
+    }
+}
+
+/// Runs one boot and returns the process exit code.
+pub fn run(opts: &Options) -> u8 {
+    let started = Instant::now();
+    let mut rep = Reporter::new(&opts.root, opts.console.clone());
+    let result = boot(opts, &mut rep, started);
+    rep.finish();
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("kiln-firstboot: {e}");
+            let hint = e.reason().hint();
+            if !hint.is_empty() {
+                eprintln!("kiln-firstboot: hint: {hint}");
+            }
+            e.reason().exit_code()
+        }
+    }
+}
+
+/// Records a phase's failure and hands the error on.
+fn fail(rep: &mut Reporter, phase: Phase, e: Error) -> Error {
+    rep.failure(phase, e.reason(), e.message());
+    e
+}
+
+fn boot(opts: &Options, rep: &mut Reporter, started: Instant) -> Result<(), Error> {
+    rep.begin(Phase::Config);
+    let cfg = config::load(&opts.root, opts.deadline).map_err(|e| fail(rep, Phase::Config, e))?;
+    // The deadline counts from process start, so time spent reading config is included.
+    let deadline = started + Duration::from_secs(cfg.deadline_secs);
+    rep.success(Phase::Config, "");
+
+    rep.begin(Phase::Metadata);
+    let node = metadata(opts, &cfg, deadline).map_err(|e| fail(rep, Phase::Metadata, e))?;
+    rep.identity(&node.provider, &node.node_name, cfg.image_id());
+    rep.success(Phase::Metadata, &format!("provider={}", node.provider));
+
+    rep.begin(Phase::Write);
+    write(opts, &cfg, &node).map_err(|e| fail(rep, Phase::Write, e))?;
+    rep.success(Phase::Write, "");
+
+    if opts.no_start {
+        return Ok(());
+    }
+    rep.begin(Phase::StartKubelet);
+    start(opts, &cfg, deadline).map_err(|e| fail(rep, Phase::StartKubelet, e))?;
+    rep.success(Phase::StartKubelet, "");
+
+    // After start: the wait-healthy and wait-joined phases (issue #4) go here,
+    // bounded by the same `deadline`.
+    Ok(())
+}
+
+/// Asks the chosen metadata source and applies node.env's overrides.
+fn metadata(opts: &Options, cfg: &Config, deadline: Instant) -> Result<Node, Error> {
+    let mut name = opts.provider.as_deref().unwrap_or(&cfg.provider);
+    if name == "auto" {
+        name = provider::detect(&opts.root);
+    }
+    let source = provider::by_name(name).ok_or_else(|| {
+        Error::Usage(format!(
+            "--provider: expected auto, aws, azure, gcp, openstack, vmware, qemu or none, found {name:?}"
+        ))
+    })?;
+    let client = Client::new(deadline);
+    let cx = Context {
+        root: &opts.root,
+        base_url: opts.metadata_url.as_deref(),
+        client: &client,
+        rpctool: &opts.rpctool,
+        api_server: cfg.node_value("API_SERVER"),
+    };
+    let md = source.fetch(&cx)?;
+    let node_ip = match cfg.node.non_empty("NODE_IP") {
+        Some(ip) => ip.to_string(),
+        None if md.node_ip.is_empty() => provider::route_ip(cx.api_server)?,
+        None => md.node_ip,
+    };
+    let node_name = match cfg.node.non_empty("NODE_NAME") {
+        Some(n) => n.to_string(),
+        None if !md.hostname.is_empty() => md.hostname,
+        None => md.instance_id.clone(),
+    };
+    if node_name.is_empty() {
+        return Err(Error::metadata(
+            Reason::MetadataInvalid,
+            format!(
+                "provider {name}: expected a hostname or instance id for the node name, found neither; set NODE_NAME in {}",
+                config::NODE_ENV
+            ),
+        ));
+    }
+    Ok(Node {
+        provider: name.to_string(),
+        node_name,
+        node_ip,
+        instance_id: md.instance_id,
+        instance_type: md.instance_type,
+        zone: md.zone,
+        region: md.region,
+        provider_id: md.provider_id,
+    })
+}
+
+/// Writes the bootstrap kubeconfig (token mode) and kubelet.env, each atomically.
+fn write(opts: &Options, cfg: &Config, node: &Node) -> Result<(), Error> {
+    let put = |path: &str, data: &str, mode: u32| {
+        let full = fsutil::under(&opts.root, path);
+        fsutil::write_atomic(&full, data.as_bytes(), mode)
+            .map_err(|e| Error::Write(format!("{}: cannot write: {e}", full.display())))
+    };
+    if let Credential::Token(token) = &cfg.credential {
+        put(
+            config::RUN_BOOTSTRAP_KUBECONFIG,
+            &kubelet_env::bootstrap_kubeconfig(cfg, token),
+            0o600,
+        )?;
+    }
+    put(KUBELET_ENV, &kubelet_env::render(cfg, node), 0o644)
+}
+
+/// Starts kubelet through the service manager, or joins with kubeadm first.
+fn start(opts: &Options, cfg: &Config, deadline: Instant) -> Result<(), Error> {
+    let joined = fsutil::under(&opts.root, KUBEADM_KUBELET_CONF).exists();
+    if cfg.join_mode == JoinMode::Kubeadm && !joined {
+        let join = fsutil::under(&opts.root, config::KUBEADM_JOIN);
+        let join = join.to_string_lossy();
+        // kubeadm join starts kubelet itself through systemd.
+        return service::run(&opts.kubeadm, &["join", "--config", &join], deadline).map_err(|e| {
+            Error::Start {
+                reason: Reason::KubeadmFailed,
+                message: e.message().to_string(),
+            }
+        });
+    }
+    // --no-block: firstboot runs as a systemd unit; waiting for the start job from inside
+    // another unit's start job can deadlock on ordering, and the waits come after this.
+    service::run(
+        &opts.systemctl,
+        &["start", "--no-block", &cfg.kubelet_unit],
+        deadline,
+    )
+    .map_err(|e| Error::Start {
+        reason: Reason::StartFailed,
+        message: match e {
+            ToolError::Spawn(m) | ToolError::Failed(m) | ToolError::Timeout(m) => m,
+        },
+    })
+}
