@@ -4,3 +4,7 @@
 //! binary is a thin command line on top (see [`cli`]).
 
 pub mod cli;
+pub mod inspect;
+pub mod lock;
+pub mod sign;
+pub mod store;

@@ -4,6 +4,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod supply;
+
 /// Exit codes shared by every subcommand (documented in `docs/cli.md`).
 pub mod exit {
     /// Everything worked.
@@ -12,6 +14,10 @@ pub mod exit {
     pub const FAILURE: u8 = 1;
     /// Bad command line (clap's own code).
     pub const USAGE: u8 = 2;
+    /// A check failed: lock signature, artifact digest or size, or the binary gate.
+    pub const VERIFY: u8 = 3;
+    /// A source could not deliver (network errors after retries, 404, deadline).
+    pub const FETCH: u8 = 4;
 }
 
 /// The node contract version (`KILN_CONTRACT`) this kiln writes; see `docs/contract.md`.
@@ -42,6 +48,11 @@ pub struct Global {
 pub enum Command {
     /// Print the node contract version this kiln bakes and renders for.
     Contract,
+    /// Check or sign the artifact lock.
+    #[command(subcommand)]
+    Lock(supply::LockCommand),
+    /// Report what binaries are (ELF/PE, machine, linkage) and check them against an OS/arch.
+    Inspect(supply::InspectArgs),
 }
 
 /// Parses the command line, runs it, and turns the outcome into an exit code.
@@ -70,5 +81,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Lock(c) => supply::run_lock(c, &cli.global),
+        Command::Inspect(a) => supply::run_inspect(a, &cli.global),
     }
 }

@@ -1,0 +1,236 @@
+//! `kiln lock sign/verify` and `kiln inspect` through the real binary: good, tampered,
+//! wrongly-keyed, truncated and unsigned locks, and interop with the minisign CLI.
+
+mod support;
+
+use support::*;
+
+fn signed_fixture() -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let (pk, sk) = test_keypair(dir.path(), "test");
+    let lock_body = lock_text(
+        "https://example.invalid/dl",
+        &[
+            FixtureArtifact::new("runc", "runc.amd64", noise(1000, 1)),
+            FixtureArtifact::new("kubelet", "kubelet", noise(2000, 2)),
+        ],
+    );
+    let lock = write_signed_lock(dir.path(), &lock_body, &sk);
+    (dir, lock, pk, sk)
+}
+
+fn verify(lock: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    run(kiln().args(["lock", "verify"]).arg(lock).args(extra))
+}
+
+#[test]
+fn good_signature_verifies() {
+    let (_d, lock, pk, _) = signed_fixture();
+    let o = verify(&lock, &["--trusted-key", pk.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("signed by key") && out.contains("2 artifacts, 3000 bytes"),
+        "{out}"
+    );
+
+    let o = verify(&lock, &["--trusted-key", pk.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["signed"], true);
+    assert_eq!(v["artifacts"], 2);
+}
+
+#[test]
+fn tampered_lock_is_refused() {
+    let (_d, lock, pk, _) = signed_fixture();
+    let body = std::fs::read_to_string(&lock).unwrap();
+    // A one-character change to a size keeps the lock valid TOML and a valid lock.
+    std::fs::write(&lock, body.replacen("size = 1000", "size = 1001", 1)).unwrap();
+    let o = verify(&lock, &["--trusted-key", pk.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(
+        text(&o).contains("does not match its signature"),
+        "{}",
+        text(&o)
+    );
+    // --allow-unsigned does not excuse a bad signature.
+    let o = verify(
+        &lock,
+        &["--trusted-key", pk.to_str().unwrap(), "--allow-unsigned"],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+}
+
+#[test]
+fn tampered_and_truncated_signatures_are_refused() {
+    let (_d, lock, pk, _) = signed_fixture();
+    let sig = lock.with_extension("lock.minisig");
+    let orig = std::fs::read_to_string(&sig).unwrap();
+    let mut lines: Vec<String> = orig.lines().map(String::from).collect();
+    // Flip one base64 character of the signature itself.
+    let l = &mut lines[1];
+    let c = if l.ends_with('A') { 'B' } else { 'A' };
+    l.pop();
+    l.push(c);
+    std::fs::write(&sig, lines.join("\n") + "\n").unwrap();
+    let o = verify(&lock, &["--trusted-key", pk.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+
+    // The trusted comment is covered by the global signature.
+    let mut lines: Vec<String> = orig.lines().map(String::from).collect();
+    lines[2] = "trusted comment: something else".into();
+    std::fs::write(&sig, lines.join("\n") + "\n").unwrap();
+    let o = verify(&lock, &["--trusted-key", pk.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+
+    std::fs::write(&sig, &orig[..orig.len() / 3]).unwrap();
+    let o = verify(&lock, &["--trusted-key", pk.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(
+        text(&o).contains("is not a minisign signature"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn wrong_key_and_default_key_are_refused() {
+    let (d, lock, _pk, _) = signed_fixture();
+    let (other, _) = test_keypair(d.path(), "other");
+    let o = verify(&lock, &["--trusted-key", other.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains("was made by key"), "{}", text(&o));
+    // The embedded release key did not sign this test lock.
+    let o = verify(&lock, &[]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains("the trusted key is"), "{}", text(&o));
+}
+
+#[test]
+fn unsigned_lock_needs_allow_unsigned() {
+    let (_d, lock, pk, _) = signed_fixture();
+    std::fs::remove_file(lock.with_extension("lock.minisig")).unwrap();
+    let o = verify(&lock, &["--trusted-key", pk.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains("is not signed"), "{}", text(&o));
+    let o = verify(
+        &lock,
+        &["--trusted-key", pk.to_str().unwrap(), "--allow-unsigned"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("UNSIGNED"), "{}", text(&o));
+}
+
+#[test]
+fn signed_but_invalid_lock_names_the_field() {
+    let d = tempfile::tempdir().unwrap();
+    let (pk, sk) = test_keypair(d.path(), "t");
+    let good = lock_text(
+        "https://x.invalid",
+        &[FixtureArtifact::new("runc", "runc", noise(10, 3))],
+    );
+    let lock = write_signed_lock(d.path(), &good, &sk);
+    std::fs::write(
+        &lock,
+        good.replace("format = \"binary\"", "format = \"binary\"\nextra = 1"),
+    )
+    .unwrap();
+    // Sign the bad text directly with the library (kiln lock sign refuses invalid locks).
+    let bytes = std::fs::read(&lock).unwrap();
+    let sig = kiln::sign::sign(&bytes, &sk, None, "t").unwrap();
+    std::fs::write(lock.with_extension("lock.minisig"), sig).unwrap();
+    let o = verify(&lock, &["--trusted-key", pk.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains("unknown field `extra`"), "{}", text(&o));
+    assert!(text(&o).contains("artifacts.lock"), "{}", text(&o));
+    let o = run(kiln()
+        .args(["lock", "sign"])
+        .arg(&lock)
+        .arg("--secret-key")
+        .arg(&sk));
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+/// Signatures interoperate with the reference minisign tool both ways.
+#[test]
+fn minisign_cli_interop() {
+    if std::process::Command::new("minisign")
+        .arg("-v")
+        .output()
+        .is_err()
+    {
+        panic!("minisign is not installed: run `make deps` (scripts/deps.sh installs it)");
+    }
+    let (d, lock, pk, _) = signed_fixture();
+    let o = run(std::process::Command::new("minisign")
+        .arg("-Vm")
+        .arg(&lock)
+        .arg("-p")
+        .arg(&pk));
+    assert!(
+        o.status.success(),
+        "minisign rejected kiln's signature: {}",
+        text(&o)
+    );
+
+    let pk2 = d.path().join("cli.pub");
+    let sk2 = d.path().join("cli.key");
+    let o = run(std::process::Command::new("minisign")
+        .args(["-G", "-W", "-p"])
+        .arg(&pk2)
+        .arg("-s")
+        .arg(&sk2));
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(std::process::Command::new("minisign")
+        .args(["-S", "-s"])
+        .arg(&sk2)
+        .arg("-m")
+        .arg(&lock));
+    assert!(o.status.success(), "{}", text(&o));
+    let o = verify(&lock, &["--trusted-key", pk2.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // And kiln signs with a CLI-made (unencrypted) key.
+    let o = run(kiln().args(["lock", "sign"]).arg(&lock).arg("-s").arg(&sk2));
+    assert!(o.status.success(), "{}", text(&o));
+    let o = verify(&lock, &["--trusted-key", pk2.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+#[test]
+fn inspect_real_elf_and_built_pe() {
+    let d = tempfile::tempdir().unwrap();
+    let pe = d.path().join("kubelet.exe");
+    std::fs::write(&pe, kiln::inspect::minimal_pe(0x8664, 3)).unwrap();
+    // /bin/ls is a real Debian dynamic executable on the test machine's own architecture.
+    let o = run(kiln().arg("inspect").arg("/bin/ls").arg(&pe));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("/bin/ls: ELF 64-bit") && out.contains("dynamic, interpreter /lib"),
+        "{out}"
+    );
+    assert!(
+        out.contains("PE32+ x86-64 (windows/amd64), subsystem console"),
+        "{out}"
+    );
+
+    let o = run(kiln()
+        .args(["inspect", "--os", "linux", "--arch", "amd64"])
+        .arg(&pe));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(
+        text(&o).contains("expected a linux/amd64 binary, found windows/amd64"),
+        "{}",
+        text(&o)
+    );
+
+    let o = run(kiln().args(["--json", "inspect"]).arg(&pe));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["info"]["format"], "pe");
+    assert_eq!(v["info"]["subsystem"], "console");
+}

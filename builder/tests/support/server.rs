@@ -1,0 +1,1 @@
+//! Loopback HTTP server placeholder.
