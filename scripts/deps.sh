@@ -16,7 +16,7 @@ base=(
   squashfs-tools zstd tar gzip unzip file xz-utils
   systemd systemd-container
   hyperfine valgrind time
-  minisign
+  minisign openssl
   cloud-init
   busybox-static cpio kmod e2fsprogs
   musl-tools

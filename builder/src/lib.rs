@@ -6,5 +6,6 @@
 pub mod cli;
 pub mod inspect;
 pub mod lock;
+pub mod render;
 pub mod sign;
 pub mod store;

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod render;
 pub mod supply;
 
 /// Exit codes shared by every subcommand (documented in `docs/cli.md`).
@@ -53,6 +54,9 @@ pub enum Command {
     Lock(supply::LockCommand),
     /// Report what binaries are (ELF/PE, machine, linkage) and check them against an OS/arch.
     Inspect(supply::InspectArgs),
+    /// Render a node.toml into cloud-init, Ignition, Windows user data or a file tree
+    /// (or `--check` user data).
+    Render(render::RenderArgs),
 }
 
 /// Parses the command line, runs it, and turns the outcome into an exit code.
@@ -83,5 +87,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Lock(c) => supply::run_lock(c, &cli.global),
         Command::Inspect(a) => supply::run_inspect(a, &cli.global),
+        Command::Render(args) => render::run(args, &cli.global),
     }
 }

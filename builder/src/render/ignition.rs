@@ -1,0 +1,228 @@
+//! Ignition: a spec 3.4.0 config whose `storage.files` carry the contract files as `data:` URLs
+//! (nothing is fetched over the network); and the reader `--check` uses.
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+use super::{NodeFile, RenderError, LINUX_DIR};
+
+/// The Ignition config spec version kiln writes (Flatcar and Fedora CoreOS read it).
+pub const SPEC_VERSION: &str = "3.4.0";
+
+/// Renders the Ignition config. With `gzip`, each file's contents are compressed when that
+/// makes them smaller (`contents.compression: "gzip"`).
+pub fn render(files: &[NodeFile], gzip: bool) -> Vec<u8> {
+    let root = json!({"id": 0});
+    let entries: Vec<Value> = files
+        .iter()
+        .map(|f| {
+            let packed = gzip.then(|| super::gzip(&f.contents));
+            let mut contents = serde_json::Map::new();
+            match packed {
+                Some(z) if z.len() < f.contents.len() => {
+                    contents.insert("compression".into(), json!("gzip"));
+                    contents.insert("source".into(), json!(data_url(&z)));
+                }
+                _ => {
+                    contents.insert("source".into(), json!(data_url(&f.contents)));
+                }
+            }
+            json!({
+                "path": f.linux_path(),
+                "mode": f.mode,
+                "overwrite": true,
+                "user": root,
+                "group": root,
+                "contents": contents,
+            })
+        })
+        .collect();
+    let config = json!({
+        "ignition": {"version": SPEC_VERSION},
+        "storage": {
+            "directories": [{"path": LINUX_DIR, "mode": 0o755, "user": root, "group": root}],
+            "files": entries,
+        }
+    });
+    // serde_json's maps are sorted, so the output is the same for the same files.
+    let mut out = serde_json::to_vec(&config).expect("JSON values always serialise");
+    out.push(b'\n');
+    out
+}
+
+fn data_url(bytes: &[u8]) -> String {
+    format!(
+        "data:;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    )
+}
+
+/// Decodes an RFC 2397 `data:` URL (base64 or percent-encoded).
+pub fn decode_data_url(url: &str) -> Result<Vec<u8>, String> {
+    let rest = url.strip_prefix("data:").ok_or_else(|| {
+        format!(
+            "source {:?} is not a data: URL (kiln configs fetch nothing)",
+            truncate(url)
+        )
+    })?;
+    let (meta, data) = rest
+        .split_once(',')
+        .ok_or_else(|| "data: URL has no `,`".to_string())?;
+    if meta.ends_with(";base64") {
+        base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .map_err(|e| format!("data: URL is not valid base64: {e}"))
+    } else {
+        percent_decode(data)
+    }
+}
+
+fn percent_decode(s: &str) -> Result<Vec<u8>, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad percent escape at byte {i} of the data: URL"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Ok(out)
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(60).collect()
+}
+
+/// Reads an Ignition v3 config back into the `/etc/kiln/` files it writes.
+pub fn parse(text: &str, source: &str) -> Result<(Vec<NodeFile>, Vec<String>), RenderError> {
+    let err = |m: String| RenderError::check(source, m);
+    let doc: Value = serde_json::from_str(text)
+        .map_err(|e| err(format!("Ignition config is not valid JSON: {e}")))?;
+    let version = doc
+        .pointer("/ignition/version")
+        .and_then(Value::as_str)
+        .ok_or_else(|| err("Ignition config has no ignition.version".into()))?;
+    if !version.starts_with("3.") {
+        return Err(err(format!(
+            "ignition.version is {version:?}; kiln reads spec 3.x configs"
+        )));
+    }
+    let mut notes = Vec::new();
+    if let Some(obj) = doc.as_object() {
+        for key in obj
+            .keys()
+            .filter(|k| !matches!(k.as_str(), "ignition" | "storage"))
+        {
+            notes.push(format!("also configures `{key}`"));
+        }
+    }
+    if doc.pointer("/ignition/config").is_some() {
+        notes.push("merges or replaces another config (ignition.config)".into());
+    }
+    let entries = doc
+        .pointer("/storage/files")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut files = Vec::new();
+    for (i, f) in entries.iter().enumerate() {
+        let path = f
+            .get("path")
+            .and_then(Value::as_str)
+            .ok_or_else(|| err(format!("storage.files[{i}] has no path")))?;
+        let at = format!("storage.files[{i}] ({path})");
+        let mode = match f.get("mode") {
+            None | Some(Value::Null) => 0o644,
+            Some(m) => m
+                .as_u64()
+                .and_then(|m| u32::try_from(m).ok())
+                .filter(|m| *m <= 0o7777)
+                .ok_or_else(|| err(format!("{at}: mode {m} is not a decimal file mode")))?,
+        };
+        let contents_obj = f.get("contents");
+        let source_url = contents_obj
+            .and_then(|c| c.get("source"))
+            .and_then(Value::as_str);
+        let mut contents = match source_url {
+            None => Vec::new(),
+            Some(url) => decode_data_url(url).map_err(|m| err(format!("{at}: {m}")))?,
+        };
+        match contents_obj
+            .and_then(|c| c.get("compression"))
+            .and_then(Value::as_str)
+        {
+            None | Some("") => {}
+            Some("gzip") => {
+                contents = super::gunzip(&contents, &at).map_err(|e| err(e.to_string()))?
+            }
+            Some(other) => return Err(err(format!("{at}: unknown compression {other:?}"))),
+        }
+        if f.get("append")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty())
+        {
+            notes.push(format!("{path}: appends to the file"));
+        }
+        let Some(name) = path.strip_prefix(&format!("{LINUX_DIR}/")) else {
+            notes.push(format!("also writes {path} (outside {LINUX_DIR}/)"));
+            continue;
+        };
+        files.push(NodeFile {
+            name: name.to_string(),
+            mode,
+            contents,
+        });
+    }
+    Ok((files, notes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_urls_table() {
+        assert_eq!(
+            decode_data_url("data:,hello%20kiln%0A").unwrap(),
+            b"hello kiln\n"
+        );
+        assert_eq!(decode_data_url("data:;base64,aGk=").unwrap(), b"hi");
+        assert_eq!(
+            decode_data_url("data:text/plain;base64,aGk=").unwrap(),
+            b"hi"
+        );
+        assert!(decode_data_url("https://example.invalid/x")
+            .unwrap_err()
+            .contains("not a data: URL"));
+        assert!(decode_data_url("data:,%zz")
+            .unwrap_err()
+            .contains("percent escape"));
+    }
+
+    #[test]
+    fn gzip_only_when_smaller() {
+        let small = NodeFile {
+            name: "bootstrap-token".into(),
+            mode: 0o600,
+            contents: b"abcdef.0123456789abcdef\n".to_vec(),
+        };
+        let big = NodeFile {
+            name: "node.env".into(),
+            mode: 0o644,
+            contents: "KEY=value\n".repeat(50).into_bytes(),
+        };
+        let out = String::from_utf8(render(&[small.clone(), big.clone()], true)).unwrap();
+        assert_eq!(out.matches("\"compression\":\"gzip\"").count(), 1, "{out}");
+        let (files, notes) = parse(&out, "x").unwrap();
+        assert_eq!(files, vec![small, big]);
+        assert!(notes.is_empty());
+    }
+}

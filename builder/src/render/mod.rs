@@ -1,0 +1,473 @@
+//! `kiln render`: one neutral `node.toml` → the `/etc/kiln/` files of the node contract, in the
+//! format of every provisioner (cloud-init, Ignition, Windows user data, a plain file tree),
+//! and the way back (`--check`) from any of those formats to the files they would write.
+
+pub mod cloudinit;
+pub mod config;
+pub mod env;
+pub mod files;
+pub mod ignition;
+pub mod kubeadm;
+pub mod limits;
+pub mod windows;
+
+use std::fmt;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+pub use config::{ConfigError, NodeConfig};
+
+/// The directory of the contract files on Linux nodes.
+pub const LINUX_DIR: &str = "/etc/kiln";
+/// The same directory on Windows nodes (`docs/contract.md`, "Windows paths").
+pub const WINDOWS_DIR: &str = r"C:\ProgramData\kiln";
+
+/// Mode of a file that holds a secret (token, kubeconfig, kubeadm join configuration).
+pub const SECRET_MODE: u32 = 0o600;
+/// Mode of every other contract file.
+pub const PUBLIC_MODE: u32 = 0o644;
+
+/// The names a provisioner may place under `/etc/kiln/`, in the contract's order, with the mode
+/// the contract requires for each.
+pub const CONTRACT_FILES: &[(&str, u32)] = &[
+    ("node.env", PUBLIC_MODE),
+    ("ca.crt", PUBLIC_MODE),
+    ("bootstrap-kubeconfig", SECRET_MODE),
+    ("bootstrap-token", SECRET_MODE),
+    ("kubeadm-join.yaml", SECRET_MODE),
+    ("kubelet-config.yaml", PUBLIC_MODE),
+];
+
+/// One file of the node contract: its name inside `/etc/kiln/`, its mode and its bytes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct NodeFile {
+    /// File name inside the contract directory, e.g. `node.env`.
+    pub name: String,
+    /// Unix permission bits (`0o600` for secrets, `0o644` otherwise).
+    pub mode: u32,
+    /// Exact contents.
+    pub contents: Vec<u8>,
+}
+
+impl NodeFile {
+    /// The file's absolute path on a Linux node.
+    pub fn linux_path(&self) -> String {
+        format!("{LINUX_DIR}/{}", self.name)
+    }
+
+    /// The file's absolute path on a Windows node.
+    pub fn windows_path(&self) -> String {
+        format!(r"{WINDOWS_DIR}\{}", self.name)
+    }
+
+    /// Lower-case hex SHA-256 of the contents.
+    pub fn sha256(&self) -> String {
+        hex::encode(Sha256::digest(&self.contents))
+    }
+
+    /// Whether the contract treats this file as a secret.
+    pub fn is_secret(&self) -> bool {
+        self.mode == SECRET_MODE
+    }
+}
+
+impl fmt::Debug for NodeFile {
+    // Contents hold secrets: never print them, only their size and hash.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeFile")
+            .field("name", &self.name)
+            .field("mode", &format_args!("{:04o}", self.mode))
+            .field("size", &self.contents.len())
+            .field("sha256", &self.sha256())
+            .finish()
+    }
+}
+
+/// The provisioner formats `kiln render` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Provisioner {
+    /// `#cloud-config` user data with `write_files` only.
+    CloudInit,
+    /// An Ignition v3.4.0 config with `storage.files` as data URLs.
+    Ignition,
+    /// PowerShell user data (cloudbase-init, EC2Launch) writing under `C:\ProgramData\kiln\`.
+    Windows,
+    /// The plain file tree (`etc/kiln/…`) under a directory.
+    Files,
+}
+
+impl Provisioner {
+    /// Every provisioner, in the order the docs list them.
+    pub const ALL: [Provisioner; 4] = [
+        Provisioner::CloudInit,
+        Provisioner::Ignition,
+        Provisioner::Windows,
+        Provisioner::Files,
+    ];
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Provisioner::CloudInit => "cloud-init",
+            Provisioner::Ignition => "ignition",
+            Provisioner::Windows => "windows",
+            Provisioner::Files => "files",
+        }
+    }
+
+    /// Parses a command-line name.
+    pub fn from_name(name: &str) -> Option<Provisioner> {
+        Provisioner::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// Whether the node-side tool accepts gzip-compressed user data as a whole.
+    pub fn accepts_gzip(self) -> bool {
+        // cloud-init and cloudbase-init both sniff the gzip magic; Ignition compresses each
+        // file instead (`contents.compression`), the file tree has no envelope at all.
+        matches!(
+            self,
+            Provisioner::CloudInit | Provisioner::Ignition | Provisioner::Windows
+        )
+    }
+}
+
+impl fmt::Display for Provisioner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Options that change how user data is encoded, never what files it writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RenderOptions {
+    /// Compress: the whole user data (cloud-init, Windows) or each file (Ignition).
+    pub gzip: bool,
+}
+
+/// Errors of rendering and of reading user data back.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// `node.toml` is missing, malformed or invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The `files` provisioner writes a directory tree, not a single payload.
+    #[error("the files provisioner writes a directory: use render_files_into(DIR) (`kiln render --provisioner files --output DIR`)")]
+    NotAPayload,
+    /// User data handed to `--check` could not be read back.
+    #[error("{source_name}: {message}")]
+    Check {
+        /// The file (or `-`) being checked.
+        source_name: String,
+        /// What was expected and what was found.
+        message: String,
+    },
+    /// A file or directory could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl RenderError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> RenderError {
+        RenderError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn check(source_name: &str, message: impl Into<String>) -> RenderError {
+        RenderError::Check {
+            source_name: source_name.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Renders the node's contract files into one provisioner's user data.
+///
+/// The same `files` and options always give the same bytes.
+pub fn render_payload(
+    files: &[NodeFile],
+    provisioner: Provisioner,
+    options: RenderOptions,
+) -> Result<Vec<u8>, RenderError> {
+    let payload = match provisioner {
+        Provisioner::CloudInit => cloudinit::render(files),
+        Provisioner::Ignition => ignition::render(files, options.gzip),
+        Provisioner::Windows => windows::render(files),
+        Provisioner::Files => return Err(RenderError::NotAPayload),
+    };
+    // Ignition compresses per file (above); the other two are compressed whole.
+    if options.gzip && provisioner != Provisioner::Ignition {
+        Ok(gzip(&payload))
+    } else {
+        Ok(payload)
+    }
+}
+
+/// What `--check` found in a piece of user data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    /// The format the user data was recognised as.
+    pub provisioner: Provisioner,
+    /// Whether the user data was gzip-compressed as a whole.
+    pub gzipped: bool,
+    /// The contract files it would write, in the order it writes them.
+    pub files: Vec<NodeFile>,
+    /// Things it would do besides writing contract files (other paths, other modules).
+    pub notes: Vec<String>,
+}
+
+/// Reads user data back: recognises the format, decodes it, and returns the `/etc/kiln/`
+/// files it would write. `source_name` is used in error messages.
+pub fn check_payload(data: &[u8], source_name: &str) -> Result<Checked, RenderError> {
+    let (data, gzipped) = if data.starts_with(&[0x1f, 0x8b]) {
+        (gunzip(data, source_name)?, true)
+    } else {
+        (data.to_vec(), false)
+    };
+    let text = std::str::from_utf8(&data).map_err(|e| {
+        RenderError::check(source_name, format!("user data is not UTF-8 text: {e}"))
+    })?;
+    let trimmed = text.trim_start();
+    let (provisioner, files, notes) = if text.starts_with("#cloud-config") {
+        let (files, notes) = cloudinit::parse(text, source_name)?;
+        (Provisioner::CloudInit, files, notes)
+    } else if trimmed.starts_with('{') {
+        let (files, notes) = ignition::parse(text, source_name)?;
+        (Provisioner::Ignition, files, notes)
+    } else if trimmed.starts_with("<powershell>") || trimmed.starts_with("#ps1") {
+        let (files, notes) = windows::parse(text, source_name)?;
+        (Provisioner::Windows, files, notes)
+    } else {
+        let first = text.lines().next().unwrap_or("");
+        return Err(RenderError::check(
+            source_name,
+            format!(
+                "unrecognised user data: expected `#cloud-config`, an Ignition JSON object or \
+                 `<powershell>` on the first line, found {first:?}"
+            ),
+        ));
+    };
+    Ok(Checked {
+        provisioner,
+        gzipped,
+        files,
+        notes,
+    })
+}
+
+/// Checks that a set of files is a valid `/etc/kiln/` for contract v1: known names with the
+/// required modes, `node.env` with `KILN_CONTRACT=1`, a CA, and exactly the one credential
+/// the join mode needs. Returns every problem found (empty when valid).
+pub fn contract_problems(files: &[NodeFile]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for file in files {
+        match CONTRACT_FILES.iter().find(|(name, _)| *name == file.name) {
+            None => problems.push(format!(
+                "{}: not a file of node contract v1 (known: {})",
+                file.linux_path(),
+                CONTRACT_FILES
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            Some((_, mode)) if *mode != file.mode => problems.push(format!(
+                "{}: mode {:04o}, the contract requires {:04o}",
+                file.linux_path(),
+                file.mode,
+                mode
+            )),
+            Some(_) => {}
+        }
+    }
+    let has = |name: &str| files.iter().any(|f| f.name == name);
+    let mut join_mode = "kubelet".to_string();
+    match files.iter().find(|f| f.name == "node.env") {
+        None => problems.push(format!("{LINUX_DIR}/node.env: missing (required)")),
+        Some(file) => match env::parse(&String::from_utf8_lossy(&file.contents)) {
+            Err(e) => problems.push(format!("{}: {e}", file.linux_path())),
+            Ok(pairs) => {
+                let get = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v);
+                match get("KILN_CONTRACT").map(String::as_str) {
+                    Some("1") => {}
+                    other => problems.push(format!(
+                        "{}: KILN_CONTRACT must be 1, found {other:?}",
+                        file.linux_path()
+                    )),
+                }
+                for key in ["API_SERVER", "CLUSTER_NAME"] {
+                    if get(key).is_none() {
+                        problems.push(format!("{}: required key {key} missing", file.linux_path()));
+                    }
+                }
+                if let Some(mode) = get("JOIN_MODE") {
+                    join_mode = mode.clone();
+                }
+            }
+        },
+    }
+    if !has("ca.crt") {
+        problems.push(format!("{LINUX_DIR}/ca.crt: missing (required)"));
+    }
+    let credentials: Vec<&str> = [
+        "bootstrap-kubeconfig",
+        "bootstrap-token",
+        "kubeadm-join.yaml",
+    ]
+    .into_iter()
+    .filter(|n| has(n))
+    .collect();
+    let wanted: &[&str] = if join_mode == "kubeadm" {
+        &["kubeadm-join.yaml"]
+    } else {
+        &["bootstrap-kubeconfig", "bootstrap-token"]
+    };
+    if credentials.len() != 1 || !wanted.contains(&credentials[0]) {
+        problems.push(format!(
+            "JOIN_MODE={join_mode} needs exactly one of {}, found {}",
+            wanted.join(" or "),
+            if credentials.is_empty() {
+                "none".to_string()
+            } else {
+                credentials.join(", ")
+            }
+        ));
+    }
+    problems
+}
+
+/// Compresses deterministically: no file name, no timestamp, fixed level.
+pub fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut encoder = flate2::GzBuilder::new()
+        .mtime(0)
+        .write(Vec::new(), flate2::Compression::best());
+    // Writing into a Vec cannot fail.
+    encoder.write_all(data).expect("gzip into memory");
+    encoder.finish().expect("gzip into memory")
+}
+
+/// Decompresses gzip data, naming `source_name` on failure.
+pub fn gunzip(data: &[u8], source_name: &str) -> Result<Vec<u8>, RenderError> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(data)
+        .read_to_end(&mut out)
+        .map_err(|e| RenderError::check(source_name, format!("gzip data is corrupt: {e}")))?;
+    Ok(out)
+}
+
+/// Writes `data` to `path` atomically: a temp file in the same directory, fsync, rename.
+pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), RenderError> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".kiln-render-")
+        .tempfile_in(dir)
+        .map_err(|e| RenderError::io(dir, e))?;
+    tmp.write_all(data)
+        .map_err(|e| RenderError::io(tmp.path(), e))?;
+    set_mode(tmp.as_file(), mode).map_err(|e| RenderError::io(tmp.path(), e))?;
+    tmp.as_file()
+        .sync_all()
+        .map_err(|e| RenderError::io(tmp.path(), e))?;
+    tmp.persist(path)
+        .map_err(|e| RenderError::io(path, e.error))?;
+    // The rename is only durable once the directory entry is on disk too.
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn set_mode(file: &std::fs::File, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    file.set_permissions(std::fs::Permissions::from_mode(mode))
+}
+
+#[cfg(not(unix))]
+fn set_mode(_file: &std::fs::File, _mode: u32) -> std::io::Result<()> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &str, mode: u32, contents: &str) -> NodeFile {
+        NodeFile {
+            name: name.into(),
+            mode,
+            contents: contents.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn gzip_is_deterministic_and_reversible() {
+        let a = gzip(b"hello kiln\n");
+        assert_eq!(a, gzip(b"hello kiln\n"));
+        assert_eq!(gunzip(&a, "x").unwrap(), b"hello kiln\n");
+        assert!(gunzip(&a[..a.len() - 4], "x").is_err());
+    }
+
+    #[test]
+    fn contract_problems_table() {
+        let env = "KILN_CONTRACT=1\nAPI_SERVER=https://a:6443\nCLUSTER_NAME=c\n";
+        let ok = vec![
+            file("node.env", 0o644, env),
+            file("ca.crt", 0o644, "pem"),
+            file("bootstrap-token", 0o600, "abcdef.0123456789abcdef\n"),
+        ];
+        assert!(contract_problems(&ok).is_empty());
+
+        let mut world_readable = ok.clone();
+        world_readable[2].mode = 0o644;
+        let p = contract_problems(&world_readable);
+        assert!(
+            p[0].contains("mode 0644, the contract requires 0600"),
+            "{p:?}"
+        );
+
+        let mut two = ok.clone();
+        two.push(file("bootstrap-kubeconfig", 0o600, "x"));
+        let p = contract_problems(&two);
+        assert!(
+            p[0].contains("found bootstrap-kubeconfig, bootstrap-token"),
+            "{p:?}"
+        );
+
+        let mut kubeadm = ok.clone();
+        kubeadm[0] = file("node.env", 0o644, &format!("{env}JOIN_MODE=kubeadm\n"));
+        let p = contract_problems(&kubeadm);
+        assert!(
+            p[0].contains("needs exactly one of kubeadm-join.yaml"),
+            "{p:?}"
+        );
+
+        let p = contract_problems(&[file("node.env", 0o644, "KILN_CONTRACT=2\n")]);
+        assert!(
+            p.iter().any(|m| m.contains("KILN_CONTRACT must be 1")),
+            "{p:?}"
+        );
+        assert!(p.iter().any(|m| m.contains("API_SERVER missing")), "{p:?}");
+        assert!(p.iter().any(|m| m.contains("ca.crt: missing")), "{p:?}");
+    }
+
+    #[test]
+    fn unknown_user_data_is_named() {
+        let err = check_payload(b"#!/bin/sh\necho hi\n", "ud.txt").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("ud.txt: unrecognised user data"), "{msg}");
+        assert!(msg.contains("\"#!/bin/sh\""), "{msg}");
+    }
+}

@@ -1,0 +1,273 @@
+//! node.toml → contract files: validation errors name the file and key, node.env is exactly
+//! what the contract specifies, and kubeadm mode yields a v1beta4 JoinConfiguration whose CA
+//! pin matches the one openssl computes.
+
+mod render_support;
+
+use std::path::Path;
+
+use kiln::render::{NodeConfig, NodeFile};
+use render_support::*;
+
+fn load(dir: &Path) -> Result<NodeConfig, String> {
+    NodeConfig::load(&dir.join("node.toml")).map_err(|e| e.to_string())
+}
+
+fn file<'a>(files: &'a [NodeFile], name: &str) -> &'a NodeFile {
+    files
+        .iter()
+        .find(|f| f.name == name)
+        .unwrap_or_else(|| panic!("no {name} in {files:?}"))
+}
+
+#[test]
+fn kubelet_mode_writes_the_contract_files() {
+    let dir = node_dir(&full_node_toml("kubelet"));
+    let node = load(dir.path()).unwrap();
+    let files = node.files();
+    let names: Vec<(&str, u32)> = files.iter().map(|f| (f.name.as_str(), f.mode)).collect();
+    assert_eq!(
+        names,
+        [
+            ("node.env", 0o644),
+            ("ca.crt", 0o644),
+            ("bootstrap-token", 0o600)
+        ]
+    );
+    assert_eq!(
+        String::from_utf8(file(&files, "node.env").contents.clone()).unwrap(),
+        "# kiln node contract v1: written by `kiln render` from node.toml.\n\
+         KILN_CONTRACT=1\n\
+         API_SERVER=https://10.0.0.10:6443\n\
+         CLUSTER_NAME=prod-eu1\n\
+         JOIN_MODE=kubelet\n\
+         PROVIDER=aws\n\
+         NODE_NAME=worker-1\n\
+         NODE_IP=10.0.3.7\n\
+         NODE_LABELS=node.kubernetes.io/role=worker,tier=web\n\
+         NODE_TAINTS=gpu=true:NoSchedule,dedicated:NoExecute\n\
+         MAX_PODS=58\n\
+         CLUSTER_DNS=10.96.0.10\n\
+         KUBELET_EXTRA_ARGS=\"--v=2 --serialize-image-pulls=false\"\n\
+         KILN_DEADLINE=600\n\
+         HTTP_PROXY=http://proxy.internal:3128\n\
+         HTTPS_PROXY=http://proxy.internal:3128\n\
+         NO_PROXY=10.0.0.0/8,.svc,localhost\n"
+    );
+    assert_eq!(
+        file(&files, "bootstrap-token").contents,
+        format!("{TOKEN}\n").into_bytes()
+    );
+    assert_eq!(
+        file(&files, "ca.crt").contents,
+        std::fs::read(dir.path().join("ca.crt")).unwrap()
+    );
+    // The env file reads back with the contract's own rules.
+    let pairs =
+        kiln::render::env::parse(std::str::from_utf8(&file(&files, "node.env").contents).unwrap())
+            .unwrap();
+    assert_eq!(
+        pairs[11],
+        (
+            "KUBELET_EXTRA_ARGS".into(),
+            "--v=2 --serialize-image-pulls=false".into()
+        )
+    );
+    assert!(kiln::render::contract_problems(&files).is_empty());
+}
+
+#[test]
+fn minimal_config_and_optional_files() {
+    let dir = node_dir(
+        "api_server = \"https://api.example.internal\"\ncluster_name = \"c1\"\n\
+         [ca]\nfile = \"ca.crt\"\n[bootstrap]\nkubeconfig_file = \"bootstrap.kubeconfig\"\n\
+         [kubelet]\nconfig_file = \"kubelet.yaml\"\n",
+    );
+    let kubeconfig = "apiVersion: v1\nkind: Config\nclusters: []\nusers: []\ncontexts: []\n";
+    std::fs::write(dir.path().join("bootstrap.kubeconfig"), kubeconfig).unwrap();
+    let kubelet =
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 30\n";
+    std::fs::write(dir.path().join("kubelet.yaml"), kubelet).unwrap();
+    let files = load(dir.path()).unwrap().files();
+    let names: Vec<(&str, u32)> = files.iter().map(|f| (f.name.as_str(), f.mode)).collect();
+    assert_eq!(
+        names,
+        [
+            ("node.env", 0o644),
+            ("ca.crt", 0o644),
+            ("bootstrap-kubeconfig", 0o600),
+            ("kubelet-config.yaml", 0o644)
+        ]
+    );
+    assert_eq!(
+        file(&files, "bootstrap-kubeconfig").contents,
+        kubeconfig.as_bytes()
+    );
+    assert_eq!(
+        file(&files, "kubelet-config.yaml").contents,
+        kubelet.as_bytes()
+    );
+    assert_eq!(
+        String::from_utf8(file(&files, "node.env").contents.clone()).unwrap(),
+        "# kiln node contract v1: written by `kiln render` from node.toml.\n\
+         KILN_CONTRACT=1\nAPI_SERVER=https://api.example.internal\nCLUSTER_NAME=c1\n\
+         JOIN_MODE=kubelet\nPROVIDER=auto\n"
+    );
+}
+
+#[test]
+fn errors_name_the_file_the_key_and_what_was_found() {
+    let base = full_node_toml("kubelet");
+    let cases: Vec<(String, &str)> = vec![
+        (format!("{base}\nsurprise = 1\n"), "unknown field `surprise`"),
+        (base.replace("max_pods = 58", "max_pods = 58\nmaxpods = 3"), "unknown field `maxpods`"),
+        (base.replace("https://10.0.0.10:6443", "http://10.0.0.10:6443"), "key `api_server`: expected an https://host[:port] URL"),
+        (base.replace("10.0.0.10:6443", "10.0.0.10:99999"), "key `api_server`"),
+        (base.replace("https://10.0.0.10:6443", "https://10.0.0.10:6443/api"), "key `api_server`"),
+        (base.replace("prod-eu1", "prod eu1"), "key `cluster_name`"),
+        (base.replace("join_mode = \"kubelet\"", "join_mode = \"magic\""), "unknown variant `magic`"),
+        (base.replace("provider = \"aws\"", "provider = \"ibm\""), "unknown variant `ibm`"),
+        (base.replace("deadline = 600", "deadline = 0"), "key `deadline`"),
+        (base.replace(TOKEN, "ABCDEF.0123456789abcdef"), "key `bootstrap.token`: expected a bootstrap token"),
+        (base.replace("[bootstrap]\n", "[bootstrap]\nkubeconfig_file = \"k\"\n"), "key `bootstrap`: expected exactly one of"),
+        (base.replace("file = \"ca.crt\"", "file = \"ca.crt\"\npem = \"x\""), "key `ca`: expected exactly one of `ca.pem` (inline PEM) or `ca.file` (a path), found both"),
+        (base.replace("file = \"ca.crt\"", "pem = \"not a cert\""), "key `ca`: expected a PEM bundle of one or more X.509 certificates, found no -----BEGIN CERTIFICATE----- block"),
+        (base.replace("file = \"ca.crt\"", "file = \"missing.crt\""), "missing.crt: cannot read"),
+        (base.replace("worker-1", "Worker_1"), "key `node.name`"),
+        (base.replace("10.0.3.7", "10.0.3"), "key `node.ip`"),
+        (base.replace("tier = \"web\"", "tier = \"-web\""), "key `node.labels.\"tier\"`"),
+        (base.replace("NoSchedule", "Sometimes"), "key `node.taints[0].effect`: expected NoSchedule, PreferNoSchedule or NoExecute, found \"Sometimes\""),
+        (base.replace("\"--v=2\"", "\"-v 2\""), "key `kubelet.extra_args[0]`"),
+        (base.replace("\"--v=2\"", "\"--v=$(id)\""), "key `kubelet.extra_args[0]`"),
+        (base.replace("10.96.0.10", "dns"), "key `kubelet.cluster_dns[0]`"),
+        (base.replace("http://proxy.internal:3128\"\nhttps", "proxy.internal:3128\"\nhttps"), "key `proxy.http`"),
+        (base.replace("\"localhost\"", "\"a,b\""), "key `proxy.no_proxy[2]`"),
+        (format!("kiln_contract = 2\n{base}"), "key `kiln_contract`: expected 1"),
+    ];
+    for (toml, want) in cases {
+        let dir = node_dir(&toml);
+        let err = load(dir.path()).expect_err(want);
+        let file = dir.path().join(if want.contains("missing.crt") {
+            "missing.crt"
+        } else {
+            "node.toml"
+        });
+        assert!(err.starts_with(&file.display().to_string()), "{err}");
+        assert!(err.contains(want), "want {want:?} in:\n{err}");
+    }
+}
+
+#[test]
+fn a_bad_token_is_described_but_never_echoed() {
+    let secret = "abcdef.0123456789ABCDEF";
+    let dir = node_dir(&full_node_toml("kubelet").replace(TOKEN, secret));
+    let err = load(dir.path()).unwrap_err();
+    assert!(!err.contains("0123456789"), "{err}");
+    assert!(err.contains("\"xxxxxx.xxxxxxxxxx??????\""), "{err}");
+}
+
+#[test]
+fn kubeadm_mode_writes_a_v1beta4_join_configuration() {
+    let dir = node_dir(&full_node_toml("kubeadm"));
+    let node = load(dir.path()).unwrap();
+    let files = node.files();
+    let names: Vec<(&str, u32)> = files.iter().map(|f| (f.name.as_str(), f.mode)).collect();
+    assert_eq!(
+        names,
+        [
+            ("node.env", 0o644),
+            ("ca.crt", 0o644),
+            ("kubeadm-join.yaml", 0o600)
+        ]
+    );
+    let pin = openssl_spki_pin(&dir.path().join("ca.crt"));
+    let doc: serde_yaml_ng::Value =
+        serde_yaml_ng::from_slice(&file(&files, "kubeadm-join.yaml").contents).unwrap();
+    let s = |path: &[&str]| {
+        let mut v = &doc;
+        for p in path {
+            v = v
+                .get(*p)
+                .unwrap_or_else(|| panic!("no {path:?} in {doc:?}"));
+        }
+        v.clone()
+    };
+    assert_eq!(s(&["apiVersion"]).as_str(), Some("kubeadm.k8s.io/v1beta4"));
+    assert_eq!(s(&["kind"]).as_str(), Some("JoinConfiguration"));
+    assert_eq!(
+        s(&["discovery", "bootstrapToken", "apiServerEndpoint"]).as_str(),
+        Some("10.0.0.10:6443")
+    );
+    assert_eq!(
+        s(&["discovery", "bootstrapToken", "token"]).as_str(),
+        Some(TOKEN)
+    );
+    assert_eq!(s(&["discovery", "tlsBootstrapToken"]).as_str(), Some(TOKEN));
+    let hashes = s(&["discovery", "bootstrapToken", "caCertHashes"]);
+    assert_eq!(hashes.as_sequence().unwrap().len(), 1);
+    assert_eq!(hashes[0].as_str(), Some(pin.as_str()));
+    assert_eq!(s(&["nodeRegistration", "name"]).as_str(), Some("worker-1"));
+    assert_eq!(
+        s(&["nodeRegistration", "criSocket"]).as_str(),
+        Some("unix:///run/containerd/containerd.sock")
+    );
+    let taints = s(&["nodeRegistration", "taints"]);
+    assert_eq!(taints[0]["key"].as_str(), Some("gpu"));
+    assert_eq!(taints[0]["value"].as_str(), Some("true"));
+    assert_eq!(taints[1]["effect"].as_str(), Some("NoExecute"));
+    assert!(taints[1].get("value").is_none());
+    let args: Vec<(String, String)> = s(&["nodeRegistration", "kubeletExtraArgs"])
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["name"].as_str().unwrap().to_string(),
+                a["value"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want = [
+        ("node-labels", "node.kubernetes.io/role=worker,tier=web"),
+        ("node-ip", "10.0.3.7"),
+        ("max-pods", "58"),
+        ("v", "2"),
+        ("serialize-image-pulls", "false"),
+    ];
+    assert_eq!(
+        args,
+        want.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect::<Vec<_>>()
+    );
+    let env = String::from_utf8(file(&files, "node.env").contents.clone()).unwrap();
+    assert!(env.contains("\nJOIN_MODE=kubeadm\n"), "{env}");
+    assert!(kiln::render::contract_problems(&files).is_empty());
+
+    // kubeadm discovers with a token: a kubeconfig cannot stand in for it.
+    let other = node_dir(
+        &full_node_toml("kubeadm")
+            .replace(&format!("token = \"{TOKEN}\""), "kubeconfig_file = \"k\""),
+    );
+    assert!(load(other.path())
+        .unwrap_err()
+        .contains("key `bootstrap.kubeconfig_file`"));
+}
+
+#[test]
+fn ca_pins_match_openssl_for_rsa_ec_and_bundles() {
+    let dir = tempfile::tempdir().unwrap();
+    let rsa = make_ca(dir.path(), "rsa");
+    let ec = make_ca(dir.path(), "ec");
+    let mut bundle = std::fs::read_to_string(&rsa).unwrap();
+    bundle.push_str(&std::fs::read_to_string(&ec).unwrap());
+    let ders = kiln::render::kubeadm::pem_certificates(&bundle).unwrap();
+    assert_eq!(ders.len(), 2);
+    let pins: Vec<String> = ders
+        .iter()
+        .map(|d| kiln::render::kubeadm::spki_sha256(d).unwrap())
+        .collect();
+    assert_eq!(pins, vec![openssl_spki_pin(&rsa), openssl_spki_pin(&ec)]);
+    // A truncated certificate is refused, not hashed.
+    assert!(kiln::render::kubeadm::spki_sha256(&ders[0][..200]).is_err());
+}

@@ -1,0 +1,191 @@
+//! The kiln binary end to end: `kiln render` for every provisioner, then `kiln render --check`
+//! on what it wrote must list exactly the same files, modes and hashes; output is
+//! deterministic; contract violations fail the check.
+
+mod render_support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use kiln::render::{NodeConfig, NodeFile};
+use render_support::*;
+use serde_json::Value;
+
+fn expected(dir: &Path) -> Vec<NodeFile> {
+    NodeConfig::load(&dir.join("node.toml")).unwrap().files()
+}
+
+/// `kiln --json render --check PATH` → (path, mode, size, sha256) per file.
+fn check_json(path: &Path) -> Vec<(String, String, u64, String)> {
+    let out = run(kiln().args(["--json", "render", "--check"]).arg(path));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (
+                v["path"].as_str().unwrap().to_string(),
+                v["mode"].as_str().unwrap().to_string(),
+                v["size"].as_u64().unwrap(),
+                v["sha256"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn listing(files: &[NodeFile]) -> Vec<(String, String, u64, String)> {
+    files
+        .iter()
+        .map(|f| {
+            (
+                f.linux_path(),
+                format!("{:04o}", f.mode),
+                f.contents.len() as u64,
+                f.sha256(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn every_provisioner_round_trips_through_check() {
+    for mode in ["kubelet", "kubeadm"] {
+        let dir = node_dir(&full_node_toml(mode));
+        let want = listing(&expected(dir.path()));
+        for provisioner in ["cloud-init", "ignition", "windows"] {
+            for gzip in [false, true] {
+                let out = dir.path().join(format!("{provisioner}-{gzip}.ud"));
+                let mut cmd = kiln();
+                cmd.args(["render", "--provisioner", provisioner])
+                    .arg(dir.path().join("node.toml"))
+                    .arg("--output")
+                    .arg(&out);
+                if gzip {
+                    cmd.arg("--gzip");
+                }
+                let report = String::from_utf8(run(&mut cmd).stdout).unwrap();
+                assert!(report.contains("EC2 user data"), "{report}");
+                // User data holds secrets: the file is the owner's only.
+                let perm = std::fs::metadata(&out).unwrap().permissions().mode() & 0o777;
+                assert_eq!(perm, 0o600, "{}", out.display());
+                assert_eq!(check_json(&out), want, "{mode} {provisioner} gzip={gzip}");
+            }
+        }
+        let tree = dir.path().join("tree");
+        run(kiln()
+            .args(["render", "-p", "files"])
+            .arg(dir.path().join("node.toml"))
+            .arg("-o")
+            .arg(&tree));
+        assert_eq!(check_json(&tree), want, "{mode} files");
+        for f in expected(dir.path()) {
+            let meta = std::fs::metadata(tree.join("etc/kiln").join(&f.name)).unwrap();
+            assert_eq!(meta.permissions().mode() & 0o777, f.mode, "{}", f.name);
+        }
+    }
+}
+
+#[test]
+fn output_is_deterministic_and_goes_to_stdout_by_default() {
+    let dir = node_dir(&full_node_toml("kubelet"));
+    for provisioner in ["cloud-init", "ignition", "windows"] {
+        let render = || {
+            run(kiln()
+                .args(["render", "-p", provisioner])
+                .arg(dir.path().join("node.toml")))
+        };
+        let (a, b) = (render(), render());
+        assert!(!a.stdout.is_empty());
+        assert_eq!(a.stdout, b.stdout, "{provisioner}");
+        // The size report went to stderr, so stdout is exactly the user data.
+        let stderr = String::from_utf8(a.stderr).unwrap();
+        assert!(
+            stderr.contains(&format!(
+                "{provisioner} user data, {} bytes",
+                a.stdout.len()
+            )),
+            "{stderr}"
+        );
+        // --check reads stdin too.
+        let mut child = kiln()
+            .args(["render", "--check", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(&a.stdout).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains("writes 3 kiln contract files"), "{text}");
+    }
+}
+
+#[test]
+fn the_files_tree_drops_a_stale_credential() {
+    let dir = node_dir(&full_node_toml("kubelet"));
+    let tree = dir.path().join("tree");
+    std::fs::create_dir_all(tree.join("etc/kiln")).unwrap();
+    std::fs::write(tree.join("etc/kiln/bootstrap-kubeconfig"), "old").unwrap();
+    run(kiln()
+        .args(["render", "-p", "files"])
+        .arg(dir.path().join("node.toml"))
+        .arg("-o")
+        .arg(&tree));
+    assert!(!tree.join("etc/kiln/bootstrap-kubeconfig").exists());
+    assert_eq!(check_json(&tree), listing(&expected(dir.path())));
+}
+
+#[test]
+fn check_fails_on_contract_violations_and_names_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let ud = dir.path().join("hand-written");
+    std::fs::write(
+        &ud,
+        "#cloud-config\nruncmd: [[\"sh\", \"-c\", \"echo hi\"]]\nwrite_files:\n\
+         - path: /etc/kiln/node.env\n  content: |\n    KILN_CONTRACT=1\n    API_SERVER=https://a:6443\n    CLUSTER_NAME=c\n\
+         - path: /etc/kiln/ca.crt\n  content: pem\n\
+         - path: /etc/kiln/bootstrap-token\n  permissions: '0644'\n  content: abcdef.0123456789abcdef\n",
+    )
+    .unwrap();
+    let out = kiln()
+        .args(["render", "--check"])
+        .arg(&ud)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stdout.contains("note: also sets cloud-init module `runcmd`"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("breaks node contract v1"), "{stderr}");
+    assert!(
+        stderr.contains("/etc/kiln/bootstrap-token: mode 0644, the contract requires 0600"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn usage_errors_are_clear() {
+    let dir = node_dir(&full_node_toml("kubelet"));
+    let node = dir.path().join("node.toml");
+    let out = kiln()
+        .args(["render", "-p", "files"])
+        .arg(&node)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--output DIR"));
+    let out = kiln().args(["render"]).arg(&node).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "clap usage error");
+    let out = kiln()
+        .args(["render", "-p", "cloud-init"])
+        .arg(dir.path().join("nope.toml"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("nope.toml: cannot read"), "{stderr}");
+}

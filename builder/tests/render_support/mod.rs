@@ -1,0 +1,125 @@
+//! Shared helpers of the render tests: a real CA made by openssl in a temp dir, node.toml
+//! fixtures, and the kiln binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A bootstrap token used only by tests.
+pub const TOKEN: &str = "07401b.f395accd246ae52d";
+
+/// Runs a command, panicking with its stderr when it fails.
+pub fn run(cmd: &mut Command) -> std::process::Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Makes a self-signed CA with the real openssl; `kind` is `ec` or `rsa`.
+pub fn make_ca(dir: &Path, kind: &str) -> PathBuf {
+    let cert = dir.join(format!("ca-{kind}.crt"));
+    let key = dir.join(format!("ca-{kind}.key"));
+    let newkey: &[&str] = match kind {
+        "ec" => &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"],
+        _ => &["-newkey", "rsa:2048"],
+    };
+    run(Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=kiln-test-ca",
+        ])
+        .args(newkey)
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert));
+    cert
+}
+
+/// The CA public-key pin computed the way kubeadm's docs compute it:
+/// `openssl x509 -pubkey | openssl pkey -pubin -outform der | sha256sum`.
+pub fn openssl_spki_pin(cert: &Path) -> String {
+    let pubkey = run(Command::new("openssl")
+        .args(["x509", "-pubkey", "-noout", "-in"])
+        .arg(cert))
+    .stdout;
+    let dir = cert.parent().unwrap();
+    let pem = dir.join("pub.pem");
+    std::fs::write(&pem, pubkey).unwrap();
+    let der = run(Command::new("openssl")
+        .args(["pkey", "-pubin", "-outform", "der", "-in"])
+        .arg(&pem))
+    .stdout;
+    let der_path = dir.join("pub.der");
+    std::fs::write(&der_path, der).unwrap();
+    let sum = run(Command::new("sha256sum").arg(&der_path)).stdout;
+    format!(
+        "sha256:{}",
+        String::from_utf8(sum)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+    )
+}
+
+/// A full node.toml exercising every section, with the CA at `ca.crt` beside it.
+pub fn full_node_toml(join_mode: &str) -> String {
+    format!(
+        r#"# a worker in prod-eu1
+api_server = "https://10.0.0.10:6443"
+cluster_name = "prod-eu1"
+join_mode = "{join_mode}"
+provider = "aws"
+deadline = 600
+
+[ca]
+file = "ca.crt"
+
+[bootstrap]
+token = "{TOKEN}"
+
+[node]
+name = "worker-1"
+ip = "10.0.3.7"
+labels = {{ "node.kubernetes.io/role" = "worker", tier = "web" }}
+taints = [{{ key = "gpu", value = "true", effect = "NoSchedule" }}, {{ key = "dedicated", effect = "NoExecute" }}]
+max_pods = 58
+
+[kubelet]
+extra_args = ["--v=2", "--serialize-image-pulls=false"]
+cluster_dns = ["10.96.0.10"]
+
+[proxy]
+http = "http://proxy.internal:3128"
+https = "http://proxy.internal:3128"
+no_proxy = ["10.0.0.0/8", ".svc", "localhost"]
+"#
+    )
+}
+
+/// A temp dir holding `node.toml` (from `toml`) and an EC CA as `ca.crt`.
+pub fn node_dir(toml: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = make_ca(dir.path(), "ec");
+    std::fs::copy(&ca, dir.path().join("ca.crt")).unwrap();
+    std::fs::write(dir.path().join("node.toml"), toml).unwrap();
+    dir
+}
+
+/// The kiln binary under test.
+pub fn kiln() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+}
