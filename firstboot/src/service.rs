@@ -66,7 +66,7 @@ pub fn run(program: &str, args: &[&str], deadline: Instant) -> Result<(), ToolEr
     let out = child.stdout.take().map(tail_reader);
     let err = child.stderr.take().map(tail_reader);
     // Poll quickly at first: systemctl --no-block returns in a millisecond or two.
-    let mut pause = Duration::from_micros(200);
+    let mut pause = Duration::from_micros(50);
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# kiln-firstboot budgets (issue #3), side by side with a bash+curl baseline in one run:
+#   - size of the static release binary (budget 400 KiB)
+#   - peak RSS of a full run (budget 2 MiB), from /usr/bin/time -v
+#   - process start → service-manager call, against one loopback IMDSv2 stand-in that
+#     answers at once (budget: median ≤ 10 ms and ≥ 10× faster than the baseline)
+# Both contenders run against the same server, the same temp root and the same stand-in
+# systemctl (/bin/true), so the whole process time bounds start → service-manager call.
+# The root lives on tmpfs (/dev/shm) because /run/kiln is a tmpfs on a node: on a disk,
+# fsync would measure the disk, not the program.
+#
+#   bench/firstboot.sh            (make bench runs it through bench/run.sh)
+#   RUNS=500 bench/firstboot.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=${RUNS:-200}
+bin=target/firstboot/kiln-firstboot
+scripts/build-firstboot.sh "$bin" >&2
+cargo build -q --release -p kiln-firstboot --example imds_standin
+
+work=$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d)
+server_pid=
+cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+
+# The node: a real contract layout, as the tests build it.
+root=$work/root
+mkdir -p "$root/usr/lib/kiln" "$root/etc/kiln" "$root/sys/class/dmi/id"
+cat > "$root/usr/lib/kiln/image.env" <<'X'
+KILN_CONTRACT=1
+KILN_IMAGE_ID=sha256:3f0c1b2a3f0c1b2a3f0c1b2a3f0c1b2a
+KILN_IMAGE_NAME=ubuntu
+KILN_VERSION=0.1.0
+KILN_OS=linux
+KILN_ARCH=amd64
+KUBERNETES_VERSION=v1.34.2
+X
+printf '# instance-type pods\nm5.large 29\nm5.xlarge 58\n' > "$root/usr/lib/kiln/max-pods.map"
+printf 'KILN_CONTRACT=1\nAPI_SERVER=https://127.0.0.1:6443\nCLUSTER_NAME=bench\n' > "$root/etc/kiln/node.env"
+printf -- '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n' > "$root/etc/kiln/ca.crt"
+(umask 077; echo abcdef.0123456789abcdef > "$root/etc/kiln/bootstrap-token")
+echo 'Amazon EC2' > "$root/sys/class/dmi/id/sys_vendor"
+
+target/release/examples/imds_standin firstboot/tests/fixtures/aws > "$work/url" &
+server_pid=$!
+for _ in $(seq 100); do [ -s "$work/url" ] && break; sleep 0.05; done
+url=$(cat "$work/url")
+
+kiln=("$bin" run --root "$root" --metadata-url "$url" --systemctl /bin/true --console "$work/console")
+base=(bench/firstboot-baseline.sh "$root" "$url" /bin/true)
+
+# Both must produce the same kubelet.env before their times mean anything.
+"${kiln[@]}"; cp "$root/run/kiln/kubelet.env" "$work/kiln.env"
+"${base[@]}"; cp "$root/run/kiln/kubelet.env" "$work/base.env"
+if ! diff -u "$work/kiln.env" "$work/base.env"; then
+  echo "firstboot bench: the baseline and kiln-firstboot disagree on kubelet.env" >&2
+  exit 1
+fi
+
+size=$(stat -c %s "$bin")
+rss_kib=$(/usr/bin/time -v "${kiln[@]}" 2>&1 >/dev/null | awk -F': ' '/Maximum resident set size/ {print $2}')
+rss_base_kib=$(/usr/bin/time -v "${base[@]}" 2>&1 >/dev/null | awk -F': ' '/Maximum resident set size/ {print $2}')
+
+hyperfine -N --warmup 20 --runs "$runs" --export-json "$work/h.json" \
+  -n kiln-firstboot "$(printf '%q ' "${kiln[@]}")" \
+  -n bash+curl "$(printf '%q ' "${base[@]}")" >&2
+
+python3 - "$work/h.json" "$size" "$rss_kib" "$rss_base_kib" <<'PY'
+import json, sys
+h = json.load(open(sys.argv[1]))["results"]
+size, rss, rss_base = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+k, b = h[0], h[1]
+km, bm = k["median"] * 1000, b["median"] * 1000
+ratio = bm / km
+def verdict(ok): return "ok" if ok else "OVER BUDGET"
+print(f"| measure | kiln-firstboot | bash+curl | ratio | budget | verdict |")
+print(f"|---|---|---|---|---|---|")
+print(f"| start → systemctl, median | {km:.2f} ms | {bm:.2f} ms | {ratio:.1f}× faster | ≤ 10 ms, ≥ 10× | {verdict(km <= 10 and ratio >= 10)} |")
+print(f"| start → systemctl, mean ± σ | {k['mean']*1000:.2f} ± {k['stddev']*1000:.2f} ms | {b['mean']*1000:.2f} ± {b['stddev']*1000:.2f} ms | | | |")
+print(f"| peak RSS | {rss} KiB | {rss_base} KiB (largest of bash and its curls) | | ≤ 2048 KiB | {verdict(rss <= 2048)} |")
+print(f"| static binary size | {size} B ({(size + 1023)//1024} KiB) | | | ≤ 400 KiB | {verdict(size <= 400*1024)} |")
+PY
