@@ -14,7 +14,7 @@ FIRSTBOOT_BIN := target/firstboot/kiln-firstboot
 FIRSTBOOT_BUDGET_KIB := 400
 
 .PHONY: help all build firstboot test check lint fmt fmt-check clippy doc unit size-check \
-	bench demo clean deps deps-qemu deps-windows fuzz
+	bench demo clean deps deps-qemu deps-windows fuzz render-examples
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -66,6 +66,9 @@ bench: deps build ## benchmarks side by side with their baselines (docs/benchmar
 
 demo: deps ## kiln's main job on the embedded offline default
 	scripts/demo.sh
+
+render-examples: ## regenerate the golden user data in docs/examples/render/ after an intended change
+	KILN_BLESS=1 $(CARGO) test -p kiln --test render_roundtrip docs_examples_are_current
 
 fuzz: ## run each fuzz target for a short while (cargo-fuzz, nightly)
 	scripts/fuzz.sh

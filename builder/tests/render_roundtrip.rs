@@ -154,7 +154,7 @@ fn check_fails_on_contract_violations_and_names_them() {
         .arg(&ud)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3), "a failed check exits 3");
     let stdout = String::from_utf8(out.stdout).unwrap();
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(
@@ -188,4 +188,38 @@ fn usage_errors_are_clear() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("nope.toml: cannot read"), "{stderr}");
+}
+
+/// The worked examples in docs/render.md are these files; they must be what kiln renders now.
+/// `make render-examples` (KILN_BLESS=1) rewrites them after an intended change.
+#[test]
+fn docs_examples_are_current() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/render");
+    let bless = std::env::var_os("KILN_BLESS").is_some();
+    for (toml, provisioner, golden) in [
+        ("node.toml", "cloud-init", "user-data.cloud-init"),
+        ("node.toml", "ignition", "config.ign"),
+        ("node.toml", "windows", "user-data.windows.ps1"),
+        (
+            "node-kubeadm.toml",
+            "cloud-init",
+            "user-data-kubeadm.cloud-init",
+        ),
+    ] {
+        let out = run(kiln()
+            .args(["render", "-p", provisioner])
+            .arg(examples.join(toml)));
+        let path = examples.join(golden);
+        if bless {
+            std::fs::write(&path, &out.stdout).unwrap();
+            continue;
+        }
+        let want = std::fs::read(&path).unwrap_or_default();
+        assert!(
+            out.stdout == want,
+            "{} is stale: run `make render-examples`\n--- rendered ---\n{}",
+            path.display(),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
 }

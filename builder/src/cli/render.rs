@@ -290,10 +290,12 @@ fn check(path: &Path, global: &Global) -> anyhow::Result<ExitCode> {
     }
     out.flush()?;
     if !problems.is_empty() {
-        bail!(
-            "{name} breaks node contract v1:\n  {}",
+        // A failed check, not a failure to run it: exit 3 like the other verifications.
+        eprintln!(
+            "kiln: error: {name} breaks node contract v1:\n  {}",
             problems.join("\n  ")
         );
+        return Ok(ExitCode::from(super::exit::VERIFY));
     }
     Ok(ExitCode::SUCCESS)
 }
