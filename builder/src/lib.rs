@@ -4,8 +4,10 @@
 //! binary is a thin command line on top (see [`cli`]).
 
 pub mod cli;
+pub mod fetch;
 pub mod inspect;
 pub mod lock;
 pub mod render;
+pub mod mirror;
 pub mod sign;
 pub mod store;

@@ -32,7 +32,7 @@ fn verify(lock: &std::path::Path, extra: &[&str]) -> std::process::Output {
 fn good_signature_verifies() {
     let (_d, lock, pk, _) = signed_fixture();
     let o = verify(&lock, &["--trusted-key", pk.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         out.contains("signed by key") && out.contains("2 artifacts, 3000 bytes"),
@@ -52,18 +52,18 @@ fn tampered_lock_is_refused() {
     // A one-character change to a size keeps the lock valid TOML and a valid lock.
     std::fs::write(&lock, body.replacen("size = 1000", "size = 1001", 1)).unwrap();
     let o = verify(&lock, &["--trusted-key", pk.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", out_text(&o));
     assert!(
-        text(&o).contains("does not match its signature"),
+        out_text(&o).contains("does not match its signature"),
         "{}",
-        text(&o)
+        out_text(&o)
     );
     // --allow-unsigned does not excuse a bad signature.
     let o = verify(
         &lock,
         &["--trusted-key", pk.to_str().unwrap(), "--allow-unsigned"],
     );
-    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", out_text(&o));
 }
 
 #[test]
@@ -79,22 +79,22 @@ fn tampered_and_truncated_signatures_are_refused() {
     l.push(c);
     std::fs::write(&sig, lines.join("\n") + "\n").unwrap();
     let o = verify(&lock, &["--trusted-key", pk.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", out_text(&o));
 
     // The trusted comment is covered by the global signature.
     let mut lines: Vec<String> = orig.lines().map(String::from).collect();
     lines[2] = "trusted comment: something else".into();
     std::fs::write(&sig, lines.join("\n") + "\n").unwrap();
     let o = verify(&lock, &["--trusted-key", pk.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", out_text(&o));
 
     std::fs::write(&sig, &orig[..orig.len() / 3]).unwrap();
     let o = verify(&lock, &["--trusted-key", pk.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", out_text(&o));
     assert!(
-        text(&o).contains("is not a minisign signature"),
+        out_text(&o).contains("is not a minisign signature"),
         "{}",
-        text(&o)
+        out_text(&o)
     );
 }
 
@@ -103,12 +103,16 @@ fn wrong_key_and_default_key_are_refused() {
     let (d, lock, _pk, _) = signed_fixture();
     let (other, _) = test_keypair(d.path(), "other");
     let o = verify(&lock, &["--trusted-key", other.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
-    assert!(text(&o).contains("was made by key"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", out_text(&o));
+    assert!(out_text(&o).contains("was made by key"), "{}", out_text(&o));
     // The embedded release key did not sign this test lock.
     let o = verify(&lock, &[]);
-    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
-    assert!(text(&o).contains("the trusted key is"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", out_text(&o));
+    assert!(
+        out_text(&o).contains("the trusted key is"),
+        "{}",
+        out_text(&o)
+    );
 }
 
 #[test]
@@ -116,14 +120,14 @@ fn unsigned_lock_needs_allow_unsigned() {
     let (_d, lock, pk, _) = signed_fixture();
     std::fs::remove_file(lock.with_extension("lock.minisig")).unwrap();
     let o = verify(&lock, &["--trusted-key", pk.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
-    assert!(text(&o).contains("is not signed"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", out_text(&o));
+    assert!(out_text(&o).contains("is not signed"), "{}", out_text(&o));
     let o = verify(
         &lock,
         &["--trusted-key", pk.to_str().unwrap(), "--allow-unsigned"],
     );
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    assert!(text(&o).contains("UNSIGNED"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    assert!(out_text(&o).contains("UNSIGNED"), "{}", out_text(&o));
 }
 
 #[test]
@@ -145,15 +149,19 @@ fn signed_but_invalid_lock_names_the_field() {
     let sig = kiln::sign::sign(&bytes, &sk, None, "t").unwrap();
     std::fs::write(lock.with_extension("lock.minisig"), sig).unwrap();
     let o = verify(&lock, &["--trusted-key", pk.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
-    assert!(text(&o).contains("unknown field `extra`"), "{}", text(&o));
-    assert!(text(&o).contains("artifacts.lock"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", out_text(&o));
+    assert!(
+        out_text(&o).contains("unknown field `extra`"),
+        "{}",
+        out_text(&o)
+    );
+    assert!(out_text(&o).contains("artifacts.lock"), "{}", out_text(&o));
     let o = run(kiln()
         .args(["lock", "sign"])
         .arg(&lock)
         .arg("--secret-key")
         .arg(&sk));
-    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert_ne!(o.status.code(), Some(0), "{}", out_text(&o));
 }
 
 /// Signatures interoperate with the reference minisign tool both ways.
@@ -175,7 +183,7 @@ fn minisign_cli_interop() {
     assert!(
         o.status.success(),
         "minisign rejected kiln's signature: {}",
-        text(&o)
+        out_text(&o)
     );
 
     let pk2 = d.path().join("cli.pub");
@@ -185,20 +193,20 @@ fn minisign_cli_interop() {
         .arg(&pk2)
         .arg("-s")
         .arg(&sk2));
-    assert!(o.status.success(), "{}", text(&o));
+    assert!(o.status.success(), "{}", out_text(&o));
     let o = run(std::process::Command::new("minisign")
         .args(["-S", "-s"])
         .arg(&sk2)
         .arg("-m")
         .arg(&lock));
-    assert!(o.status.success(), "{}", text(&o));
+    assert!(o.status.success(), "{}", out_text(&o));
     let o = verify(&lock, &["--trusted-key", pk2.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
     // And kiln signs with a CLI-made (unencrypted) key.
     let o = run(kiln().args(["lock", "sign"]).arg(&lock).arg("-s").arg(&sk2));
-    assert!(o.status.success(), "{}", text(&o));
+    assert!(o.status.success(), "{}", out_text(&o));
     let o = verify(&lock, &["--trusted-key", pk2.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
 }
 
 #[test]
@@ -208,7 +216,7 @@ fn inspect_real_elf_and_built_pe() {
     std::fs::write(&pe, kiln::inspect::minimal_pe(0x8664, 3)).unwrap();
     // /bin/ls is a real Debian dynamic executable on the test machine's own architecture.
     let o = run(kiln().arg("inspect").arg("/bin/ls").arg(&pe));
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         out.contains("/bin/ls: ELF 64-bit") && out.contains("dynamic, interpreter /lib"),
@@ -222,11 +230,11 @@ fn inspect_real_elf_and_built_pe() {
     let o = run(kiln()
         .args(["inspect", "--os", "linux", "--arch", "amd64"])
         .arg(&pe));
-    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", out_text(&o));
     assert!(
-        text(&o).contains("expected a linux/amd64 binary, found windows/amd64"),
+        out_text(&o).contains("expected a linux/amd64 binary, found windows/amd64"),
         "{}",
-        text(&o)
+        out_text(&o)
     );
 
     let o = run(kiln().args(["--json", "inspect"]).arg(&pe));

@@ -57,6 +57,11 @@ pub enum Command {
     /// Render a node.toml into cloud-init, Ignition, Windows user data or a file tree
     /// (or `--check` user data).
     Render(render::RenderArgs),
+    /// Fill the local cache with a lock's artifacts (mirrors, then upstream), verified.
+    Fetch(supply::FetchArgs),
+    /// Keep an air-gapped artifact mirror: sync, verify, pack, unpack.
+    #[command(subcommand)]
+    Mirror(supply::MirrorCommand),
 }
 
 /// Parses the command line, runs it, and turns the outcome into an exit code.
@@ -88,5 +93,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Lock(c) => supply::run_lock(c, &cli.global),
         Command::Inspect(a) => supply::run_inspect(a, &cli.global),
         Command::Render(args) => render::run(args, &cli.global),
+        Command::Fetch(a) => supply::run_fetch(a, &cli.global),
+        Command::Mirror(c) => supply::run_mirror(c, &cli.global),
     }
 }

@@ -116,6 +116,30 @@ pub fn classify(err: &anyhow::Error) -> u8 {
                 _ => exit::FAILURE,
             };
         }
+        if let Some(e) = cause.downcast_ref::<crate::fetch::FetchError>() {
+            use crate::fetch::FetchError as F;
+            return match e {
+                F::Failed {
+                    wrong_bytes: true, ..
+                } => exit::VERIFY,
+                F::Failed { .. } | F::Deadline(_) => exit::FETCH,
+                _ => exit::FAILURE,
+            };
+        }
+        if let Some(e) = cause.downcast_ref::<crate::mirror::MirrorError>() {
+            use crate::mirror::MirrorError as M;
+            return match e {
+                M::BadPack { .. } | M::Missing { .. } => exit::VERIFY,
+                M::Store(
+                    crate::store::StoreError::Mismatch { .. }
+                    | crate::store::StoreError::TooLong { .. }
+                    | crate::store::StoreError::TooShort { .. },
+                ) => exit::VERIFY,
+                M::Lock(lock::LockError::Read { .. }) => exit::FAILURE,
+                M::Lock(_) => exit::VERIFY,
+                M::Store(_) | M::Io { .. } => exit::FAILURE,
+            };
+        }
         if let Some(
             inspect::InspectError::Mismatch { .. } | inspect::InspectError::NotExecutable { .. },
         ) = cause.downcast_ref::<inspect::InspectError>()
@@ -259,4 +283,553 @@ fn inspect_files(a: InspectArgs, global: &Global) -> anyhow::Result<ExitCode> {
         None => ExitCode::SUCCESS,
         Some(e) => ExitCode::from(classify(&e)),
     })
+}
+
+/// Download tuning shared by `fetch` and `mirror sync`.
+#[derive(Debug, Clone, Args)]
+pub struct NetArgs {
+    /// Downloads in flight at once.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+    /// Give up on the whole run after this many seconds (partial downloads are kept).
+    #[arg(long, default_value_t = 3600, value_name = "SECONDS")]
+    pub deadline: u64,
+    /// Attempts per URL before the next source is tried.
+    #[arg(long, default_value_t = 5)]
+    pub attempts: u32,
+    /// First retry delay in milliseconds (doubles per retry, capped at 10 s).
+    #[arg(long, default_value_t = 250, value_name = "MS")]
+    pub backoff_ms: u64,
+    /// Treat a response that sends nothing for this many seconds as dropped.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    pub idle_timeout: u64,
+}
+
+impl NetArgs {
+    fn options(&self) -> crate::fetch::FetchOptions {
+        use std::time::Duration;
+        crate::fetch::FetchOptions {
+            concurrency: self.concurrency.max(1),
+            deadline: Duration::from_secs(self.deadline),
+            idle_timeout: Duration::from_secs(self.idle_timeout.max(1)),
+            backoff_initial: Duration::from_millis(self.backoff_ms),
+            attempts_per_url: self.attempts.max(1),
+            ..crate::fetch::FetchOptions::default()
+        }
+    }
+}
+
+/// Which lock entries to act on.
+#[derive(Debug, Clone, Args)]
+pub struct FilterArgs {
+    /// Only artifacts for this OS.
+    #[arg(long)]
+    pub os: Option<Os>,
+    /// Only artifacts for this architecture.
+    #[arg(long)]
+    pub arch: Option<Arch>,
+    /// Only artifacts with this name (repeatable).
+    #[arg(long = "name", value_name = "NAME")]
+    pub names: Vec<String>,
+}
+
+impl FilterArgs {
+    fn apply(&self, lock: &Lock) -> Vec<lock::Artifact> {
+        lock.artifacts
+            .iter()
+            .filter(|a| self.os.is_none_or(|o| a.os == o))
+            .filter(|a| self.arch.is_none_or(|x| a.arch == x))
+            .filter(|a| self.names.is_empty() || self.names.contains(&a.name))
+            .cloned()
+            .collect()
+    }
+}
+
+/// `kiln fetch`
+#[derive(Debug, Args)]
+pub struct FetchArgs {
+    /// The lock file.
+    #[arg(default_value = DEFAULT_LOCK)]
+    pub lock: PathBuf,
+    /// The local cache (a store) to fill. Default: $XDG_CACHE_HOME/kiln or ~/.cache/kiln.
+    #[arg(long, env = "KILN_CACHE", value_name = "DIR")]
+    pub cache: Option<PathBuf>,
+    /// A mirror (http(s) URL or directory), tried in the order given. With any --mirror,
+    /// upstream is not contacted unless --upstream is also given.
+    #[arg(long = "mirror", value_name = "URL|DIR")]
+    pub mirrors: Vec<String>,
+    /// Fall back to the upstream URLs after the mirrors.
+    #[arg(long)]
+    pub upstream: bool,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    #[command(flatten)]
+    pub net: NetArgs,
+    #[command(flatten)]
+    pub trust: TrustArgs,
+}
+
+/// `kiln mirror …`
+#[derive(Debug, Subcommand)]
+pub enum MirrorCommand {
+    /// Fill a mirror directory with every artifact of a lock (from upstream or another mirror).
+    Sync(MirrorSyncArgs),
+    /// Re-hash every blob of a mirror, report, and move bad blobs into DIR/quarantine/.
+    Verify(MirrorVerifyArgs),
+    /// Write a mirror as one .tar.zst (signed lock inside) to carry across an air gap.
+    Pack(MirrorPackArgs),
+    /// Unpack a .tar.zst made by `mirror pack` into a mirror, verifying lock and blobs.
+    Unpack(MirrorUnpackArgs),
+}
+
+/// `kiln mirror sync`
+#[derive(Debug, Args)]
+pub struct MirrorSyncArgs {
+    /// The mirror directory to fill.
+    #[arg(long, value_name = "DIR")]
+    pub to: PathBuf,
+    /// Another mirror (http(s) URL or directory) to copy from, tried in order. Without --lock,
+    /// the first one's signed lock is used.
+    #[arg(long = "from", value_name = "URL|DIR")]
+    pub from: Vec<String>,
+    /// The lock to mirror (default: the first --from mirror's lock, else images/artifacts.lock).
+    #[arg(long)]
+    pub lock: Option<PathBuf>,
+    /// Fall back to upstream URLs after the --from mirrors (always on without --from).
+    #[arg(long)]
+    pub upstream: bool,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    #[command(flatten)]
+    pub net: NetArgs,
+    #[command(flatten)]
+    pub trust: TrustArgs,
+}
+
+/// `kiln mirror verify`
+#[derive(Debug, Args)]
+pub struct MirrorVerifyArgs {
+    /// The mirror directory.
+    pub dir: PathBuf,
+    /// Hashing threads (default: all CPUs).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub trust: TrustArgs,
+}
+
+/// `kiln mirror pack`
+#[derive(Debug, Args)]
+pub struct MirrorPackArgs {
+    /// The mirror directory.
+    pub dir: PathBuf,
+    /// The .tar.zst to write.
+    #[arg(long, short)]
+    pub out: PathBuf,
+    /// zstd level (1-19).
+    #[arg(long, default_value_t = 3)]
+    pub level: i32,
+    #[command(flatten)]
+    pub trust: TrustArgs,
+}
+
+/// `kiln mirror unpack`
+#[derive(Debug, Args)]
+pub struct MirrorUnpackArgs {
+    /// The .tar.zst made by `kiln mirror pack`.
+    pub pack: PathBuf,
+    /// The mirror directory to fill.
+    #[arg(long, value_name = "DIR")]
+    pub to: PathBuf,
+    #[command(flatten)]
+    pub trust: TrustArgs,
+}
+
+fn default_cache() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(x).join("kiln");
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+    home.join(".cache").join("kiln")
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(
+            std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .min(4),
+        )
+        .enable_all()
+        .build()?)
+}
+
+/// Runs `kiln fetch`.
+pub fn run_fetch(a: FetchArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    done(fetch_cmd(a, global))
+}
+
+fn fetch_cmd(a: FetchArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let (lock, _) = load_lock(&a.lock, &a.trust)?;
+    let cache = a.cache.clone().unwrap_or_else(default_cache);
+    let store = crate::store::Store::open(&cache)?;
+    let mut sources: Vec<crate::fetch::Source> = a
+        .mirrors
+        .iter()
+        .map(|m| crate::fetch::Source::mirror(m))
+        .collect();
+    if sources.is_empty() || a.upstream {
+        sources.push(crate::fetch::Source::Upstream);
+    }
+    let artifacts = a.filter.apply(&lock);
+    let summary = run_fetch_all(&store, &artifacts, &sources, &a.net, global)?;
+    report_summary("fetch", &cache, &summary, global);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_fetch_all(
+    store: &crate::store::Store,
+    artifacts: &[lock::Artifact],
+    sources: &[crate::fetch::Source],
+    net: &NetArgs,
+    global: &Global,
+) -> anyhow::Result<crate::fetch::Summary> {
+    let reporter = progress::reporter(global, artifacts);
+    let rt = runtime()?;
+    let r = rt.block_on(crate::fetch::fetch_all(
+        store,
+        artifacts,
+        sources,
+        &net.options(),
+        reporter.clone(),
+    ));
+    progress::finish(&reporter);
+    Ok(r?)
+}
+
+fn report_summary(what: &str, dir: &Path, s: &crate::fetch::Summary, global: &Global) {
+    if global.json {
+        println!(
+            "{}",
+            serde_json::json!({"event": "summary", "command": what, "dir": dir, "summary": s})
+        );
+    } else if !global.quiet {
+        println!(
+            "{what}: {} artifacts in {} ({} already present), {} bytes transferred, {} bytes resumed",
+            s.artifacts,
+            dir.display(),
+            s.cached,
+            s.transferred,
+            s.resumed
+        );
+    }
+}
+
+/// Runs `kiln mirror …`.
+pub fn run_mirror(cmd: MirrorCommand, global: &Global) -> anyhow::Result<ExitCode> {
+    done(match cmd {
+        MirrorCommand::Sync(a) => mirror_sync(a, global),
+        MirrorCommand::Verify(a) => mirror_verify(a, global),
+        MirrorCommand::Pack(a) => mirror_pack(a, global),
+        MirrorCommand::Unpack(a) => mirror_unpack(a, global),
+    })
+}
+
+/// Copies a remote mirror's lock and signature into `dir` (so it can be verified as files).
+fn fetch_remote_lock(base: &str, dir: &Path) -> anyhow::Result<PathBuf> {
+    let rt = runtime()?;
+    let lock_path = dir.join(crate::mirror::LOCK_NAME);
+    rt.block_on(async {
+        let client = reqwest::Client::builder().no_gzip().build()?;
+        for (name, path, required) in [
+            (
+                crate::mirror::LOCK_NAME.to_string(),
+                lock_path.clone(),
+                true,
+            ),
+            (
+                format!("{}.minisig", crate::mirror::LOCK_NAME),
+                lock::signature_path(&lock_path),
+                false,
+            ),
+        ] {
+            let url = format!("{base}/{name}");
+            let resp = client
+                .get(&url)
+                .send()
+                .await
+                .with_context(|| format!("fetching {url}"))?;
+            if resp.status() == reqwest::StatusCode::NOT_FOUND && !required {
+                continue;
+            }
+            anyhow::ensure!(
+                resp.status().is_success(),
+                "fetching {url}: HTTP {}",
+                resp.status()
+            );
+            anyhow::ensure!(
+                resp.content_length().unwrap_or(0) <= 16 << 20,
+                "fetching {url}: larger than 16 MiB, not a lock"
+            );
+            let bytes = resp
+                .bytes()
+                .await
+                .with_context(|| format!("fetching {url}"))?;
+            std::fs::write(&path, &bytes).with_context(|| format!("writing {}", path.display()))?;
+        }
+        anyhow::Ok(())
+    })?;
+    Ok(lock_path)
+}
+
+fn mirror_sync(a: MirrorSyncArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let staging = tempfile::tempdir()?;
+    let lock_path = match (&a.lock, a.from.first()) {
+        (Some(l), _) => l.clone(),
+        (None, Some(from)) => match crate::fetch::Source::mirror(from) {
+            crate::fetch::Source::MirrorUrl(u) => fetch_remote_lock(&u, staging.path())?,
+            crate::fetch::Source::MirrorDir(d) => d.join(crate::mirror::LOCK_NAME),
+            crate::fetch::Source::Upstream => unreachable_source(),
+        },
+        (None, None) => PathBuf::from(DEFAULT_LOCK),
+    };
+    let (lock, _) = load_lock(&lock_path, &a.trust)?;
+    let mirror = crate::mirror::Mirror::open(&a.to)?;
+    let mut sources: Vec<crate::fetch::Source> = a
+        .from
+        .iter()
+        .map(|m| crate::fetch::Source::mirror(m))
+        .collect();
+    if sources.is_empty() || a.upstream {
+        sources.push(crate::fetch::Source::Upstream);
+    }
+    let artifacts = a.filter.apply(&lock);
+    let summary = run_fetch_all(mirror.store(), &artifacts, &sources, &a.net, global)?;
+    // The lock goes in last: a mirror only advertises a lock once its blobs are present.
+    mirror.install_lock_file(&lock_path)?;
+    report_summary("mirror sync", &a.to, &summary, global);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn unreachable_source() -> ! {
+    panic!("Source::mirror never returns Upstream")
+}
+
+fn mirror_verify(a: MirrorVerifyArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        a.dir.is_dir(),
+        "mirror {} is not a directory",
+        a.dir.display()
+    );
+    let mirror = crate::mirror::Mirror::open(&a.dir)?;
+    let lock = if mirror.lock_path().exists() {
+        Some(mirror.lock(&a.trust.trust()?)?.0)
+    } else {
+        None
+    };
+    let threads = a
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let report = mirror.verify(lock.as_ref(), threads)?;
+    for b in &report.blobs {
+        if global.json {
+            println!("{}", serde_json::json!({"event": "blob", "blob": b}));
+        } else if !b.ok {
+            eprintln!(
+                "kiln: BAD blob {} ({} bytes, hashes to {}), moved to {}",
+                b.sha256,
+                b.size,
+                b.found
+                    .as_deref()
+                    .unwrap_or("the right digest but the wrong size"),
+                b.quarantined
+                    .as_ref()
+                    .map_or(String::new(), |p| p.display().to_string())
+            );
+        }
+    }
+    for m in &report.missing {
+        if !global.json {
+            eprintln!("kiln: MISSING {m}: the mirror's lock names it but no blob is present");
+        }
+    }
+    let bad = report.bad().count();
+    if global.json {
+        println!(
+            "{}",
+            serde_json::json!({"event": "summary", "blobs": report.blobs.len(), "bad": bad, "missing": report.missing, "bytes": report.bytes})
+        );
+    } else if !global.quiet {
+        println!(
+            "mirror verify: {} blobs, {} bytes re-hashed, {} bad, {} missing",
+            report.blobs.len(),
+            report.bytes,
+            bad,
+            report.missing.len()
+        );
+    }
+    Ok(if report.is_clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(exit::VERIFY)
+    })
+}
+
+fn mirror_pack(a: MirrorPackArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let mirror = crate::mirror::Mirror::open(&a.dir)?;
+    let (lock, _) = mirror.lock(&a.trust.trust()?)?;
+    let bytes = mirror.pack(&lock, &a.out, a.level)?;
+    if global.json {
+        println!(
+            "{}",
+            serde_json::json!({"pack": a.out, "artifacts": lock.artifacts.len(), "bytes": bytes})
+        );
+    } else if !global.quiet {
+        println!(
+            "packed {} artifacts ({bytes} bytes) from {} into {}",
+            lock.artifacts.len(),
+            a.dir.display(),
+            a.out.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn mirror_unpack(a: MirrorUnpackArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let mirror = crate::mirror::Mirror::open(&a.to)?;
+    let (lock, verified) = mirror.unpack(&a.pack, &a.trust.trust()?)?;
+    if global.json {
+        println!(
+            "{}",
+            serde_json::json!({"mirror": a.to, "artifacts": lock.artifacts.len(), "signed": matches!(verified, Verified::Signed{..})})
+        );
+    } else if !global.quiet {
+        println!(
+            "unpacked {} artifacts into {}; lock {}",
+            lock.artifacts.len(),
+            a.to.display(),
+            describe(&verified)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Progress display: indicatif bars on a terminal, one line per artifact otherwise, JSON lines
+/// with `--json`.
+mod progress {
+    use std::collections::HashMap;
+    use std::io::IsTerminal as _;
+    use std::sync::{Arc, Mutex};
+
+    use crate::cli::Global;
+    use crate::fetch::{Event, Reporter};
+    use crate::lock::Artifact;
+
+    pub(super) enum Mode {
+        Json,
+        Lines,
+        Bar(
+            indicatif::ProgressBar,
+            Mutex<HashMap<String, u64>>,
+            HashMap<String, u64>,
+        ),
+        Quiet,
+    }
+
+    pub(super) struct Display(Mode);
+
+    impl Reporter for Display {
+        fn event(&self, e: &Event) {
+            match &self.0 {
+                Mode::Quiet => {}
+                Mode::Json => {
+                    if !matches!(e, Event::Progress { .. }) {
+                        if let Ok(s) = serde_json::to_string(e) {
+                            println!("{s}");
+                        }
+                    }
+                }
+                Mode::Lines => match e {
+                    Event::Done {
+                        id,
+                        source,
+                        transferred,
+                        resumed,
+                    } => {
+                        println!("{id}: ok from {source} ({transferred} bytes, {resumed} resumed)")
+                    }
+                    Event::Retry {
+                        id,
+                        url,
+                        attempt,
+                        error,
+                        wait_ms,
+                    } => {
+                        eprintln!("{id}: attempt {attempt} failed ({error}), retrying {url} in {wait_ms} ms")
+                    }
+                    Event::SourceFailed { id, source, error } => {
+                        eprintln!("{id}: {source} failed: {error}")
+                    }
+                    _ => {}
+                },
+                Mode::Bar(bar, seen, sizes) => match e {
+                    Event::Progress { id, bytes } => {
+                        let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+                        let last = seen.insert(id.clone(), *bytes).unwrap_or(0);
+                        if *bytes >= last {
+                            bar.inc(bytes - last);
+                        }
+                    }
+                    Event::Done { id, source, .. } => {
+                        let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+                        let last = seen.remove(id).unwrap_or(0);
+                        if source == "cache" {
+                            bar.inc(sizes.get(id).copied().unwrap_or(0));
+                        } else if let Some(size) = sizes.get(id) {
+                            bar.inc(size.saturating_sub(last));
+                        }
+                        bar.println(format!("{id}: ok from {source}"));
+                    }
+                    Event::Retry {
+                        id, error, wait_ms, ..
+                    } => bar.println(format!("{id}: retrying in {wait_ms} ms: {error}")),
+                    Event::SourceFailed { id, source, error } => {
+                        bar.println(format!("{id}: {source} failed: {error}"))
+                    }
+                    Event::Start { .. } => {}
+                },
+            }
+        }
+    }
+
+    pub(super) fn reporter(global: &Global, artifacts: &[Artifact]) -> Arc<Display> {
+        let mode = if global.json {
+            Mode::Json
+        } else if global.quiet {
+            Mode::Quiet
+        } else if std::io::stderr().is_terminal() {
+            let total: u64 = artifacts.iter().map(|a| a.size).sum();
+            let bar = indicatif::ProgressBar::new(total);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            Mode::Bar(
+                bar,
+                Mutex::new(HashMap::new()),
+                artifacts.iter().map(|a| (a.id(), a.size)).collect(),
+            )
+        } else {
+            Mode::Lines
+        };
+        Arc::new(Display(mode))
+    }
+
+    pub(super) fn finish(d: &Display) {
+        if let Mode::Bar(bar, _, _) = &d.0 {
+            bar.finish_and_clear();
+        }
+    }
 }

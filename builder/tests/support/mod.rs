@@ -23,7 +23,7 @@ pub fn run(c: &mut Command) -> Output {
 }
 
 /// stdout + stderr as text, for assertions and failure messages.
-pub fn text(o: &Output) -> String {
+pub fn out_text(o: &Output) -> String {
     format!(
         "status {:?}\n--- stdout\n{}--- stderr\n{}",
         o.status.code(),
@@ -109,5 +109,5 @@ pub fn write_signed_lock(dir: &Path, text: &str, sk: &Path) -> PathBuf {
 }
 
 fn text_of(o: &Output) -> String {
-    text(o)
+    out_text(o)
 }

@@ -1,0 +1,390 @@
+//! `kiln mirror sync/verify/pack/unpack` through the real binary: sync from upstream and from
+//! another mirror (URL and directory), tampered blobs quarantined, tampered packs refused,
+//! concurrent syncs into one mirror, and a download killed mid-way then resumed.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::server::{Fault, Server};
+use support::*;
+
+struct Fx {
+    server: Server,
+    dir: tempfile::TempDir,
+    arts: Vec<FixtureArtifact>,
+    lock: PathBuf,
+    pk: PathBuf,
+}
+
+fn fixture(n: usize, size: usize) -> Fx {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let arts: Vec<FixtureArtifact> = (0..n)
+        .map(|i| {
+            FixtureArtifact::new(
+                &format!("a{i}"),
+                &format!("a{i}.bin"),
+                noise(size + 17 * i, 100 + i as u64),
+            )
+        })
+        .collect();
+    for a in &arts {
+        server.add(&format!("/up/{}", a.file_name), a.bytes.clone());
+    }
+    let (pk, sk) = test_keypair(dir.path(), "t");
+    let lock = write_signed_lock(
+        dir.path(),
+        &lock_text(&format!("{}/up", server.base()), &arts),
+        &sk,
+    );
+    Fx {
+        server,
+        dir,
+        arts,
+        lock,
+        pk,
+    }
+}
+
+fn mirror_cmd(fx: &Fx, args: &[&str]) -> Command {
+    let mut c = kiln();
+    c.arg("mirror").args(args).arg("--trusted-key").arg(&fx.pk);
+    c
+}
+
+fn sync(fx: &Fx, to: &Path) -> Command {
+    let mut c = mirror_cmd(fx, &["sync", "--backoff-ms", "10"]);
+    c.arg("--to").arg(to).arg("--lock").arg(&fx.lock);
+    c
+}
+
+/// Serves a mirror directory's files over the fault server.
+fn serve_dir(server: &Server, prefix: &str, dir: &Path) {
+    for rel in ["artifacts.lock", "artifacts.lock.minisig"] {
+        server.add(
+            &format!("{prefix}/{rel}"),
+            std::fs::read(dir.join(rel)).unwrap(),
+        );
+    }
+    for e in std::fs::read_dir(dir.join("blobs/sha256")).unwrap() {
+        let e = e.unwrap();
+        let n = e.file_name().to_string_lossy().into_owned();
+        server.add(
+            &format!("{prefix}/blobs/sha256/{n}"),
+            std::fs::read(e.path()).unwrap(),
+        );
+    }
+}
+
+#[test]
+fn sync_verify_tamper_quarantine() {
+    let fx = fixture(4, 50_000);
+    let m = fx.dir.path().join("mirror");
+    let o = run(&mut sync(&fx, &m));
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    assert!(m.join("artifacts.lock").is_file() && m.join("artifacts.lock.minisig").is_file());
+    let o = run(mirror_cmd(&fx, &["verify"]).arg(&m));
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("4 blobs"),
+        "{}",
+        out_text(&o)
+    );
+
+    // Flip one byte of one blob on disk.
+    let victim = sha256_hex(&fx.arts[2].bytes);
+    let p = m.join("blobs/sha256").join(&victim);
+    let mut b = std::fs::read(&p).unwrap();
+    b[1234] ^= 0xff;
+    std::fs::write(&p, &b).unwrap();
+    let o = run(mirror_cmd(&fx, &["verify"]).arg(&m));
+    assert_eq!(o.status.code(), Some(3), "{}", out_text(&o));
+    assert!(
+        out_text(&o).contains(&format!("BAD blob {victim}")),
+        "{}",
+        out_text(&o)
+    );
+    assert!(m.join("quarantine").join(&victim).is_file());
+    assert!(!p.exists());
+    // Now it is reported missing; a re-sync repairs it from upstream.
+    let o = run(mirror_cmd(&fx, &["verify"]).arg(&m));
+    assert_eq!(o.status.code(), Some(3), "{}", out_text(&o));
+    assert!(
+        out_text(&o).contains("MISSING a2@1.0.0"),
+        "{}",
+        out_text(&o)
+    );
+    let o = run(&mut sync(&fx, &m));
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    let o = run(mirror_cmd(&fx, &["verify", "--json"]).arg(&m));
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+}
+
+#[test]
+fn sync_from_another_mirror_by_url_and_dir() {
+    let fx = fixture(3, 30_000);
+    let m1 = fx.dir.path().join("m1");
+    assert!(run(&mut sync(&fx, &m1)).status.success());
+    let up_hits = fx.server.log().len();
+
+    // By directory: the lock comes from the source mirror itself.
+    let m2 = fx.dir.path().join("m2");
+    let o = run(mirror_cmd(&fx, &["sync"])
+        .arg("--from")
+        .arg(&m1)
+        .arg("--to")
+        .arg(&m2));
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    assert_eq!(fx.server.log().len(), up_hits, "upstream not contacted");
+
+    // By URL, from a mirror served over HTTP.
+    let web = Server::start();
+    serve_dir(&web, "/mirror", &m2);
+    let m3 = fx.dir.path().join("m3");
+    let o = run(
+        mirror_cmd(&fx, &["sync", "--from", &format!("{}/mirror/", web.base())])
+            .arg("--to")
+            .arg(&m3),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    assert_eq!(fx.server.log().len(), up_hits, "upstream not contacted");
+    assert!(run(mirror_cmd(&fx, &["verify"]).arg(&m3)).status.success());
+
+    // A source mirror with a tampered lock is refused before any blob is copied.
+    let text = std::fs::read_to_string(m2.join("artifacts.lock")).unwrap();
+    std::fs::write(
+        m2.join("artifacts.lock"),
+        text.replace("test fixture", "test fixturE"),
+    )
+    .unwrap();
+    let m4 = fx.dir.path().join("m4");
+    let o = run(mirror_cmd(&fx, &["sync"])
+        .arg("--from")
+        .arg(&m2)
+        .arg("--to")
+        .arg(&m4));
+    assert_eq!(o.status.code(), Some(3), "{}", out_text(&o));
+    assert!(
+        !m4.join("blobs/sha256").exists()
+            || std::fs::read_dir(m4.join("blobs/sha256")).unwrap().count() == 0
+    );
+}
+
+#[test]
+fn pack_and_unpack_round_trip_and_refuse_tampering() {
+    let fx = fixture(3, 40_000);
+    let m = fx.dir.path().join("m");
+    assert!(run(&mut sync(&fx, &m)).status.success());
+    let pack = fx.dir.path().join("carry.tar.zst");
+    let o = run(mirror_cmd(&fx, &["pack"]).arg(&m).arg("--out").arg(&pack));
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    // The pack is a plain tar.zst readable by the system tools, lock first.
+    let listing = Command::new("tar")
+        .arg("--zstd")
+        .arg("-tf")
+        .arg(&pack)
+        .output()
+        .unwrap();
+    let names = String::from_utf8_lossy(&listing.stdout).to_string();
+    assert!(
+        names.starts_with("artifacts.lock\nartifacts.lock.minisig\nblobs/sha256/"),
+        "{names}"
+    );
+
+    let dest = fx.dir.path().join("airgapped");
+    let o = run(mirror_cmd(&fx, &["unpack"])
+        .arg(&pack)
+        .arg("--to")
+        .arg(&dest));
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    assert!(run(mirror_cmd(&fx, &["verify"]).arg(&dest))
+        .status
+        .success());
+    for a in &fx.arts {
+        assert_eq!(
+            std::fs::read(dest.join("blobs/sha256").join(sha256_hex(&a.bytes))).unwrap(),
+            a.bytes
+        );
+    }
+
+    // Re-pack with a tampered lock inside (signature no longer matches): refused, nothing stored.
+    let work = fx.dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    assert!(Command::new("tar")
+        .arg("--zstd")
+        .arg("-xf")
+        .arg(&pack)
+        .arg("-C")
+        .arg(&work)
+        .status()
+        .unwrap()
+        .success());
+    let t = std::fs::read_to_string(work.join("artifacts.lock")).unwrap();
+    std::fs::write(
+        work.join("artifacts.lock"),
+        t.replacen("size = ", "size =  ", 1),
+    )
+    .unwrap();
+    let bad = fx.dir.path().join("bad.tar.zst");
+    let blobs: Vec<String> = names
+        .lines()
+        .filter(|l| l.starts_with("blobs/"))
+        .map(String::from)
+        .collect();
+    assert!(Command::new("tar")
+        .arg("--zstd")
+        .arg("-cf")
+        .arg(&bad)
+        .arg("-C")
+        .arg(&work)
+        .args(["artifacts.lock", "artifacts.lock.minisig"])
+        .args(&blobs)
+        .status()
+        .unwrap()
+        .success());
+    let dest2 = fx.dir.path().join("airgapped2");
+    let o = run(mirror_cmd(&fx, &["unpack"])
+        .arg(&bad)
+        .arg("--to")
+        .arg(&dest2));
+    assert_eq!(o.status.code(), Some(3), "{}", out_text(&o));
+    assert!(
+        out_text(&o).contains("does not match its signature"),
+        "{}",
+        out_text(&o)
+    );
+    assert!(!dest2.join("artifacts.lock").exists());
+
+    // A blob altered inside the pack is refused by its hash.
+    std::fs::write(work.join("artifacts.lock"), t).unwrap();
+    let victim = work.join(&blobs[0]);
+    let mut b = std::fs::read(&victim).unwrap();
+    b[10] ^= 1;
+    std::fs::write(&victim, b).unwrap();
+    assert!(Command::new("tar")
+        .arg("--zstd")
+        .arg("-cf")
+        .arg(&bad)
+        .arg("-C")
+        .arg(&work)
+        .args(["artifacts.lock", "artifacts.lock.minisig"])
+        .args(&blobs)
+        .status()
+        .unwrap()
+        .success());
+    let dest3 = fx.dir.path().join("airgapped3");
+    let o = run(mirror_cmd(&fx, &["unpack"])
+        .arg(&bad)
+        .arg("--to")
+        .arg(&dest3));
+    assert_eq!(o.status.code(), Some(3), "{}", out_text(&o));
+    assert!(out_text(&o).contains("expected sha256"), "{}", out_text(&o));
+    assert!(!dest3.join("artifacts.lock").exists());
+}
+
+#[test]
+fn concurrent_syncs_into_one_mirror() {
+    let fx = fixture(6, 400_000);
+    for a in &fx.arts {
+        // Slow enough that the syncs really overlap.
+        fx.server.always(
+            &format!("/up/{}", a.file_name),
+            Fault::Slow {
+                chunk: 50_000,
+                delay_ms: 10,
+            },
+        );
+    }
+    let m = fx.dir.path().join("shared");
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            sync(&fx, &m)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    }
+    let o = run(mirror_cmd(&fx, &["verify"]).arg(&m));
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    let stray: Vec<_> = std::fs::read_dir(m.join("blobs/sha256"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(stray.is_empty(), "{stray:?}");
+    // Each blob crossed the wire about once, not once per process.
+    let total: u64 = fx.arts.iter().map(|a| a.bytes.len() as u64).sum();
+    assert!(
+        fx.server.bytes_sent() <= total + total / 2,
+        "sent {} for {total}",
+        fx.server.bytes_sent()
+    );
+}
+
+#[test]
+fn killed_download_resumes_without_refetching() {
+    let size = 8 * 1024 * 1024;
+    let fx = fixture(1, size);
+    let path = "/up/a0.bin";
+    fx.server.always(
+        path,
+        Fault::Slow {
+            chunk: 64 * 1024,
+            delay_ms: 15,
+        },
+    );
+    let cache = fx.dir.path().join("cache");
+    let fetch = || {
+        let mut c = kiln();
+        c.arg("fetch")
+            .arg(&fx.lock)
+            .arg("--cache")
+            .arg(&cache)
+            .arg("--trusted-key")
+            .arg(&fx.pk);
+        c.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        c
+    };
+    let mut child = fetch().spawn().unwrap();
+    let t = Instant::now();
+    while fx.server.bytes_sent() < size as u64 / 2 {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "download never reached half way"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap(); // SIGKILL: no cleanup runs
+    child.wait().unwrap();
+    let first = fx.server.bytes_sent();
+    // Nothing under the final name yet: only the partial file.
+    let blob = cache
+        .join("blobs/sha256")
+        .join(sha256_hex(&fx.arts[0].bytes));
+    assert!(!blob.exists());
+    fx.server.heal(path);
+    let o = fetch().output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("resumed"),
+        "{}",
+        out_text(&o)
+    );
+    let total = fx.server.bytes_sent();
+    assert!(
+        total as f64 <= size as f64 * 1.05,
+        "killed at {first} bytes; {total} bytes sent in all for {size} (> 1.05x)"
+    );
+    let log = fx.server.log();
+    assert!(log.last().unwrap().range_start.unwrap() > 0, "{log:?}");
+    assert_eq!(std::fs::read(&blob).unwrap(), fx.arts[0].bytes);
+}
