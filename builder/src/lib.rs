@@ -7,7 +7,7 @@ pub mod cli;
 pub mod fetch;
 pub mod inspect;
 pub mod lock;
-pub mod render;
 pub mod mirror;
+pub mod render;
 pub mod sign;
 pub mod store;
