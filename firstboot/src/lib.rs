@@ -5,8 +5,12 @@
 pub mod reason;
 
 pub use reason::Reason;
+pub mod channels;
 pub mod cli;
+pub mod clock;
 pub mod config;
+pub mod console;
+pub mod diagnose;
 pub mod envfile;
 pub mod error;
 pub mod fsutil;
@@ -17,3 +21,4 @@ pub mod provider;
 pub mod run;
 pub mod service;
 pub mod status;
+pub mod wait;

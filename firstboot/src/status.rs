@@ -1,12 +1,34 @@
 //! Progress and outcome reporting: `/run/kiln/status.json`, console lines, sentinels.
 //!
-//! The run loop talks to one [`Reporter`]: `begin` a phase, then end it with `success` or
-//! `failure`, and `finish` once. The reporting issue (#4) fills in the outputs behind this API;
-//! the API itself is what `run` relies on.
+//! The run loop talks to one [`Reporter`]: `begin` a phase, then end it with `success`,
+//! `failure` or `skipped`, and `finish` once. Every call rewrites status.json atomically, so a
+//! crash at any point leaves a file that tells the truth about what had happened by then.
+//! `kiln-firstboot status` reads the file back ([`cmd_status`]).
 
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::channels::Channels;
+use crate::clock;
+use crate::console::{Console, STATUS_PREFIX};
+use crate::diagnose::{Diagnosis, UnitState};
 use crate::Reason;
+
+/// The contract version written into status.json.
+pub const CONTRACT: u32 = 1;
+/// status.json, under `--root`.
+pub const STATUS_PATH: &str = "run/kiln/status.json";
+/// The failure file kiln writes next to status.json.
+pub const FAILURE_PATH: &str = "run/kiln/failure";
+/// Cluster API's success sentinel.
+pub const CAPI_SUCCESS_PATH: &str = "run/cluster-api/bootstrap-success.complete";
+/// The failure file beside Cluster API's sentinel (Cluster API #6476).
+pub const CAPI_FAILURE_PATH: &str = "run/cluster-api/bootstrap-failure.reason";
+/// The cap on the `log` lines kept in status.json, in bytes.
+pub const LOG_CAP: usize = 4096;
+/// The cap on `message`, in bytes.
+pub const MESSAGE_CAP: usize = 512;
 
 /// The phases of one boot, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +42,16 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// Every phase, in run order.
+    pub const ALL: [Phase; 6] = [
+        Phase::Config,
+        Phase::Metadata,
+        Phase::Write,
+        Phase::StartKubelet,
+        Phase::WaitHealthy,
+        Phase::WaitJoined,
+    ];
+
     /// The name used in status.json and on the console.
     pub fn name(self) -> &'static str {
         match self {
@@ -42,6 +74,37 @@ pub enum PhaseResult {
     Skipped,
 }
 
+impl PhaseResult {
+    /// The word used in status.json and on the console.
+    pub fn name(self) -> &'static str {
+        match self {
+            PhaseResult::Running => "running",
+            PhaseResult::Success => "success",
+            PhaseResult::Failure => "failure",
+            PhaseResult::Skipped => "skipped",
+        }
+    }
+}
+
+/// The overall result of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Running,
+    Success,
+    Failure,
+}
+
+impl Outcome {
+    /// The word used in status.json.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Running => "running",
+            Outcome::Success => "success",
+            Outcome::Failure => "failure",
+        }
+    }
+}
+
 /// One phase as recorded in status.json.
 #[derive(Debug, Clone)]
 pub struct PhaseRecord {
@@ -56,23 +119,46 @@ pub struct PhaseRecord {
 #[derive(Debug)]
 pub struct Reporter {
     root: PathBuf,
-    console: Option<PathBuf>,
+    console: Console,
+    channels: Channels,
     provider: String,
     node_name: String,
     image_id: String,
     phases: Vec<PhaseRecord>,
+    outcome: Outcome,
+    reason: Option<Reason>,
+    message: String,
+    log: Vec<String>,
+    units: Vec<UnitState>,
+    /// Reused for every rendering, so the success path allocates once.
+    buf: String,
+    write_warned: bool,
 }
 
 impl Reporter {
-    /// A reporter writing under `root` (the `--root` prefix) and to `console` if given.
+    /// A reporter writing under `root` (the `--root` prefix) and to `console`, or to the first
+    /// default console that opens when `console` is `None`.
     pub fn new(root: &Path, console: Option<PathBuf>) -> Reporter {
+        Reporter::with_console(root, Console::open(console.as_deref()))
+    }
+
+    /// A reporter with an already opened (or absent) console.
+    pub fn with_console(root: &Path, console: Console) -> Reporter {
         Reporter {
             root: root.to_path_buf(),
             console,
+            channels: Channels::default(),
             provider: String::new(),
             node_name: String::new(),
             image_id: String::new(),
-            phases: Vec::new(),
+            phases: Vec::with_capacity(Phase::ALL.len()),
+            outcome: Outcome::Running,
+            reason: None,
+            message: String::new(),
+            log: Vec::new(),
+            units: Vec::new(),
+            buf: String::with_capacity(2048),
+            write_warned: false,
         }
     }
 
@@ -83,38 +169,185 @@ impl Reporter {
         self.image_id = image_id.to_string();
     }
 
+    /// Sets the cloud channels `finish` publishes the final status through.
+    pub fn set_channels(&mut self, channels: Channels) {
+        self.channels = channels;
+    }
+
     /// Starts a phase.
     pub fn begin(&mut self, phase: Phase) {
         self.phases.push(PhaseRecord {
             phase,
-            start_ms: 0,
+            start_ms: clock::now_ms(),
             end_ms: None,
             result: PhaseResult::Running,
             reason: None,
         });
+        self.write_status();
     }
 
     /// Ends the current phase successfully; `detail` is a short `key=value` note for the console.
     pub fn success(&mut self, phase: Phase, detail: &str) {
-        let _ = detail;
-        self.end(phase, PhaseResult::Success, None);
+        self.end(phase, PhaseResult::Success, None, detail);
+    }
+
+    /// Marks a phase as not run (for example the wait phases under `--no-start`).
+    pub fn skipped(&mut self, phase: Phase, detail: &str) {
+        if !self.phases.iter().any(|r| r.phase == phase) {
+            let now = clock::now_ms();
+            self.phases.push(PhaseRecord {
+                phase,
+                start_ms: now,
+                end_ms: None,
+                result: PhaseResult::Running,
+                reason: None,
+            });
+        }
+        self.end(phase, PhaseResult::Skipped, None, detail);
     }
 
     /// Ends the current phase with a failure. `message` names the file, key or URL involved.
+    /// The first failure of a run is the run's reason.
     pub fn failure(&mut self, phase: Phase, reason: Reason, message: &str) {
-        let _ = message;
-        self.end(phase, PhaseResult::Failure, Some(reason));
+        if self.reason.is_none() {
+            self.reason = Some(reason);
+            self.message.clear();
+            push_capped(&mut self.message, message, MESSAGE_CAP);
+        }
+        let mut detail = String::with_capacity(32);
+        detail.push_str("reason=");
+        detail.push_str(reason.code());
+        self.end(phase, PhaseResult::Failure, Some(reason), &detail);
     }
 
-    /// Publishes the final outcome (success sentinel or failure files, final console line).
+    /// Ends `phase` with the outcome of a diagnosis: its reason, message, log lines and unit
+    /// states all go into status.json.
+    pub fn failure_diagnosed(&mut self, phase: Phase, diagnosis: &Diagnosis) {
+        self.log.clone_from(&diagnosis.log);
+        self.units.clone_from(&diagnosis.units);
+        self.failure(phase, diagnosis.reason, &diagnosis.message);
+    }
+
+    /// Publishes the final outcome: status.json, the success sentinel or the failure files, the
+    /// final console line and the cloud channels.
     pub fn finish(&mut self) {
-        let _ = (
+        let failed =
+            self.reason.is_some() || self.phases.iter().any(|r| r.result == PhaseResult::Failure);
+        if failed && self.reason.is_none() {
+            // A phase failed without a reason: that is a bug in the caller, say so.
+            self.reason = Some(Reason::Internal);
+            self.message = "a phase failed without a reason code".to_string();
+        }
+        // A phase left running at finish is one the run abandoned.
+        let now = clock::now_ms();
+        for rec in self.phases.iter_mut().filter(|r| r.end_ms.is_none()) {
+            rec.end_ms = Some(now);
+            rec.result = if failed {
+                PhaseResult::Failure
+            } else {
+                PhaseResult::Skipped
+            };
+        }
+        self.outcome = if failed {
+            Outcome::Failure
+        } else {
+            Outcome::Success
+        };
+        self.write_status();
+        let outcome_files = publish_outcome_files(
             &self.root,
-            &self.console,
-            &self.provider,
-            &self.node_name,
-            &self.image_id,
+            self.outcome,
+            self.reason.unwrap_or(Reason::Ok),
+            &self.message,
         );
+        if let Err(e) = outcome_files {
+            self.warn_write(&e);
+        }
+        let mut line = String::with_capacity(STATUS_PREFIX.len() + self.buf.len());
+        line.push_str(STATUS_PREFIX);
+        line.push_str(self.buf.trim_end());
+        self.console.line(&line);
+        let json = self.buf.trim_end().to_string();
+        for err in self.channels.publish(&json) {
+            eprintln!("kiln-firstboot: warning: {err}");
+        }
+    }
+
+    /// Rebuilds a reporter from an existing status.json (for `report`), keeping its identity
+    /// and phases. Gives the console back when the text is not a status file.
+    pub fn resume(
+        root: &Path,
+        console: Console,
+        text: &str,
+    ) -> Result<Reporter, (json::ParseError, Console)> {
+        let v = match json::parse(text) {
+            Ok(v) => v,
+            Err(e) => return Err((e, console)),
+        };
+        let mut r = Reporter::with_console(root, console);
+        let s = |key: &str| v.get(key).and_then(json::Value::as_str).unwrap_or("");
+        r.identity(s("provider"), s("node_name"), s("image_id"));
+        let reason_of = |code: &str| Reason::ALL.into_iter().find(|r| r.code() == code);
+        for p in v
+            .get("phases")
+            .and_then(json::Value::as_array)
+            .unwrap_or(&[])
+        {
+            let name = p.get("name").and_then(json::Value::as_str).unwrap_or("");
+            let Some(phase) = Phase::ALL.into_iter().find(|ph| ph.name() == name) else {
+                continue;
+            };
+            let result = match p.get("result").and_then(json::Value::as_str) {
+                Some("success") => PhaseResult::Success,
+                Some("failure") => PhaseResult::Failure,
+                Some("skipped") => PhaseResult::Skipped,
+                _ => PhaseResult::Running,
+            };
+            r.phases.push(PhaseRecord {
+                phase,
+                start_ms: p.get("start_ms").and_then(json::Value::as_u64).unwrap_or(0),
+                end_ms: p.get("end_ms").and_then(json::Value::as_u64),
+                result,
+                reason: p
+                    .get("reason")
+                    .and_then(json::Value::as_str)
+                    .and_then(reason_of),
+            });
+        }
+        Ok(r)
+    }
+
+    /// Records a diagnosis made after the run (by `report`) as the run's outcome, replacing an
+    /// earlier one, and publishes it like [`Reporter::finish`].
+    pub fn conclude(&mut self, diagnosis: &Diagnosis) {
+        self.reason = Some(diagnosis.reason);
+        self.message.clear();
+        push_capped(&mut self.message, &diagnosis.message, MESSAGE_CAP);
+        self.log.clone_from(&diagnosis.log);
+        self.units.clone_from(&diagnosis.units);
+        let mut line = String::with_capacity(96);
+        let _ = write!(
+            line,
+            "kiln-firstboot: report result=failure reason={}",
+            diagnosis.reason.code()
+        );
+        self.console.line(&line);
+        self.finish();
+    }
+
+    /// The overall result so far.
+    pub fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    /// The run's reason: `OK` on success or while running without a failure.
+    pub fn reason(&self) -> Reason {
+        self.reason.unwrap_or(Reason::Ok)
+    }
+
+    /// The process exit code for the run as reported.
+    pub fn exit_code(&self) -> u8 {
+        self.reason().exit_code()
     }
 
     /// The phases recorded so far.
@@ -122,11 +355,712 @@ impl Reporter {
         &self.phases
     }
 
-    fn end(&mut self, phase: Phase, result: PhaseResult, reason: Option<Reason>) {
-        if let Some(rec) = self.phases.iter_mut().rev().find(|r| r.phase == phase) {
-            rec.end_ms = Some(rec.start_ms);
-            rec.result = result;
-            rec.reason = reason;
+    /// The status JSON as last written (empty before the first write).
+    pub fn last_json(&self) -> &str {
+        self.buf.trim_end()
+    }
+
+    fn end(&mut self, phase: Phase, result: PhaseResult, reason: Option<Reason>, detail: &str) {
+        let now = clock::now_ms();
+        let Some(rec) = self.phases.iter_mut().rev().find(|r| r.phase == phase) else {
+            return;
+        };
+        rec.end_ms = Some(now);
+        rec.result = result;
+        rec.reason = reason;
+        let ms = now.saturating_sub(rec.start_ms);
+        let mut line = String::with_capacity(96 + detail.len());
+        let _ = write!(
+            line,
+            "kiln-firstboot: phase={} result={} ms={ms}",
+            phase.name(),
+            result.name()
+        );
+        if !detail.is_empty() {
+            line.push(' ');
+            line.push_str(detail);
         }
+        self.console.line(&line);
+        self.write_status();
+    }
+
+    /// Renders status.json into `self.buf` and replaces the file atomically.
+    fn write_status(&mut self) {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        self.render(&mut buf);
+        self.buf = buf;
+        let path = self.root.join(STATUS_PATH);
+        if let Err(e) = write_atomic(&path, self.buf.as_bytes(), 0o644) {
+            self.warn_write(&e);
+        }
+    }
+
+    fn warn_write(&mut self, e: &WriteError) {
+        if !self.write_warned {
+            eprintln!("kiln-firstboot: warning: {e}");
+            self.write_warned = true;
+        }
+    }
+
+    /// The status JSON, keys in the contract's order, one line, newline-terminated.
+    fn render(&self, out: &mut String) {
+        let _ = write!(
+            out,
+            "{{\"kiln_contract\":{CONTRACT},\"kiln_version\":\"{}\"",
+            env!("CARGO_PKG_VERSION")
+        );
+        for (key, value) in [
+            ("image_id", &self.image_id),
+            ("provider", &self.provider),
+            ("node_name", &self.node_name),
+        ] {
+            if !value.is_empty() {
+                out.push_str(",\"");
+                out.push_str(key);
+                out.push_str("\":");
+                json_str(out, value);
+            }
+        }
+        out.push_str(",\"result\":\"");
+        out.push_str(self.outcome.name());
+        out.push('"');
+        if let Some(reason) = self.reason {
+            out.push_str(",\"reason\":\"");
+            out.push_str(reason.code());
+            out.push_str("\",\"message\":");
+            json_str(out, &self.message);
+            out.push_str(",\"hint\":");
+            json_str(out, reason.hint());
+        }
+        out.push_str(",\"phases\":[");
+        for (i, rec) in self.phases.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let _ = write!(
+                out,
+                "{{\"name\":\"{}\",\"start_ms\":{}",
+                rec.phase.name(),
+                rec.start_ms
+            );
+            if let Some(end) = rec.end_ms {
+                let _ = write!(out, ",\"end_ms\":{end}");
+            }
+            out.push_str(",\"result\":\"");
+            out.push_str(rec.result.name());
+            out.push('"');
+            if let Some(reason) = rec.reason {
+                out.push_str(",\"reason\":\"");
+                out.push_str(reason.code());
+                out.push('"');
+            }
+            out.push('}');
+        }
+        out.push(']');
+        if !self.log.is_empty() {
+            out.push_str(",\"log\":[");
+            for (i, line) in self.log.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                json_str(out, line);
+            }
+            out.push(']');
+        }
+        if !self.units.is_empty() {
+            out.push_str(",\"units\":[");
+            for (i, u) in self.units.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                u.render_json(out);
+            }
+            out.push(']');
+        }
+        out.push_str("}\n");
+    }
+}
+
+/// Writes or removes the success sentinel and the failure files for a final `outcome`.
+/// Never leaves both the sentinel and a failure file in place.
+pub fn publish_outcome_files(
+    root: &Path,
+    outcome: Outcome,
+    reason: Reason,
+    message: &str,
+) -> Result<(), WriteError> {
+    let success = root.join(CAPI_SUCCESS_PATH);
+    let failure = root.join(FAILURE_PATH);
+    let capi_failure = root.join(CAPI_FAILURE_PATH);
+    match outcome {
+        Outcome::Success => {
+            remove_if_present(&failure)?;
+            remove_if_present(&capi_failure)?;
+            write_atomic(&success, b"success\n", 0o644)
+        }
+        Outcome::Failure => {
+            // The sentinel goes first: a crash in between must not leave a stale "success".
+            remove_if_present(&success)?;
+            let mut text = String::with_capacity(64 + message.len());
+            text.push_str(reason.code());
+            text.push('\n');
+            // The message is one line by contract; logs may carry newlines.
+            for c in message.chars() {
+                text.push(if c == '\n' || c == '\r' { ' ' } else { c });
+            }
+            text.push('\n');
+            text.push_str(reason.hint());
+            text.push('\n');
+            write_atomic(&failure, text.as_bytes(), 0o644)?;
+            write_atomic(&capi_failure, text.as_bytes(), 0o644)
+        }
+        Outcome::Running => Ok(()),
+    }
+}
+
+fn remove_if_present(path: &Path) -> Result<(), WriteError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(WriteError {
+            path: path.to_path_buf(),
+            action: "remove",
+            source,
+        }),
+    }
+}
+
+/// A file under `/run` could not be written or removed.
+#[derive(Debug)]
+pub struct WriteError {
+    pub path: PathBuf,
+    pub action: &'static str,
+    pub source: std::io::Error,
+}
+
+impl std::fmt::Display for WriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cannot {} {}: {} (is /run a writable tmpfs with free space?)",
+            self.action,
+            self.path.display(),
+            self.source
+        )
+    }
+}
+
+impl std::error::Error for WriteError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// Replaces `path` with `bytes`: a temp file in the same directory, fsync, rename, so a reader
+/// sees the old content or the new, never a torn file.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), WriteError> {
+    let err = |action, source| WriteError {
+        path: path.to_path_buf(),
+        action,
+        source,
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| err("create the directory of", e))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(path.file_name().unwrap_or_default());
+    tmp_name.push(format!(".tmp{}", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(mode);
+    }
+    #[cfg(not(unix))]
+    let _ = mode;
+    let result = (|| {
+        let mut f = opts.open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(err("write", e));
+    }
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        err("replace", e)
+    })
+}
+
+/// Appends `s` to `out` as a JSON string literal.
+pub fn json_str(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Appends at most `cap` bytes of `s` to `out`, cutting on a character boundary.
+pub fn push_capped(out: &mut String, s: &str, cap: usize) {
+    let room = cap.saturating_sub(out.len());
+    if s.len() <= room {
+        out.push_str(s);
+        return;
+    }
+    let mut end = room;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.push_str(&s[..end]);
+}
+
+/// `kiln-firstboot status [--json]`: prints status.json as a short summary (or as is with
+/// `json`). Exits 0 on success, the reason's exit code on failure, 8 while still running, and
+/// 1 when there is no readable status.
+pub fn cmd_status(root: &Path, json: bool) -> u8 {
+    let path = root.join(STATUS_PATH);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!(
+                "kiln-firstboot: cannot read {}: {e}; has kiln-firstboot run on this boot? (systemctl status kiln-firstboot)",
+                path.display()
+            );
+            return 1;
+        }
+    };
+    let status = match StatusView::parse(&text) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!(
+                "kiln-firstboot: {} is not a kiln status file: {e}",
+                path.display()
+            );
+            return 1;
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    if json {
+        let _ = writeln!(out, "{}", text.trim_end());
+    } else {
+        let _ = out.write_all(status.summary().as_bytes());
+    }
+    status.exit_code()
+}
+
+/// status.json read back: the fields `status` shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusView {
+    pub result: String,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    pub hint: Option<String>,
+    pub provider: Option<String>,
+    pub node_name: Option<String>,
+    pub image_id: Option<String>,
+    /// `(name, result, duration_ms, reason)`, duration absent while running.
+    pub phases: Vec<(String, String, Option<u64>, Option<String>)>,
+    pub log: Vec<String>,
+}
+
+impl StatusView {
+    /// Parses the text of a status.json.
+    pub fn parse(text: &str) -> Result<StatusView, json::ParseError> {
+        let v = json::parse(text)?;
+        let s = |key: &str| v.get(key).and_then(json::Value::as_str).map(str::to_string);
+        let result = s("result").ok_or(json::ParseError {
+            offset: 0,
+            what: "a \"result\" key",
+        })?;
+        let phases = v
+            .get("phases")
+            .and_then(json::Value::as_array)
+            .unwrap_or(&[])
+            .iter()
+            .map(|p| {
+                let f = |key: &str| p.get(key).and_then(json::Value::as_str).unwrap_or("");
+                let start = p.get("start_ms").and_then(json::Value::as_u64);
+                let end = p.get("end_ms").and_then(json::Value::as_u64);
+                let dur = match (start, end) {
+                    (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+                    _ => None,
+                };
+                let reason = p
+                    .get("reason")
+                    .and_then(json::Value::as_str)
+                    .map(str::to_string);
+                (f("name").to_string(), f("result").to_string(), dur, reason)
+            })
+            .collect();
+        let log = v
+            .get("log")
+            .and_then(json::Value::as_array)
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(|l| l.as_str().map(str::to_string))
+            .collect();
+        Ok(StatusView {
+            result,
+            reason: s("reason"),
+            message: s("message"),
+            hint: s("hint"),
+            provider: s("provider"),
+            node_name: s("node_name"),
+            image_id: s("image_id"),
+            phases,
+            log,
+        })
+    }
+
+    /// The exit code `kiln-firstboot status` returns for this status.
+    pub fn exit_code(&self) -> u8 {
+        match self.result.as_str() {
+            "success" => 0,
+            "running" => 8,
+            _ => self
+                .reason
+                .as_deref()
+                .and_then(|code| Reason::ALL.into_iter().find(|r| r.code() == code))
+                .map_or(1, Reason::exit_code),
+        }
+    }
+
+    /// A few lines for a human at a terminal.
+    pub fn summary(&self) -> String {
+        let mut o = String::with_capacity(512);
+        let _ = write!(o, "kiln-firstboot: {}", self.result);
+        if let Some(r) = &self.reason {
+            let _ = write!(o, " ({r})");
+        }
+        if let Some(n) = &self.node_name {
+            let _ = write!(o, " node {n}");
+        }
+        if let Some(p) = &self.provider {
+            let _ = write!(o, " on {p}");
+        }
+        if let Some(i) = &self.image_id {
+            let _ = write!(o, " image {i}");
+        }
+        o.push('\n');
+        if let Some(m) = self.message.as_deref().filter(|m| !m.is_empty()) {
+            let _ = writeln!(o, "  {m}");
+        }
+        if let Some(h) = self.hint.as_deref().filter(|h| !h.is_empty()) {
+            let _ = writeln!(o, "  hint: {h}");
+        }
+        for (name, result, dur, reason) in &self.phases {
+            let _ = write!(o, "  {name:<14} {result:<8}");
+            if let Some(d) = dur {
+                let _ = write!(o, " {d:>6} ms");
+            }
+            if let Some(r) = reason {
+                let _ = write!(o, "  {r}");
+            }
+            o.push('\n');
+        }
+        if !self.log.is_empty() {
+            o.push_str("  last log lines:\n");
+            for l in &self.log {
+                let _ = writeln!(o, "    {l}");
+            }
+        }
+        o
+    }
+}
+
+/// Just enough JSON to read status.json back (objects, arrays, strings, numbers, literals).
+pub mod json {
+    /// A parsed JSON value. Objects keep their key order.
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum Value {
+        Null,
+        Bool(bool),
+        Number(f64),
+        String(String),
+        Array(Vec<Value>),
+        Object(Vec<(String, Value)>),
+    }
+
+    impl Value {
+        /// The member `key` of an object.
+        pub fn get(&self, key: &str) -> Option<&Value> {
+            match self {
+                Value::Object(m) => m.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+                _ => None,
+            }
+        }
+        /// The string, if this is one.
+        pub fn as_str(&self) -> Option<&str> {
+            match self {
+                Value::String(s) => Some(s),
+                _ => None,
+            }
+        }
+        /// The elements, if this is an array.
+        pub fn as_array(&self) -> Option<&[Value]> {
+            match self {
+                Value::Array(a) => Some(a),
+                _ => None,
+            }
+        }
+        /// The number, if this is a non-negative integer.
+        pub fn as_u64(&self) -> Option<u64> {
+            match *self {
+                Value::Number(n) if n >= 0.0 && n.fract() == 0.0 => Some(n as u64),
+                _ => None,
+            }
+        }
+    }
+
+    /// Where the text stopped being JSON.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct ParseError {
+        pub offset: usize,
+        pub what: &'static str,
+    }
+
+    impl std::fmt::Display for ParseError {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "expected {} at byte {}", self.what, self.offset)
+        }
+    }
+
+    impl std::error::Error for ParseError {}
+
+    /// Parses one JSON document (surrounding whitespace allowed).
+    pub fn parse(text: &str) -> Result<Value, ParseError> {
+        let mut p = Parser {
+            s: text.as_bytes(),
+            i: 0,
+            depth: 0,
+        };
+        let v = p.value()?;
+        p.ws();
+        if p.i != p.s.len() {
+            return Err(p.err("the end of the document"));
+        }
+        Ok(v)
+    }
+
+    struct Parser<'a> {
+        s: &'a [u8],
+        i: usize,
+        depth: usize,
+    }
+
+    impl Parser<'_> {
+        fn err(&self, what: &'static str) -> ParseError {
+            ParseError {
+                offset: self.i,
+                what,
+            }
+        }
+        fn ws(&mut self) {
+            while self.i < self.s.len() && matches!(self.s[self.i], b' ' | b'\t' | b'\n' | b'\r') {
+                self.i += 1;
+            }
+        }
+        fn eat(&mut self, b: u8) -> bool {
+            self.ws();
+            if self.s.get(self.i) == Some(&b) {
+                self.i += 1;
+                true
+            } else {
+                false
+            }
+        }
+        fn value(&mut self) -> Result<Value, ParseError> {
+            self.ws();
+            self.depth += 1;
+            if self.depth > 64 {
+                return Err(self.err("nesting of at most 64 levels"));
+            }
+            let v = match self.s.get(self.i) {
+                Some(b'{') => {
+                    self.i += 1;
+                    let mut members = Vec::new();
+                    if !self.eat(b'}') {
+                        loop {
+                            self.ws();
+                            let k = self.string()?;
+                            if !self.eat(b':') {
+                                return Err(self.err("':'"));
+                            }
+                            let v = self.value()?;
+                            members.push((k, v));
+                            if self.eat(b'}') {
+                                break;
+                            }
+                            if !self.eat(b',') {
+                                return Err(self.err("',' or '}'"));
+                            }
+                        }
+                    }
+                    Value::Object(members)
+                }
+                Some(b'[') => {
+                    self.i += 1;
+                    let mut items = Vec::new();
+                    if !self.eat(b']') {
+                        loop {
+                            items.push(self.value()?);
+                            if self.eat(b']') {
+                                break;
+                            }
+                            if !self.eat(b',') {
+                                return Err(self.err("',' or ']'"));
+                            }
+                        }
+                    }
+                    Value::Array(items)
+                }
+                Some(b'"') => Value::String(self.string()?),
+                Some(b't') if self.s[self.i..].starts_with(b"true") => {
+                    self.i += 4;
+                    Value::Bool(true)
+                }
+                Some(b'f') if self.s[self.i..].starts_with(b"false") => {
+                    self.i += 5;
+                    Value::Bool(false)
+                }
+                Some(b'n') if self.s[self.i..].starts_with(b"null") => {
+                    self.i += 4;
+                    Value::Null
+                }
+                Some(b'-' | b'0'..=b'9') => {
+                    let start = self.i;
+                    while self.i < self.s.len()
+                        && matches!(
+                            self.s[self.i],
+                            b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'
+                        )
+                    {
+                        self.i += 1;
+                    }
+                    let t = std::str::from_utf8(&self.s[start..self.i]).unwrap_or("");
+                    Value::Number(t.parse().map_err(|_| ParseError {
+                        offset: start,
+                        what: "a number",
+                    })?)
+                }
+                _ => return Err(self.err("a value")),
+            };
+            self.depth -= 1;
+            Ok(v)
+        }
+        fn string(&mut self) -> Result<String, ParseError> {
+            if self.s.get(self.i) != Some(&b'"') {
+                return Err(self.err("a string"));
+            }
+            self.i += 1;
+            let mut out = Vec::new();
+            loop {
+                let Some(&b) = self.s.get(self.i) else {
+                    return Err(self.err("a closing '\"'"));
+                };
+                self.i += 1;
+                match b {
+                    b'"' => break,
+                    b'\\' => {
+                        let Some(&e) = self.s.get(self.i) else {
+                            return Err(self.err("an escape"));
+                        };
+                        self.i += 1;
+                        let c = match e {
+                            b'"' => '"',
+                            b'\\' => '\\',
+                            b'/' => '/',
+                            b'b' => '\u{8}',
+                            b'f' => '\u{c}',
+                            b'n' => '\n',
+                            b'r' => '\r',
+                            b't' => '\t',
+                            b'u' => {
+                                let hi = self.hex4()?;
+                                let cp = if (0xD800..0xDC00).contains(&hi)
+                                    && self.s[self.i..].starts_with(b"\\u")
+                                {
+                                    self.i += 2;
+                                    let lo = self.hex4()?;
+                                    0x10000
+                                        + ((hi - 0xD800) << 10)
+                                        + (lo.wrapping_sub(0xDC00) & 0x3FF)
+                                } else {
+                                    hi
+                                };
+                                char::from_u32(cp).unwrap_or('\u{FFFD}')
+                            }
+                            _ => return Err(self.err("a valid escape")),
+                        };
+                        let mut tmp = [0u8; 4];
+                        out.extend_from_slice(c.encode_utf8(&mut tmp).as_bytes());
+                    }
+                    b if b < 0x20 => return Err(self.err("no control characters in a string")),
+                    b => out.push(b),
+                }
+            }
+            String::from_utf8(out).map_err(|_| self.err("UTF-8"))
+        }
+        fn hex4(&mut self) -> Result<u32, ParseError> {
+            let h = self
+                .s
+                .get(self.i..self.i + 4)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u32::from_str_radix(h, 16).ok())
+                .ok_or(self.err("four hex digits"))?;
+            self.i += 4;
+            Ok(h)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_strings_round_trip() {
+        for s in ["plain", "quote \" back \\ nl \n tab \t", "ctl \u{1} é ☃ 𝄞"] {
+            let mut out = String::new();
+            json_str(&mut out, s);
+            assert_eq!(
+                json::parse(&out).unwrap(),
+                json::Value::String(s.into()),
+                "{out}"
+            );
+        }
+    }
+
+    #[test]
+    fn parser_rejects_broken_documents() {
+        for bad in ["", "{", "{\"a\" 1}", "[1,]", "\"open", "{\"a\":1} x", "nul"] {
+            assert!(json::parse(bad).is_err(), "{bad:?} parsed");
+        }
+        let v = json::parse(r#"{"a":[1,2.5,-3e2,true,false,null,"\u00e9\ud834\udd1e"]}"#).unwrap();
+        let a = v.get("a").unwrap().as_array().unwrap();
+        assert_eq!(a[0].as_u64(), Some(1));
+        assert_eq!(a[2], json::Value::Number(-300.0));
+        assert_eq!(a[6].as_str(), Some("é𝄞"));
+    }
+
+    #[test]
+    fn capped_push_cuts_on_char_boundary() {
+        let mut s = String::from("ab");
+        push_capped(&mut s, "cdé", 5);
+        assert_eq!(s, "abcd");
     }
 }

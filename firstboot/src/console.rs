@@ -1,0 +1,134 @@
+//! Serial console output: one line per phase plus the final `KILN-STATUS` line, written so a
+//! missing, stuck or full console never delays the boot.
+//!
+//! The device is opened non-blocking and without becoming our controlling terminal; a write
+//! that would block is dropped (with one warning on stderr) rather than waited on.
+
+use std::fs::File;
+use std::io::{ErrorKind, Write};
+use std::path::{Path, PathBuf};
+
+/// The consoles tried, in order, when `--console` is not given.
+pub const DEFAULT_CONSOLES: [&str; 2] = ["/dev/ttyS0", "/dev/console"];
+
+/// The prefix of the final line that carries the whole status JSON.
+pub const STATUS_PREFIX: &str = "KILN-STATUS ";
+
+/// A console that may be absent. Every write is best effort.
+#[derive(Debug)]
+pub struct Console {
+    file: Option<File>,
+    path: PathBuf,
+    warned: bool,
+}
+
+impl Console {
+    /// A console that writes nowhere (`--console none`, tests, `status`).
+    pub fn none() -> Console {
+        Console {
+            file: None,
+            path: PathBuf::new(),
+            warned: true,
+        }
+    }
+
+    /// Opens `path`, or the first of [`DEFAULT_CONSOLES`] that opens when `path` is `None`.
+    /// Never fails: a console that cannot be opened is reported on stderr and skipped.
+    pub fn open(path: Option<&Path>) -> Console {
+        // An explicit path may be a plain file (created if missing); the default devices are
+        // never created, so a missing /dev/ttyS0 is not turned into a regular file.
+        let (candidates, create): (Vec<&Path>, bool) = match path {
+            Some(p) => (vec![p], true),
+            None => (DEFAULT_CONSOLES.iter().map(Path::new).collect(), false),
+        };
+        let mut last_err = None;
+        for p in &candidates {
+            match open_nonblocking(p, create) {
+                Ok(file) => {
+                    return Console {
+                        file: Some(file),
+                        path: p.to_path_buf(),
+                        warned: false,
+                    }
+                }
+                Err(e) => last_err = Some((p.to_path_buf(), e)),
+            }
+        }
+        if let Some((p, e)) = last_err {
+            eprintln!(
+                "kiln-firstboot: warning: console {} cannot be opened ({e}); console lines are skipped",
+                p.display()
+            );
+        }
+        Console::none()
+    }
+
+    /// The device written to, if any.
+    pub fn path(&self) -> Option<&Path> {
+        self.file.as_ref().map(|_| self.path.as_path())
+    }
+
+    /// Writes one line (the newline is added). Drops the line if the console would block.
+    pub fn line(&mut self, text: &str) {
+        let Some(file) = self.file.as_mut() else {
+            return;
+        };
+        // One write call for text and newline, so lines from other writers do not interleave
+        // inside ours on a shared console.
+        let mut buf = Vec::with_capacity(text.len() + 1);
+        buf.extend_from_slice(text.as_bytes());
+        buf.push(b'\n');
+        if let Err(e) = write_nonblocking(file, &buf) {
+            if !self.warned {
+                eprintln!(
+                    "kiln-firstboot: warning: console {} did not take a line ({e}); skipping it",
+                    self.path.display()
+                );
+                self.warned = true;
+            }
+            if e.kind() != ErrorKind::WouldBlock {
+                // A broken console stays broken: stop trying.
+                self.file = None;
+            }
+        }
+    }
+}
+
+/// Writes all of `buf` unless the device would block, in which case the rest is dropped.
+fn write_nonblocking(file: &mut File, mut buf: &[u8]) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        match file.write(buf) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn open_nonblocking(path: &Path, create: bool) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK so a tty with flow control stopped (or a FIFO nobody reads) cannot hang us;
+    // O_NOCTTY so opening /dev/ttyS0 does not make it our controlling terminal. Values from
+    // the Linux generic ABI (x86-64, aarch64, riscv64).
+    #[cfg(target_os = "linux")]
+    const FLAGS: i32 = 0o4000 | 0o400;
+    #[cfg(not(target_os = "linux"))]
+    const FLAGS: i32 = 0x0004 | 0x20000; // BSD/macOS O_NONBLOCK | O_NOCTTY
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(create)
+        .custom_flags(FLAGS)
+        .open(path)
+}
+
+#[cfg(not(unix))]
+fn open_nonblocking(path: &Path, create: bool) -> std::io::Result<File> {
+    // Windows serial ports (COM1) do not block writes on a missing reader.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(create)
+        .open(path)
+}

@@ -1,0 +1,616 @@
+//! Failure diagnosis: asks the service manager about the kubelet and containerd units, reads
+//! their logs, and matches them against ONE table of known failure signatures.
+//!
+//! Used by the run loop when a wait phase times out or kubelet dies, and by
+//! `kiln-firstboot report` (the kubelet unit's `OnFailure=`) for a kubelet that dies later.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::status::{self, push_capped, Reporter, LOG_CAP, MESSAGE_CAP};
+use crate::Reason;
+
+/// One known failure: every needle must appear in one log line (case-sensitive, as printed).
+#[derive(Debug, Clone, Copy)]
+pub struct Signature {
+    pub reason: Reason,
+    pub needles: &'static [&'static str],
+}
+
+/// The signature table, most specific first: the first signature with a matching line wins.
+/// Root causes (disk, swap, cgroups, runtime) come before the API-server symptoms they cause;
+/// DNS comes before the generic dial errors because a failed lookup also says `dial tcp`.
+/// Sources for the wording: `firstboot/tests/fixtures/logs/README.md`.
+pub const SIGNATURES: &[Signature] = &[
+    sig(Reason::DiskFull, &["no space left on device"]),
+    sig(
+        Reason::SwapEnabled,
+        &["running with swap on is not supported"],
+    ),
+    sig(
+        Reason::CgroupDriverMismatch,
+        &["misconfiguration: kubelet cgroup driver"],
+    ),
+    sig(
+        Reason::CgroupDriverMismatch,
+        &["expected cgroupsPath to be of format"],
+    ),
+    sig(
+        Reason::RuntimeUnavailable,
+        &[
+            "validate CRI v1 runtime API for endpoint",
+            "Error while dialing",
+        ],
+    ),
+    sig(
+        Reason::RuntimeUnavailable,
+        &["dial unix", ".sock: connect: no such file or directory"],
+    ),
+    sig(Reason::RuntimeUnavailable, &["container runtime is down"]),
+    sig(Reason::MetadataHopLimit, &["ec2imds", "StatusCode: 401"]),
+    sig(Reason::MetadataHopLimit, &["ec2imds", "StatusCode: 403"]),
+    sig(
+        Reason::MetadataHopLimit,
+        &["EC2MetadataError", "status code: 401"],
+    ),
+    sig(Reason::ApiDns, &["dial tcp: lookup ", "no such host"]),
+    sig(Reason::ApiDns, &["dial tcp: lookup ", "server misbehaving"]),
+    sig(Reason::ApiDns, &["dial tcp: lookup ", "i/o timeout"]),
+    sig(
+        Reason::ApiX509,
+        &["x509: certificate signed by unknown authority"],
+    ),
+    sig(Reason::ApiX509, &["x509: certificate is valid for"]),
+    sig(Reason::ApiX509, &["x509: certificate has expired"]),
+    sig(
+        Reason::ApiUnauthorized,
+        &["certificate signing request: Unauthorized"],
+    ),
+    sig(Reason::ApiUnauthorized, &["err=\"Unauthorized\""]),
+    sig(Reason::ApiUnauthorized, &["error: Unauthorized"]),
+    sig(
+        Reason::ApiUnreachable,
+        &["dial tcp ", "connect: connection refused"],
+    ),
+    sig(Reason::ApiUnreachable, &["dial tcp ", "i/o timeout"]),
+    sig(
+        Reason::ApiUnreachable,
+        &["dial tcp ", "connect: no route to host"],
+    ),
+    sig(Reason::ApiUnreachable, &["net/http: TLS handshake timeout"]),
+];
+
+const fn sig(reason: Reason, needles: &'static [&'static str]) -> Signature {
+    Signature { reason, needles }
+}
+
+/// The first signature in table order that `line` matches.
+pub fn match_line(line: &str) -> Option<Reason> {
+    SIGNATURES
+        .iter()
+        .find(|s| s.needles.iter().all(|n| line.contains(n)))
+        .map(|s| s.reason)
+}
+
+/// Classifies log lines: the first signature in table order with any matching line, and the
+/// newest line that matched it.
+pub fn classify<S: AsRef<str>>(lines: &[S]) -> Option<(Reason, usize)> {
+    SIGNATURES.iter().find_map(|s| {
+        lines
+            .iter()
+            .rposition(|l| s.needles.iter().all(|n| l.as_ref().contains(n)))
+            .map(|i| (s.reason, i))
+    })
+}
+
+/// A unit's state as `systemctl show` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UnitState {
+    pub name: String,
+    pub active_state: String,
+    pub result: String,
+    pub exec_main_status: Option<i32>,
+    pub restarts: Option<u32>,
+}
+
+impl UnitState {
+    /// Parses the `KEY=value` lines of `systemctl show -p ActiveState,Result,ExecMainStatus,NRestarts`.
+    pub fn parse_show(name: &str, text: &str) -> UnitState {
+        let mut u = UnitState {
+            name: name.to_string(),
+            ..UnitState::default()
+        };
+        for line in text.lines() {
+            let Some((k, v)) = line.split_once('=') else {
+                continue;
+            };
+            match k.trim() {
+                "ActiveState" => u.active_state = v.trim().to_string(),
+                "Result" => u.result = v.trim().to_string(),
+                "ExecMainStatus" => u.exec_main_status = v.trim().parse().ok(),
+                "NRestarts" => u.restarts = v.trim().parse().ok(),
+                _ => {}
+            }
+        }
+        u
+    }
+
+    /// The unit is running (or starting) and has not restarted.
+    pub fn is_healthy(&self) -> bool {
+        matches!(
+            self.active_state.as_str(),
+            "active" | "reloading" | "activating"
+        ) && self.restarts.unwrap_or(0) == 0
+    }
+
+    /// The unit has given up or is crash-looping: `failed`/`inactive`, or restarted at least
+    /// `max_restarts` times.
+    pub fn has_died(&self, max_restarts: u32) -> bool {
+        matches!(self.active_state.as_str(), "failed" | "inactive")
+            || self.restarts.unwrap_or(0) >= max_restarts
+    }
+
+    /// One line: `kubelet.service failed (result=exit-code, status=1, restarts=5)`.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "{} is {} (result={}",
+            self.name,
+            if self.active_state.is_empty() {
+                "unknown"
+            } else {
+                &self.active_state
+            },
+            if self.result.is_empty() {
+                "unknown"
+            } else {
+                &self.result
+            }
+        );
+        if let Some(st) = self.exec_main_status {
+            s.push_str(&format!(", status={st}"));
+        }
+        if let Some(n) = self.restarts {
+            s.push_str(&format!(", restarts={n}"));
+        }
+        s.push(')');
+        s
+    }
+
+    /// Appends this unit as a status.json object.
+    pub fn render_json(&self, out: &mut String) {
+        out.push_str("{\"name\":");
+        status::json_str(out, &self.name);
+        out.push_str(",\"active_state\":");
+        status::json_str(out, &self.active_state);
+        out.push_str(",\"result\":");
+        status::json_str(out, &self.result);
+        if let Some(st) = self.exec_main_status {
+            out.push_str(&format!(",\"exec_main_status\":{st}"));
+        }
+        if let Some(n) = self.restarts {
+            out.push_str(&format!(",\"restarts\":{n}"));
+        }
+        out.push('}');
+    }
+}
+
+/// Where diagnosis looks. Every path is an argument so tests use stand-ins.
+#[derive(Debug, Clone)]
+pub struct ReportOptions {
+    /// The `--root` prefix for `/run/kiln`, `/run/cluster-api` and log files.
+    pub root: PathBuf,
+    /// `systemctl`; `None` skips unit states (no systemd, Windows).
+    pub systemctl: Option<PathBuf>,
+    /// `journalctl`; `None` reads only `log_files`.
+    pub journalctl: Option<PathBuf>,
+    /// The console for the report's lines; `None` tries the default consoles.
+    pub console: Option<PathBuf>,
+    /// kubelet's unit name.
+    pub kubelet_unit: String,
+    /// The container runtime's unit name.
+    pub containerd_unit: String,
+    /// Log files read in addition to (or instead of) the journal: `(label, path)`, the path
+    /// taken as is (not prefixed by `root`).
+    pub log_files: Vec<(String, PathBuf)>,
+    /// kubelet's health endpoint, asked by `report` before declaring a failure.
+    pub healthz_url: String,
+    /// How many journal lines per unit to read.
+    pub journal_lines: u32,
+    /// The limit for each `systemctl`/`journalctl` call.
+    pub command_timeout: Duration,
+}
+
+impl ReportOptions {
+    /// The defaults for a real node, writing under `root`.
+    pub fn new(root: &Path) -> ReportOptions {
+        ReportOptions {
+            root: root.to_path_buf(),
+            systemctl: Some(PathBuf::from("systemctl")),
+            journalctl: Some(PathBuf::from("journalctl")),
+            console: None,
+            kubelet_unit: "kubelet.service".to_string(),
+            containerd_unit: "containerd.service".to_string(),
+            log_files: Vec::new(),
+            healthz_url: crate::wait::DEFAULT_HEALTHZ_URL.to_string(),
+            journal_lines: 200,
+            command_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What diagnosis concluded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnosis {
+    pub reason: Reason,
+    /// The matched log line, or a description of the unit states.
+    pub message: String,
+    /// The last relevant log lines, at most [`LOG_CAP`] bytes in total.
+    pub log: Vec<String>,
+    pub units: Vec<UnitState>,
+}
+
+/// Asks for the unit states of kubelet and containerd through `systemctl show`.
+pub fn unit_states(opts: &ReportOptions) -> Vec<UnitState> {
+    let Some(systemctl) = &opts.systemctl else {
+        return Vec::new();
+    };
+    [&opts.kubelet_unit, &opts.containerd_unit]
+        .into_iter()
+        .filter_map(|unit| {
+            let args = [
+                "show",
+                "-p",
+                "ActiveState,Result,ExecMainStatus,NRestarts",
+                unit.as_str(),
+            ];
+            match run_command(systemctl, &args, opts.command_timeout) {
+                Ok(out) if out.success => Some(UnitState::parse_show(unit, &out.stdout)),
+                Ok(out) => {
+                    eprintln!(
+                        "kiln-firstboot: warning: {} show {unit} failed: {}",
+                        systemctl.display(),
+                        out.stderr.trim()
+                    );
+                    None
+                }
+                Err(e) => {
+                    eprintln!(
+                        "kiln-firstboot: warning: cannot run {}: {e}",
+                        systemctl.display()
+                    );
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+/// kubelet's unit state alone, for the wait loop's "did it die?" check.
+pub fn kubelet_state(opts: &ReportOptions) -> Option<UnitState> {
+    let mut o = opts.clone();
+    o.containerd_unit.clear();
+    unit_states(&o)
+        .into_iter()
+        .find(|u| u.name == opts.kubelet_unit)
+}
+
+/// Reads the logs: each unit's journal, then every log file, each line prefixed by its
+/// source (`kubelet: …`), oldest first.
+pub fn read_logs(opts: &ReportOptions) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(journalctl) = &opts.journalctl {
+        let n = opts.journal_lines.to_string();
+        for unit in [&opts.kubelet_unit, &opts.containerd_unit] {
+            if unit.is_empty() {
+                continue;
+            }
+            let args = [
+                "-u",
+                unit.as_str(),
+                "-b",
+                "--no-pager",
+                "-o",
+                "cat",
+                "-n",
+                &n,
+            ];
+            match run_command(journalctl, &args, opts.command_timeout) {
+                Ok(out) => {
+                    let label = unit.strip_suffix(".service").unwrap_or(unit);
+                    push_labelled(&mut lines, label, &out.stdout);
+                }
+                Err(e) => eprintln!(
+                    "kiln-firstboot: warning: cannot run {}: {e}",
+                    journalctl.display()
+                ),
+            }
+        }
+    }
+    for (label, path) in &opts.log_files {
+        match read_tail(path, 256 * 1024) {
+            Ok(text) => push_labelled(&mut lines, label, &text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => eprintln!(
+                "kiln-firstboot: warning: cannot read log {}: {e}",
+                path.display()
+            ),
+        }
+    }
+    lines
+}
+
+fn push_labelled(lines: &mut Vec<String>, label: &str, text: &str) {
+    for l in text.lines().map(str::trim_end).filter(|l| !l.is_empty()) {
+        if l.starts_with("-- ") && l.ends_with(" --") {
+            // journalctl's "-- No entries --" / "-- Boot … --" markers.
+            continue;
+        }
+        let mut s = String::with_capacity(label.len() + 2 + l.len());
+        s.push_str(label);
+        s.push_str(": ");
+        s.push_str(l);
+        lines.push(s);
+    }
+}
+
+/// The last `max` bytes of a file, from the first full line.
+fn read_tail(path: &Path, max: u64) -> std::io::Result<String> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = std::fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    let start = len.saturating_sub(max);
+    f.seek(SeekFrom::Start(start))?;
+    let mut buf = Vec::with_capacity((len - start) as usize);
+    f.read_to_end(&mut buf)?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    Ok(if start > 0 {
+        text.split_once('\n')
+            .map_or(String::new(), |(_, r)| r.to_string())
+    } else {
+        text
+    })
+}
+
+/// Concludes from unit states and log lines (the pure part of [`diagnose`]).
+pub fn conclude(units: Vec<UnitState>, lines: &[String], kubelet_unit: &str) -> Diagnosis {
+    let matched = classify(lines);
+    let (reason, message) = if let Some((reason, i)) = matched {
+        let mut m = String::with_capacity(MESSAGE_CAP);
+        push_capped(&mut m, &lines[i], MESSAGE_CAP);
+        (reason, m)
+    } else if let Some(rt) = units.iter().find(|u| {
+        u.name != kubelet_unit && !u.active_state.is_empty() && u.active_state != "active"
+    }) {
+        (Reason::RuntimeUnavailable, rt.describe())
+    } else if let Some(k) = units
+        .iter()
+        .find(|u| u.name == kubelet_unit && !u.is_healthy() && !u.active_state.is_empty())
+    {
+        (Reason::KubeletExited, k.describe())
+    } else {
+        (
+            Reason::JoinTimeout,
+            "no known failure signature in the kubelet and containerd logs".to_string(),
+        )
+    };
+    let log = relevant_lines(lines, matched.map(|(_, i)| i));
+    Diagnosis {
+        reason,
+        message,
+        log,
+        units,
+    }
+}
+
+/// The newest lines that look like errors (plus the matched line), oldest first, at most
+/// [`LOG_CAP`] bytes; the newest lines of any kind when none look like errors.
+fn relevant_lines(lines: &[String], matched: Option<usize>) -> Vec<String> {
+    const LINE_CAP: usize = 512;
+    let looks_bad = |l: &str| {
+        let b = l.as_bytes();
+        // klog's severity letter follows the "label: " prefix: E0301 / F0301 / W0301.
+        let klog = l
+            .split_once(": ")
+            .map(|(_, r)| r.as_bytes())
+            .is_some_and(|r| {
+                r.len() > 5 && matches!(r[0], b'E' | b'F') && r[1..5].iter().all(u8::is_ascii_digit)
+            });
+        klog || contains_ci(b, b"error") || contains_ci(b, b"fail") || match_line(l).is_some()
+    };
+    let mut picked: Vec<usize> = (0..lines.len())
+        .filter(|&i| Some(i) == matched || looks_bad(&lines[i]))
+        .collect();
+    if picked.is_empty() {
+        picked = (0..lines.len()).collect();
+    }
+    let mut total = 0;
+    let mut keep = Vec::new();
+    // The matched line first, so it survives the cap, then newest to oldest.
+    let order = matched
+        .into_iter()
+        .chain(picked.iter().rev().copied().filter(|&i| Some(i) != matched));
+    for i in order {
+        let mut l = String::new();
+        push_capped(&mut l, &lines[i], LINE_CAP);
+        if total + l.len() > LOG_CAP {
+            break;
+        }
+        total += l.len();
+        keep.push((i, l));
+    }
+    keep.sort_by_key(|(i, _)| *i);
+    keep.into_iter().map(|(_, l)| l).collect()
+}
+
+fn contains_ci(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle))
+}
+
+/// Full diagnosis: unit states, logs, signatures.
+pub fn diagnose(opts: &ReportOptions) -> Diagnosis {
+    let units = unit_states(opts);
+    let lines = read_logs(opts);
+    conclude(units, &lines, &opts.kubelet_unit)
+}
+
+/// `kiln-firstboot report`: diagnoses kubelet now. If kubelet is running and healthy it only
+/// prints what it found (exit 0); otherwise it records the failure in status.json, the
+/// failure files, the console and the cloud channels, and exits with the reason's code.
+pub fn cmd_report(opts: &ReportOptions) -> u8 {
+    let diagnosis = diagnose(opts);
+    let kubelet_up = diagnosis
+        .units
+        .iter()
+        .find(|u| u.name == opts.kubelet_unit)
+        .is_none_or(UnitState::is_healthy);
+    let healthy =
+        kubelet_up && crate::wait::probe_healthz(&opts.healthz_url, Duration::from_secs(2)).is_ok();
+    if healthy {
+        println!(
+            "kiln-firstboot: kubelet is running and {} answers ok; nothing to report",
+            opts.healthz_url
+        );
+        if diagnosis.reason != Reason::JoinTimeout {
+            println!(
+                "  (its logs match {}: {})",
+                diagnosis.reason, diagnosis.message
+            );
+        }
+        return 0;
+    }
+    let path = opts.root.join(status::STATUS_PATH);
+    let console = crate::console::Console::open(opts.console.as_deref());
+    let mut reporter = match std::fs::read_to_string(&path) {
+        Ok(text) => match Reporter::resume(&opts.root, console, &text) {
+            Ok(r) => r,
+            Err((e, console)) => {
+                eprintln!(
+                    "kiln-firstboot: warning: {} is not a kiln status file ({e}); starting a new one",
+                    path.display()
+                );
+                Reporter::with_console(&opts.root, console)
+            }
+        },
+        Err(_) => Reporter::with_console(&opts.root, console),
+    };
+    reporter.conclude(&diagnosis);
+    let summary = status::StatusView::parse(reporter.last_json())
+        .map(|v| v.summary())
+        .unwrap_or_default();
+    print!("{summary}");
+    reporter.exit_code()
+}
+
+/// What a finished command printed.
+#[derive(Debug)]
+pub(crate) struct CommandOutput {
+    pub success: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs a command with a time limit (a hung `journalctl` must not hang the boot), reading its
+/// output on threads so a full pipe cannot deadlock the wait.
+pub(crate) fn run_command(
+    program: &Path,
+    args: &[&str],
+    timeout: Duration,
+) -> std::io::Result<CommandOutput> {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let reader = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            // Enough for 200 journal lines per unit; more is cut, not buffered.
+            let _ = r.by_ref().take(1 << 20).read_to_end(&mut buf);
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out = child.stdout.take().map(|s| reader(Box::new(s)));
+    let err = child.stderr.take().map(|s| reader(Box::new(s)));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait()? {
+            break st;
+        }
+        if start.elapsed() >= timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("{} did not finish within {timeout:?}", program.display()),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let join = |h: Option<std::thread::JoinHandle<String>>| {
+        h.map(|h| h.join().unwrap_or_default()).unwrap_or_default()
+    };
+    Ok(CommandOutput {
+        success: status.success(),
+        stdout: join(out),
+        stderr: join(err),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_signature_reason_is_a_join_failure() {
+        for s in SIGNATURES {
+            assert!(!s.needles.is_empty());
+            assert_ne!(s.reason.exit_code(), 0);
+        }
+    }
+
+    #[test]
+    fn dns_wins_over_generic_dial_errors() {
+        let l = "kubelet: dial tcp: lookup api.example.com on 10.0.0.2:53: read udp 10.0.0.5:40000->10.0.0.2:53: i/o timeout";
+        assert_eq!(match_line(l), Some(Reason::ApiDns));
+        let l = "kubelet: dial tcp 10.0.0.10:6443: i/o timeout";
+        assert_eq!(match_line(l), Some(Reason::ApiUnreachable));
+    }
+
+    #[test]
+    fn parse_show_reads_systemctl_output() {
+        let u = UnitState::parse_show(
+            "kubelet.service",
+            "ActiveState=activating\nResult=exit-code\nExecMainStatus=1\nNRestarts=4\n",
+        );
+        assert_eq!(u.active_state, "activating");
+        assert_eq!(u.result, "exit-code");
+        assert_eq!(u.exec_main_status, Some(1));
+        assert_eq!(u.restarts, Some(4));
+        assert!(!u.is_healthy());
+        assert!(u.has_died(3));
+        assert!(!u.has_died(5));
+    }
+
+    #[test]
+    fn log_is_capped_and_keeps_the_match() {
+        let mut lines: Vec<String> = (0..200)
+            .map(|i| {
+                format!(
+                    "kubelet: E0101 00:00:00.000000 1 x.go:1] error number {i} {}",
+                    "x".repeat(100)
+                )
+            })
+            .collect();
+        lines[3] = "kubelet: x509: certificate signed by unknown authority".to_string();
+        let d = conclude(Vec::new(), &lines, "kubelet.service");
+        assert_eq!(d.reason, Reason::ApiX509);
+        let total: usize = d.log.iter().map(String::len).sum();
+        assert!(total <= LOG_CAP, "{total}");
+        assert!(d.log.contains(&lines[3]));
+        assert_eq!(d.log.last(), Some(&lines[199]));
+    }
+}
