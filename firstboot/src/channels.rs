@@ -37,12 +37,17 @@ pub struct Channels {
 }
 
 impl Channels {
-    /// The channel of `provider`: `vmware` → rpctool, `gcp` → guest attributes at
+    /// The channel of `provider`: `vmware` → `rpctool`, `gcp` → guest attributes at
     /// `metadata_url` (or the default), `azure` → the KVP pool under `root`.
-    pub fn for_provider(provider: &str, root: &Path, metadata_url: Option<&str>) -> Channels {
+    pub fn for_provider(
+        provider: &str,
+        root: &Path,
+        metadata_url: Option<&str>,
+        rpctool: &str,
+    ) -> Channels {
         let mut c = Channels::default();
         match provider {
-            "vmware" => c.vmware_rpctool = Some(PathBuf::from("vmware-rpctool")),
+            "vmware" => c.vmware_rpctool = Some(PathBuf::from(rpctool)),
             "gcp" => c.gcp_base_url = Some(metadata_url.unwrap_or(GCP_DEFAULT_BASE).to_string()),
             "azure" => c.azure_kvp_pool = Some(root.join(KVP_POOL)),
             _ => {}

@@ -17,6 +17,8 @@ pub enum Command {
         root: PathBuf,
         journalctl: String,
         systemctl: String,
+        console: Option<PathBuf>,
+        healthz_url: String,
     },
     Help,
     Version,
@@ -30,8 +32,10 @@ USAGE:
   kiln-firstboot [run] [--root DIR] [--provider NAME] [--metadata-url URL]
                  [--systemctl PATH] [--kubeadm PATH] [--vmware-rpctool PATH]
                  [--console PATH] [--no-start] [--deadline SECS]
+                 [--healthz-url URL] [--journalctl PATH]
   kiln-firstboot status [--root DIR] [--json]
   kiln-firstboot report [--root DIR] [--journalctl PATH] [--systemctl PATH]
+                        [--console PATH] [--healthz-url URL]
   kiln-firstboot --help | --version
 
 RUN FLAGS:
@@ -46,6 +50,8 @@ RUN FLAGS:
   --console PATH        console for status lines (default /dev/ttyS0, else /dev/console)
   --no-start            write kubelet's environment, do not start it
   --deadline SECS       global deadline (default KILN_DEADLINE from node.env/image.env, 300)
+  --healthz-url URL     kubelet's health endpoint (default http://127.0.0.1:10248/healthz)
+  --journalctl PATH     journal reader for diagnosis (default /usr/bin/journalctl)
 
 Exit codes: 0 ok, 1 internal, 2 usage, 3 config, 4 metadata, 5 write, 6 start, 7 join.
 See docs/contract.md and docs/firstboot.md.
@@ -87,7 +93,13 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         };
         let allowed: &[&str] = match sub {
             "status" => &["--root", "--json"],
-            "report" => &["--root", "--journalctl", "--systemctl"],
+            "report" => &[
+                "--root",
+                "--journalctl",
+                "--systemctl",
+                "--console",
+                "--healthz-url",
+            ],
             _ => &[
                 "--root",
                 "--provider",
@@ -98,6 +110,8 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 "--console",
                 "--no-start",
                 "--deadline",
+                "--healthz-url",
+                "--journalctl",
             ],
         };
         if !allowed.contains(&flag) {
@@ -123,6 +137,11 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             "--kubeadm" => opts.kubeadm = value()?,
             "--vmware-rpctool" => opts.rpctool = value()?,
             "--journalctl" => journalctl = value()?,
+            "--healthz-url" => {
+                let v = value()?;
+                crate::http::Url::parse(&v).map_err(|e| format!("--healthz-url: {e}"))?;
+                opts.healthz_url = v;
+            }
             "--console" => opts.console = Some(PathBuf::from(value()?)),
             "--no-start" => opts.no_start = true,
             "--json" => json = true,
@@ -145,8 +164,10 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             root: opts.root,
             journalctl,
             systemctl: opts.systemctl,
+            console: opts.console,
+            healthz_url: opts.healthz_url,
         },
-        _ => Command::Run(opts),
+        _ => Command::Run(Options { journalctl, ..opts }),
     })
 }
 

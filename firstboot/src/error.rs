@@ -18,6 +18,8 @@ pub enum Error {
     Write(String),
     /// The service manager or `kubeadm join` failed.
     Start { reason: Reason, message: String },
+    /// kubelet started but did not become healthy and joined; the reason is the diagnosis.
+    Join { reason: Reason, message: String },
 }
 
 impl Error {
@@ -38,7 +40,8 @@ impl Error {
             Error::Write(_) => Reason::WriteFailed,
             Error::Config { reason, .. }
             | Error::Metadata { reason, .. }
-            | Error::Start { reason, .. } => *reason,
+            | Error::Start { reason, .. }
+            | Error::Join { reason, .. } => *reason,
         }
     }
 
@@ -48,7 +51,8 @@ impl Error {
             Error::Usage(m) | Error::Write(m) => m,
             Error::Config { message, .. }
             | Error::Metadata { message, .. }
-            | Error::Start { message, .. } => message,
+            | Error::Start { message, .. }
+            | Error::Join { message, .. } => message,
         }
     }
 }

@@ -16,10 +16,20 @@ fn main() -> ExitCode {
             println!("kiln-firstboot {}", env!("CARGO_PKG_VERSION"));
             0
         }
-        Ok(Command::Status { .. }) | Ok(Command::Report { .. }) => {
-            // Filled in by the reporting work (issue #4): status::cmd_status, diagnose::cmd_report.
-            eprintln!("kiln-firstboot: this subcommand is not available in this build yet");
-            1
+        Ok(Command::Status { root, json }) => kiln_firstboot::status::cmd_status(&root, json),
+        Ok(Command::Report {
+            root,
+            journalctl,
+            systemctl,
+            console,
+            healthz_url,
+        }) => {
+            let mut opts = kiln_firstboot::diagnose::ReportOptions::new(&root);
+            opts.journalctl = Some(journalctl.into());
+            opts.systemctl = Some(systemctl.into());
+            opts.console = console;
+            opts.healthz_url = healthz_url;
+            kiln_firstboot::diagnose::cmd_report(&opts)
         }
         Err(e) => {
             eprintln!("kiln-firstboot: {e}\nkiln-firstboot: run `kiln-firstboot --help`");

@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::channels::Channels;
 use crate::config::{self, Config, Credential, JoinMode};
+use crate::diagnose::{self, ReportOptions};
 use crate::error::Error;
 use crate::fsutil;
 use crate::http::Client;
@@ -13,6 +15,7 @@ use crate::kubelet_env::{self, Node};
 use crate::provider::{self, Context};
 use crate::service::{self, ToolError};
 use crate::status::{Phase, Reporter};
+use crate::wait::{self, WaitOptions};
 use crate::Reason;
 
 /// `/run/kiln/kubelet.env`.
@@ -33,6 +36,10 @@ pub struct Options {
     pub console: Option<PathBuf>,
     pub no_start: bool,
     pub deadline: Option<u64>,
+    /// kubelet's health endpoint, waited for after the start.
+    pub healthz_url: String,
+    /// The journal reader used by diagnosis.
+    pub journalctl: String,
 }
 
 impl Default for Options {
@@ -47,6 +54,8 @@ impl Default for Options {
             console: None,
             no_start: false,
             deadline: None,
+            healthz_url: wait::DEFAULT_HEALTHZ_URL.to_string(),
+            journalctl: "/usr/bin/journalctl".to_string(),
         }
     }
 }
@@ -86,6 +95,12 @@ fn boot(opts: &Options, rep: &mut Reporter, started: Instant) -> Result<(), Erro
     rep.begin(Phase::Metadata);
     let node = metadata(opts, &cfg, deadline).map_err(|e| fail(rep, Phase::Metadata, e))?;
     rep.identity(&node.provider, &node.node_name, cfg.image_id());
+    rep.set_channels(Channels::for_provider(
+        &node.provider,
+        &opts.root,
+        opts.metadata_url.as_deref(),
+        &opts.rpctool,
+    ));
     rep.success(Phase::Metadata, &format!("provider={}", node.provider));
 
     rep.begin(Phase::Write);
@@ -93,14 +108,81 @@ fn boot(opts: &Options, rep: &mut Reporter, started: Instant) -> Result<(), Erro
     rep.success(Phase::Write, "");
 
     if opts.no_start {
+        for phase in [Phase::StartKubelet, Phase::WaitHealthy, Phase::WaitJoined] {
+            rep.skipped(phase, "no-start");
+        }
         return Ok(());
     }
     rep.begin(Phase::StartKubelet);
     start(opts, &cfg, deadline).map_err(|e| fail(rep, Phase::StartKubelet, e))?;
     rep.success(Phase::StartKubelet, "");
 
-    // After start: the wait-healthy and wait-joined phases (issue #4) go here,
-    // bounded by the same `deadline`.
+    wait_joined(opts, &cfg, rep, deadline)
+}
+
+/// kubelet counts as dead when it failed, keeps restarting, or stays inactive this long
+/// after its start job was queued (`--no-block` returns before the job runs).
+const INACTIVE_GRACE: Duration = Duration::from_secs(10);
+/// Restarts after which a kubelet is crash-looping, not starting.
+const MAX_RESTARTS: u32 = 3;
+
+/// The wait-healthy and wait-joined phases, with a diagnosis when either fails.
+fn wait_joined(
+    opts: &Options,
+    cfg: &Config,
+    rep: &mut Reporter,
+    deadline: Instant,
+) -> Result<(), Error> {
+    let wopts = WaitOptions {
+        healthz_url: opts.healthz_url.clone(),
+        pki_dir: fsutil::under(&opts.root, "/var/lib/kubelet/pki"),
+        poll: Duration::from_millis(200),
+    };
+    let mut ropts = ReportOptions::new(&opts.root);
+    ropts.systemctl = Some(PathBuf::from(&opts.systemctl));
+    ropts.journalctl = Some(PathBuf::from(&opts.journalctl));
+    ropts.kubelet_unit = cfg.kubelet_unit.clone();
+    if let Some(unit) = cfg.image.non_empty("CONTAINERD_UNIT") {
+        ropts.containerd_unit = unit.to_string();
+    }
+    let begun = Instant::now();
+    let mut polls = 0u32;
+    // Asking systemd every poll would cost a fork each time; once a second is enough.
+    let mut alive = || {
+        polls += 1;
+        if polls % 5 != 0 {
+            return true;
+        }
+        match diagnose::kubelet_state(&ropts) {
+            Some(u) if !u.active_state.is_empty() => {
+                !(u.has_died(MAX_RESTARTS)
+                    && (u.active_state != "inactive" || begun.elapsed() >= INACTIVE_GRACE))
+            }
+            _ => true,
+        }
+    };
+    for phase in [Phase::WaitHealthy, Phase::WaitJoined] {
+        rep.begin(phase);
+        let waited = if phase == Phase::WaitHealthy {
+            wait::wait_healthy(&wopts, deadline, &mut alive)
+        } else {
+            wait::wait_joined(&wopts, deadline, &mut alive)
+        };
+        match waited {
+            Ok(n) => rep.success(phase, &format!("polls={n}")),
+            Err(e) => {
+                let mut d = diagnose::diagnose(&ropts);
+                if matches!(d.reason, Reason::JoinTimeout | Reason::KubeletExited) {
+                    d.message = format!("{e}; {}", d.message);
+                }
+                rep.failure_diagnosed(phase, &d);
+                return Err(Error::Join {
+                    reason: d.reason,
+                    message: d.message,
+                });
+            }
+        }
+    }
     Ok(())
 }
 

@@ -13,6 +13,7 @@ use crate::channels::Channels;
 use crate::clock;
 use crate::console::{Console, STATUS_PREFIX};
 use crate::diagnose::{Diagnosis, UnitState};
+use crate::json;
 use crate::Reason;
 
 /// The contract version written into status.json.
@@ -254,12 +255,21 @@ impl Reporter {
             Outcome::Success
         };
         self.write_status();
-        let outcome_files = publish_outcome_files(
-            &self.root,
-            self.outcome,
-            self.reason.unwrap_or(Reason::Ok),
-            &self.message,
-        );
+        // The sentinel says "bootstrap complete": only a run that saw kubelet join may write
+        // it (a `--no-start` run succeeds without it).
+        let joined = self
+            .phases
+            .iter()
+            .any(|r| r.phase == Phase::WaitJoined && r.result == PhaseResult::Success);
+        let outcome_files = match self.outcome {
+            Outcome::Success if !joined => Ok(()),
+            outcome => publish_outcome_files(
+                &self.root,
+                outcome,
+                self.reason.unwrap_or(Reason::Ok),
+                &self.message,
+            ),
+        };
         if let Err(e) = outcome_files {
             self.warn_write(&e);
         }
@@ -285,19 +295,15 @@ impl Reporter {
             Err(e) => return Err((e, console)),
         };
         let mut r = Reporter::with_console(root, console);
-        let s = |key: &str| v.get(key).and_then(json::Value::as_str).unwrap_or("");
+        let s = |key: &str| v.get(key).and_then(json::Value::as_text).unwrap_or("");
         r.identity(s("provider"), s("node_name"), s("image_id"));
         let reason_of = |code: &str| Reason::ALL.into_iter().find(|r| r.code() == code);
-        for p in v
-            .get("phases")
-            .and_then(json::Value::as_array)
-            .unwrap_or(&[])
-        {
-            let name = p.get("name").and_then(json::Value::as_str).unwrap_or("");
+        for p in v.get("phases").and_then(as_array).unwrap_or(&[]) {
+            let name = p.get("name").and_then(json::Value::as_text).unwrap_or("");
             let Some(phase) = Phase::ALL.into_iter().find(|ph| ph.name() == name) else {
                 continue;
             };
-            let result = match p.get("result").and_then(json::Value::as_str) {
+            let result = match p.get("result").and_then(json::Value::as_text) {
                 Some("success") => PhaseResult::Success,
                 Some("failure") => PhaseResult::Failure,
                 Some("skipped") => PhaseResult::Skipped,
@@ -305,12 +311,12 @@ impl Reporter {
             };
             r.phases.push(PhaseRecord {
                 phase,
-                start_ms: p.get("start_ms").and_then(json::Value::as_u64).unwrap_or(0),
-                end_ms: p.get("end_ms").and_then(json::Value::as_u64),
+                start_ms: p.get("start_ms").and_then(as_u64).unwrap_or(0),
+                end_ms: p.get("end_ms").and_then(as_u64),
                 result,
                 reason: p
                     .get("reason")
-                    .and_then(json::Value::as_str)
+                    .and_then(json::Value::as_text)
                     .and_then(reason_of),
             });
         }
@@ -557,61 +563,18 @@ impl std::error::Error for WriteError {
     }
 }
 
-/// Replaces `path` with `bytes`: a temp file in the same directory, fsync, rename, so a reader
-/// sees the old content or the new, never a torn file.
+/// Replaces `path` atomically (fsutil's temp file, fsync, rename), naming it on failure.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), WriteError> {
-    let err = |action, source| WriteError {
+    crate::fsutil::write_atomic(path, bytes, mode).map_err(|source| WriteError {
         path: path.to_path_buf(),
-        action,
+        action: "write",
         source,
-    };
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| err("create the directory of", e))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(path.file_name().unwrap_or_default());
-    tmp_name.push(format!(".tmp{}", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(mode);
-    }
-    #[cfg(not(unix))]
-    let _ = mode;
-    let result = (|| {
-        let mut f = opts.open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(err("write", e));
-    }
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        err("replace", e)
     })
 }
 
 /// Appends `s` to `out` as a JSON string literal.
 pub fn json_str(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    json::write_str(out, s);
 }
 
 /// Appends at most `cap` bytes of `s` to `out`, cutting on a character boundary.
@@ -626,6 +589,20 @@ pub fn push_capped(out: &mut String, s: &str, cap: usize) {
         end -= 1;
     }
     out.push_str(&s[..end]);
+}
+
+fn as_u64(v: &json::Value) -> Option<u64> {
+    match v {
+        json::Value::Number(n) => n.parse().ok(),
+        _ => None,
+    }
+}
+
+fn as_array(v: &json::Value) -> Option<&[json::Value]> {
+    match v {
+        json::Value::Array(a) => Some(a),
+        _ => None,
+    }
 }
 
 /// `kiln-firstboot status [--json]`: prints status.json as a short summary (or as is with
@@ -681,37 +658,41 @@ impl StatusView {
     /// Parses the text of a status.json.
     pub fn parse(text: &str) -> Result<StatusView, json::ParseError> {
         let v = json::parse(text)?;
-        let s = |key: &str| v.get(key).and_then(json::Value::as_str).map(str::to_string);
+        let s = |key: &str| {
+            v.get(key)
+                .and_then(json::Value::as_text)
+                .map(str::to_string)
+        };
         let result = s("result").ok_or(json::ParseError {
             offset: 0,
-            what: "a \"result\" key",
+            message: "expected a \"result\" key",
         })?;
         let phases = v
             .get("phases")
-            .and_then(json::Value::as_array)
+            .and_then(as_array)
             .unwrap_or(&[])
             .iter()
             .map(|p| {
-                let f = |key: &str| p.get(key).and_then(json::Value::as_str).unwrap_or("");
-                let start = p.get("start_ms").and_then(json::Value::as_u64);
-                let end = p.get("end_ms").and_then(json::Value::as_u64);
+                let f = |key: &str| p.get(key).and_then(json::Value::as_text).unwrap_or("");
+                let start = p.get("start_ms").and_then(as_u64);
+                let end = p.get("end_ms").and_then(as_u64);
                 let dur = match (start, end) {
                     (Some(a), Some(b)) => Some(b.saturating_sub(a)),
                     _ => None,
                 };
                 let reason = p
                     .get("reason")
-                    .and_then(json::Value::as_str)
+                    .and_then(json::Value::as_text)
                     .map(str::to_string);
                 (f("name").to_string(), f("result").to_string(), dur, reason)
             })
             .collect();
         let log = v
             .get("log")
-            .and_then(json::Value::as_array)
+            .and_then(as_array)
             .unwrap_or(&[])
             .iter()
-            .filter_map(|l| l.as_str().map(str::to_string))
+            .filter_map(|l| l.as_text().map(str::to_string))
             .collect();
         Ok(StatusView {
             result,
@@ -782,280 +763,9 @@ impl StatusView {
     }
 }
 
-/// Just enough JSON to read status.json back (objects, arrays, strings, numbers, literals).
-pub mod json {
-    /// A parsed JSON value. Objects keep their key order.
-    #[derive(Debug, Clone, PartialEq)]
-    pub enum Value {
-        Null,
-        Bool(bool),
-        Number(f64),
-        String(String),
-        Array(Vec<Value>),
-        Object(Vec<(String, Value)>),
-    }
-
-    impl Value {
-        /// The member `key` of an object.
-        pub fn get(&self, key: &str) -> Option<&Value> {
-            match self {
-                Value::Object(m) => m.iter().find(|(k, _)| k == key).map(|(_, v)| v),
-                _ => None,
-            }
-        }
-        /// The string, if this is one.
-        pub fn as_str(&self) -> Option<&str> {
-            match self {
-                Value::String(s) => Some(s),
-                _ => None,
-            }
-        }
-        /// The elements, if this is an array.
-        pub fn as_array(&self) -> Option<&[Value]> {
-            match self {
-                Value::Array(a) => Some(a),
-                _ => None,
-            }
-        }
-        /// The number, if this is a non-negative integer.
-        pub fn as_u64(&self) -> Option<u64> {
-            match *self {
-                Value::Number(n) if n >= 0.0 && n.fract() == 0.0 => Some(n as u64),
-                _ => None,
-            }
-        }
-    }
-
-    /// Where the text stopped being JSON.
-    #[derive(Debug, Clone, PartialEq, Eq)]
-    pub struct ParseError {
-        pub offset: usize,
-        pub what: &'static str,
-    }
-
-    impl std::fmt::Display for ParseError {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            write!(f, "expected {} at byte {}", self.what, self.offset)
-        }
-    }
-
-    impl std::error::Error for ParseError {}
-
-    /// Parses one JSON document (surrounding whitespace allowed).
-    pub fn parse(text: &str) -> Result<Value, ParseError> {
-        let mut p = Parser {
-            s: text.as_bytes(),
-            i: 0,
-            depth: 0,
-        };
-        let v = p.value()?;
-        p.ws();
-        if p.i != p.s.len() {
-            return Err(p.err("the end of the document"));
-        }
-        Ok(v)
-    }
-
-    struct Parser<'a> {
-        s: &'a [u8],
-        i: usize,
-        depth: usize,
-    }
-
-    impl Parser<'_> {
-        fn err(&self, what: &'static str) -> ParseError {
-            ParseError {
-                offset: self.i,
-                what,
-            }
-        }
-        fn ws(&mut self) {
-            while self.i < self.s.len() && matches!(self.s[self.i], b' ' | b'\t' | b'\n' | b'\r') {
-                self.i += 1;
-            }
-        }
-        fn eat(&mut self, b: u8) -> bool {
-            self.ws();
-            if self.s.get(self.i) == Some(&b) {
-                self.i += 1;
-                true
-            } else {
-                false
-            }
-        }
-        fn value(&mut self) -> Result<Value, ParseError> {
-            self.ws();
-            self.depth += 1;
-            if self.depth > 64 {
-                return Err(self.err("nesting of at most 64 levels"));
-            }
-            let v = match self.s.get(self.i) {
-                Some(b'{') => {
-                    self.i += 1;
-                    let mut members = Vec::new();
-                    if !self.eat(b'}') {
-                        loop {
-                            self.ws();
-                            let k = self.string()?;
-                            if !self.eat(b':') {
-                                return Err(self.err("':'"));
-                            }
-                            let v = self.value()?;
-                            members.push((k, v));
-                            if self.eat(b'}') {
-                                break;
-                            }
-                            if !self.eat(b',') {
-                                return Err(self.err("',' or '}'"));
-                            }
-                        }
-                    }
-                    Value::Object(members)
-                }
-                Some(b'[') => {
-                    self.i += 1;
-                    let mut items = Vec::new();
-                    if !self.eat(b']') {
-                        loop {
-                            items.push(self.value()?);
-                            if self.eat(b']') {
-                                break;
-                            }
-                            if !self.eat(b',') {
-                                return Err(self.err("',' or ']'"));
-                            }
-                        }
-                    }
-                    Value::Array(items)
-                }
-                Some(b'"') => Value::String(self.string()?),
-                Some(b't') if self.s[self.i..].starts_with(b"true") => {
-                    self.i += 4;
-                    Value::Bool(true)
-                }
-                Some(b'f') if self.s[self.i..].starts_with(b"false") => {
-                    self.i += 5;
-                    Value::Bool(false)
-                }
-                Some(b'n') if self.s[self.i..].starts_with(b"null") => {
-                    self.i += 4;
-                    Value::Null
-                }
-                Some(b'-' | b'0'..=b'9') => {
-                    let start = self.i;
-                    while self.i < self.s.len()
-                        && matches!(
-                            self.s[self.i],
-                            b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'
-                        )
-                    {
-                        self.i += 1;
-                    }
-                    let t = std::str::from_utf8(&self.s[start..self.i]).unwrap_or("");
-                    Value::Number(t.parse().map_err(|_| ParseError {
-                        offset: start,
-                        what: "a number",
-                    })?)
-                }
-                _ => return Err(self.err("a value")),
-            };
-            self.depth -= 1;
-            Ok(v)
-        }
-        fn string(&mut self) -> Result<String, ParseError> {
-            if self.s.get(self.i) != Some(&b'"') {
-                return Err(self.err("a string"));
-            }
-            self.i += 1;
-            let mut out = Vec::new();
-            loop {
-                let Some(&b) = self.s.get(self.i) else {
-                    return Err(self.err("a closing '\"'"));
-                };
-                self.i += 1;
-                match b {
-                    b'"' => break,
-                    b'\\' => {
-                        let Some(&e) = self.s.get(self.i) else {
-                            return Err(self.err("an escape"));
-                        };
-                        self.i += 1;
-                        let c = match e {
-                            b'"' => '"',
-                            b'\\' => '\\',
-                            b'/' => '/',
-                            b'b' => '\u{8}',
-                            b'f' => '\u{c}',
-                            b'n' => '\n',
-                            b'r' => '\r',
-                            b't' => '\t',
-                            b'u' => {
-                                let hi = self.hex4()?;
-                                let cp = if (0xD800..0xDC00).contains(&hi)
-                                    && self.s[self.i..].starts_with(b"\\u")
-                                {
-                                    self.i += 2;
-                                    let lo = self.hex4()?;
-                                    0x10000
-                                        + ((hi - 0xD800) << 10)
-                                        + (lo.wrapping_sub(0xDC00) & 0x3FF)
-                                } else {
-                                    hi
-                                };
-                                char::from_u32(cp).unwrap_or('\u{FFFD}')
-                            }
-                            _ => return Err(self.err("a valid escape")),
-                        };
-                        let mut tmp = [0u8; 4];
-                        out.extend_from_slice(c.encode_utf8(&mut tmp).as_bytes());
-                    }
-                    b if b < 0x20 => return Err(self.err("no control characters in a string")),
-                    b => out.push(b),
-                }
-            }
-            String::from_utf8(out).map_err(|_| self.err("UTF-8"))
-        }
-        fn hex4(&mut self) -> Result<u32, ParseError> {
-            let h = self
-                .s
-                .get(self.i..self.i + 4)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u32::from_str_radix(h, 16).ok())
-                .ok_or(self.err("four hex digits"))?;
-            self.i += 4;
-            Ok(h)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn json_strings_round_trip() {
-        for s in ["plain", "quote \" back \\ nl \n tab \t", "ctl \u{1} é ☃ 𝄞"] {
-            let mut out = String::new();
-            json_str(&mut out, s);
-            assert_eq!(
-                json::parse(&out).unwrap(),
-                json::Value::String(s.into()),
-                "{out}"
-            );
-        }
-    }
-
-    #[test]
-    fn parser_rejects_broken_documents() {
-        for bad in ["", "{", "{\"a\" 1}", "[1,]", "\"open", "{\"a\":1} x", "nul"] {
-            assert!(json::parse(bad).is_err(), "{bad:?} parsed");
-        }
-        let v = json::parse(r#"{"a":[1,2.5,-3e2,true,false,null,"\u00e9\ud834\udd1e"]}"#).unwrap();
-        let a = v.get("a").unwrap().as_array().unwrap();
-        assert_eq!(a[0].as_u64(), Some(1));
-        assert_eq!(a[2], json::Value::Number(-300.0));
-        assert_eq!(a[6].as_str(), Some("é𝄞"));
-    }
 
     #[test]
     fn capped_push_cuts_on_char_boundary() {

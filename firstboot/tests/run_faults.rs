@@ -40,13 +40,22 @@ fn imds_with(fault: impl Fn(&Req) -> Option<Reply> + Send + Sync + 'static) -> S
     })
 }
 
-/// The failure left nothing under /run and never called the service manager.
+/// The failure left nothing under /run but its report (status.json and the failure files,
+/// never the success sentinel) and never called the service manager.
 fn nothing_written(root: &Root) {
-    assert!(
-        root.run_files().is_empty(),
+    assert_eq!(
+        root.run_files(),
+        [
+            "run/cluster-api/bootstrap-failure.reason",
+            "run/kiln/failure",
+            "run/kiln/status.json"
+        ],
         "left behind: {:?}",
         root.run_files()
     );
+    assert!(root
+        .read("run/kiln/status.json")
+        .contains("\"result\":\"failure\""));
     assert!(root.calls("systemctl").is_empty());
 }
 

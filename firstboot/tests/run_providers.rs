@@ -110,7 +110,12 @@ fn aws_imdsv2_end_to_end() {
     assert!(!root.read("run/kiln/kubelet.env").contains(TOKEN));
     assert_eq!(
         root.run_files(),
-        ["run/kiln/bootstrap-kubeconfig", "run/kiln/kubelet.env"]
+        [
+            "run/cluster-api/bootstrap-success.complete",
+            "run/kiln/bootstrap-kubeconfig",
+            "run/kiln/kubelet.env",
+            "run/kiln/status.json"
+        ]
     );
 }
 

@@ -162,9 +162,20 @@ pub struct Outcome {
 }
 
 /// Runs the real binary with `--root` and `args`. A console file inside the root keeps
-/// the run away from the machine's real console.
+/// the run away from the machine's real console. kubelet is played by a stand-in that is
+/// already healthy (a loopback `/healthz` answering `ok`) and joined (its client certificate
+/// in place), so runs that start kubelet get through the wait phases; the reporting tests
+/// (`report_*.rs`) act out the failures.
 pub fn firstboot(root: &Root, args: &[&str]) -> Outcome {
     let console = root.path("console.log");
+    let healthz = Server::start(|_| ok("ok"));
+    let cert = "var/lib/kubelet/pki/kubelet-client-current.pem";
+    if !root.exists(cert) {
+        root.write(
+            cert,
+            "-----BEGIN CERTIFICATE-----\nMIIBstandin\n-----END CERTIFICATE-----\n",
+        );
+    }
     let started = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_kiln-firstboot"))
         .arg("run")
@@ -172,6 +183,8 @@ pub fn firstboot(root: &Root, args: &[&str]) -> Outcome {
         .arg(&root.dir)
         .arg("--console")
         .arg(&console)
+        .arg("--healthz-url")
+        .arg(format!("{}/healthz", healthz.url))
         .args(args)
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
