@@ -340,10 +340,12 @@ async fn fetch_one(
         for url in urls {
             match fetch_url(client, store, &expect, &url, opts, reporter, transferred).await {
                 Ok(resumed) => {
+                    let len =
+                        std::fs::metadata(store.blob_path(&a.sha256)).map_or(a.size, |m| m.len());
                     reporter.event(&Event::Done {
                         id: id.clone(),
                         source: url,
-                        transferred: a.size - resumed,
+                        transferred: len.saturating_sub(resumed),
                         resumed,
                     });
                     return Ok(Outcome {
@@ -510,7 +512,8 @@ async fn attempt_once(
 ) -> Result<(), AttemptError> {
     let size = partial.expect().size;
     let id = partial.expect().what.clone();
-    if partial.len() == size {
+    let exact = partial.expect().exact;
+    if exact && partial.len() == size {
         // Everything is here already; the commit will check it.
         return Ok(());
     }
@@ -586,7 +589,7 @@ async fn attempt_once(
             Some(Err(e)) => return Err(classify_reqwest(url, &e)),
         }
     }
-    if partial.len() < size {
+    if exact && partial.len() < size {
         return Err(AttemptError::Transient(format!(
             "{url}: the response ended after {} of {size} bytes",
             partial.len()

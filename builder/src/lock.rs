@@ -15,6 +15,13 @@ use crate::sign::{self, SignError, Trust, Verified};
 /// The lock format version this kiln reads and writes.
 pub const LOCK_VERSION: u32 = 1;
 
+/// The most bytes kiln accepts for an artifact whose lock entry records no size.
+pub const MAX_UNSIZED: u64 = 4 << 30;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// Target operating system of an artifact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -153,7 +160,10 @@ pub struct Artifact {
     /// Extra upstream URLs holding the same bytes, tried after `url`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<String>,
-    /// Exact size in bytes.
+    /// Exact size in bytes; `0` (or absent in the file) when the author could not record it.
+    /// The sha256 still binds the bytes; downloads of unsized artifacts are capped at
+    /// [`MAX_UNSIZED`].
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub size: u64,
     /// Lowercase hex sha256 of the download.
     pub sha256: String,
@@ -173,6 +183,11 @@ impl Artifact {
     /// Every URL this artifact may be downloaded from upstream, in order.
     pub fn upstream_urls(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.url.as_str()).chain(self.sources.iter().map(String::as_str))
+    }
+
+    /// The recorded size, if the author recorded one.
+    pub fn known_size(&self) -> Option<u64> {
+        (self.size > 0).then_some(self.size)
     }
 
     /// The last path segment of the upstream URL (the download's file name).
@@ -397,9 +412,6 @@ fn validate(a: &Artifact, index: usize, path: &Path) -> Result<(), LockError> {
             return Err(bad(field, "an http(s) URL ending in a file name", u));
         }
     }
-    if a.size == 0 {
-        return Err(bad("size", "a size in bytes greater than 0", "0"));
-    }
     if !is_sha256_hex(&a.sha256) {
         return Err(bad("sha256", "64 lowercase hex digits", &a.sha256));
     }
@@ -484,7 +496,7 @@ members = [{ from = "runc.amd64", to = "bin/runc" }]
     #[test]
     fn bad_locks_name_the_field() {
         let cases: &[(&str, &str, &str)] = &[
-            ("size = 10", "size = 0", "`size`"),
+            ("size = 10", "size = -1", "invalid value"),
             ("sha256 = \"0000", "sha256 = \"X000", "`sha256`"),
             (
                 "os = \"linux\"",

@@ -217,7 +217,8 @@ impl Mirror {
         let (found, size) = self.store.rehash(name)?;
         let size_ok = lock
             .and_then(|l| l.artifacts.iter().find(|a| a.sha256 == name))
-            .is_none_or(|a| a.size == size);
+            .and_then(|a| a.known_size())
+            .is_none_or(|known| known == size);
         let ok = found == name && size_ok;
         let mut quarantined = None;
         if !ok {
@@ -279,17 +280,21 @@ impl Mirror {
             }
             let p = self.store.blob_path(&a.sha256);
             let f = std::fs::File::open(&p).map_err(io("opening", &p))?;
+            let len = match a.known_size() {
+                Some(n) => n,
+                None => f.metadata().map_err(io("reading", &p))?.len(),
+            };
             let mut h = tar::Header::new_gnu();
-            h.set_size(a.size);
+            h.set_size(len);
             h.set_mode(0o644);
             h.set_mtime(0);
             h.set_uid(0);
             h.set_gid(0);
             h.set_entry_type(tar::EntryType::Regular);
             // Limit to the lock's size so a blob grown on disk cannot smuggle extra bytes.
-            tar.append_data(&mut h, format!("blobs/sha256/{}", a.sha256), f.take(a.size))
+            tar.append_data(&mut h, format!("blobs/sha256/{}", a.sha256), f.take(len))
                 .map_err(io("writing pack", out))?;
-            total += a.size;
+            total += len;
         }
         let enc = tar.into_inner().map_err(io("finishing tar in", out))?;
         let tmp = enc.finish().map_err(io("finishing zstd in", out))?;

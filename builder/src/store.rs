@@ -81,8 +81,10 @@ fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> StoreE
 pub struct Expect {
     /// Lowercase hex sha256.
     pub sha256: String,
-    /// Exact size in bytes.
+    /// Size in bytes: exact when `exact`, otherwise only an upper bound.
     pub size: u64,
+    /// Whether `size` is the exact size (false for lock entries that record no size).
+    pub exact: bool,
     /// The artifact id or file, for messages.
     pub what: String,
 }
@@ -92,7 +94,8 @@ impl Expect {
     pub fn for_artifact(a: &Artifact) -> Expect {
         Expect {
             sha256: a.sha256.clone(),
-            size: a.size,
+            size: a.known_size().unwrap_or(crate::lock::MAX_UNSIZED),
+            exact: a.known_size().is_some(),
             what: a.id(),
         }
     }
@@ -403,7 +406,7 @@ impl Partial {
     /// Checks size and digest, fsyncs, and renames into place. On a digest mismatch the partial
     /// is emptied (its bytes are wrong, resuming them would be pointless).
     pub fn commit(mut self) -> Result<PathBuf, StoreError> {
-        if self.len < self.expect.size {
+        if self.expect.exact && self.len < self.expect.size {
             return Err(StoreError::TooShort {
                 what: self.expect.what.clone(),
                 expected: self.expect.size,
@@ -519,6 +522,7 @@ mod tests {
         Expect {
             sha256: hex::encode(Sha256::digest(bytes)),
             size: bytes.len() as u64,
+            exact: true,
             what: "t".into(),
         }
     }

@@ -373,3 +373,22 @@ fn cli_fetch_exit_codes() {
         "the directory mirror had everything"
     );
 }
+
+#[test]
+fn unsized_entries_are_bound_by_their_hash() {
+    let mut s = setup(1, 120_000);
+    let text = lock_text(&format!("{}/dl", s.server.base()), &s.arts);
+    let text: String = text
+        .lines()
+        .filter(|l| !l.starts_with("size ="))
+        .collect::<Vec<_>>()
+        .join("\n");
+    s.lock = Lock::parse(&text, std::path::Path::new("unsized.lock")).unwrap();
+    assert_eq!(s.lock.artifacts[0].known_size(), None);
+    s.server.fault("/dl/art0.bin", Fault::TruncateAfter(40_000));
+    s.server.fault("/dl/art0.bin", Fault::WrongBytes);
+    let err = fetch(&s, &[Source::Upstream], &opts()).unwrap_err();
+    assert!(err.to_string().contains("expected sha256"), "{err}");
+    fetch(&s, &[Source::Upstream], &opts()).unwrap();
+    assert_all_present(&s);
+}

@@ -35,7 +35,7 @@ fn good_signature_verifies() {
     assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
-        out.contains("signed by key") && out.contains("2 artifacts, 3000 bytes"),
+        out.contains("signed by key") && out.contains("2 artifacts, 3000 bytes recorded"),
         "{out}"
     );
 
@@ -241,4 +241,30 @@ fn inspect_real_elf_and_built_pe() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["info"]["format"], "pe");
     assert_eq!(v["info"]["subsystem"], "console");
+}
+
+/// The committed lock stays signed by the embedded release key and valid.
+#[test]
+fn the_real_lock_verifies_with_the_embedded_key() {
+    let lock = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../images/artifacts.lock");
+    let o = run(kiln().args(["lock", "verify"]).arg(&lock));
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    let l = kiln::lock::Lock::load_unverified(&lock).unwrap();
+    use kiln::lock::{Arch, Os};
+    for (name, os, arch) in [
+        ("kubelet", Os::Linux, Arch::Amd64),
+        ("kubelet", Os::Linux, Arch::Arm64),
+        ("kubeadm", Os::Linux, Arch::Amd64),
+        ("kubectl", Os::Windows, Arch::Amd64),
+        ("containerd", Os::Linux, Arch::Arm64),
+        ("containerd", Os::Windows, Arch::Amd64),
+        ("runc", Os::Linux, Arch::Amd64),
+        ("cni-plugins", Os::Linux, Arch::Amd64),
+        ("crictl", Os::Linux, Arch::Arm64),
+    ] {
+        let a = l
+            .find(name, os, arch)
+            .unwrap_or_else(|| panic!("{name} {os}/{arch} missing"));
+        assert!(a.verified.contains("sha256"), "{}", a.id());
+    }
 }

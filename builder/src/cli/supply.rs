@@ -193,12 +193,18 @@ fn lock_verify(a: LockVerifyArgs, global: &Global) -> anyhow::Result<ExitCode> {
             })
         );
     } else if !global.quiet {
+        let unsized_ = lock
+            .artifacts
+            .iter()
+            .filter(|x| x.known_size().is_none())
+            .count();
         println!(
-            "ok: {} {}; {} artifacts, {} bytes",
+            "ok: {} {}; {} artifacts, {} bytes recorded ({} without a recorded size)",
             a.lock.display(),
             describe(&verified),
             lock.artifacts.len(),
-            lock.total_size()
+            lock.total_size(),
+            unsized_
         );
     }
     Ok(ExitCode::SUCCESS)
