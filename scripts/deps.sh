@@ -17,7 +17,7 @@ base=(
   systemd systemd-container
   hyperfine valgrind time
   minisign openssl
-  cloud-init
+  cloud-init ignition            # real validators of `kiln render` output (docs/render.md)
   busybox-static cpio kmod e2fsprogs
   musl-tools
 )

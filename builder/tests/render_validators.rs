@@ -92,8 +92,15 @@ fn real_cloud_init_writes_exactly_the_rendered_files() {
     let (dir, files) = node_files("kubeadm");
     let files = awkward_files(files);
     for gzip in [false, true] {
-        let payload =
-            render::render_payload(&files, Provisioner::CloudInit, RenderOptions { gzip }).unwrap();
+        let payload = render::render_payload(
+            &files,
+            Provisioner::CloudInit,
+            RenderOptions {
+                gzip,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         assert_eq!(payload.starts_with(&[0x1f, 0x8b]), gzip);
         let ud = dir.path().join(format!("ud-{gzip}"));
         std::fs::write(&ud, &payload).unwrap();
@@ -159,8 +166,15 @@ fn ignition_output_passes_the_published_3_4_schema() {
     let (_dir, files) = node_files("kubelet");
     for gzip in [false, true] {
         let files = awkward_files(files.clone());
-        let payload =
-            render::render_payload(&files, Provisioner::Ignition, RenderOptions { gzip }).unwrap();
+        let payload = render::render_payload(
+            &files,
+            Provisioner::Ignition,
+            RenderOptions {
+                gzip,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let config: Value = serde_json::from_slice(&payload).unwrap();
         let errors: Vec<String> = validator
             .iter_errors(&config)
@@ -207,4 +221,98 @@ fn vendored_schema_is_the_upstream_file() {
         readme.contains(&sum),
         "README.md does not record sha256 {sum}"
     );
+}
+
+/// Debian 12's Ignition (2.14, package `ignition`): its validator and its real engine.
+const IGNITION: &str = "/usr/lib/dracut/modules.d/30ignition/ignition";
+const IGNITION_VALIDATE: &str = "/usr/bin/ignition-validate";
+
+fn render_cli_ignition(dir: &Path, spec: &str, gzip: bool) -> std::path::PathBuf {
+    let out = dir.join(format!("config-{spec}-{gzip}.ign"));
+    let mut cmd = kiln();
+    cmd.args([
+        "--quiet",
+        "render",
+        "-p",
+        "ignition",
+        "--ignition-spec",
+        spec,
+    ])
+    .arg(dir.join("node.toml"))
+    .arg("-o")
+    .arg(&out);
+    if gzip {
+        cmd.arg("--gzip");
+    }
+    run(&mut cmd);
+    out
+}
+
+#[test]
+fn real_ignition_validates_and_writes_the_rendered_files() {
+    let (dir, files) = node_files("kubeadm");
+    let d = dir.path();
+    // Ignition 2.14 reads spec 3.3.0 at most: it refuses 3.4.0, which is why
+    // --ignition-spec 3.3.0 exists; everything else in the config is the same.
+    let v34 = render_cli_ignition(d, "3.4.0", false);
+    let out = Command::new(IGNITION_VALIDATE)
+        .arg(&v34)
+        .output()
+        .expect("ignition is installed by scripts/deps.sh");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unsupported config version"));
+
+    // A no-op stand-in for SELinux's `setfiles`: Debian builds Ignition with relabelling on,
+    // and the temp sysroot has no policy to relabel with. Everything else is real Ignition.
+    let bin = d.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::write(bin.join("setfiles"), "#!/bin/sh\ncat >/dev/null\n").unwrap();
+    std::fs::set_permissions(
+        bin.join("setfiles"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+
+    for gzip in [false, true] {
+        let config = render_cli_ignition(d, "3.3.0", gzip);
+        let out = run(Command::new(IGNITION_VALIDATE).arg(&config));
+        assert!(
+            out.stdout.is_empty() && out.stderr.is_empty(),
+            "warnings: {out:?}"
+        );
+
+        let work = d.join(format!("ign-{gzip}"));
+        let sysroot = work.join("sysroot");
+        std::fs::create_dir_all(sysroot.join("etc/selinux")).unwrap();
+        std::fs::write(
+            sysroot.join("etc/selinux/config"),
+            "SELINUX=disabled\nSELINUXTYPE=targeted\n",
+        )
+        .unwrap();
+        let common = |stage: &str| {
+            let mut c = Command::new(IGNITION);
+            c.env("IGNITION_CONFIG_FILE", &config)
+                .env("PATH", &path)
+                .args(["-platform", "file", "-log-to-stdout", "-stage", stage])
+                .arg("-root")
+                .arg(&sysroot)
+                .arg("-config-cache")
+                .arg(work.join("ignition.json"))
+                .arg("-state-file")
+                .arg(work.join("state"))
+                .arg("-neednet")
+                .arg(work.join("neednet"));
+            c
+        };
+        run(&mut common("fetch-offline"));
+        let out = run(&mut common("files"));
+        let log = String::from_utf8_lossy(&out.stdout);
+        assert!(log.contains("Ignition finished successfully"), "{log}");
+        assert_eq!(files::read_tree(&sysroot).unwrap(), files, "gzip={gzip}");
+    }
 }

@@ -60,6 +60,9 @@ pub struct RenderArgs {
     /// Compress: the whole user data (cloud-init, windows/cloudbase-init) or each file (ignition).
     #[arg(long)]
     pub gzip: bool,
+    /// Ignition config spec version: 3.4.0 (Ignition 2.15+) or 3.3.0 (Ignition 2.11 to 2.14).
+    #[arg(long, value_name = "VERSION", default_value = "3.4.0", value_parser = ["3.4.0", "3.3.0"])]
+    pub ignition_spec: String,
     /// Read user data (a file, `-` for stdin, or a `files` directory) back and list the
     /// /etc/kiln/ files it would write; fails if they break the node contract.
     #[arg(long, value_name = "FILE|DIR", conflicts_with_all = ["node", "provisioner", "output", "gzip"])]
@@ -97,8 +100,15 @@ pub fn run(args: RenderArgs, global: &Global) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    let payload =
-        render::render_payload(&node_files, provisioner, RenderOptions { gzip: args.gzip })?;
+    let ignition_spec = match args.ignition_spec.as_str() {
+        "3.3.0" => render::ignition::Spec::V3_3,
+        _ => render::ignition::Spec::V3_4,
+    };
+    let options = RenderOptions {
+        gzip: args.gzip,
+        ignition_spec,
+    };
+    let payload = render::render_payload(&node_files, provisioner, options)?;
     match &args.output {
         Some(path) if path.as_os_str() != "-" => {
             render::write_atomic(path, &payload, render::SECRET_MODE)?;
@@ -117,7 +127,16 @@ pub fn run(args: RenderArgs, global: &Global) -> anyhow::Result<ExitCode> {
         // Keep stdout clean for the payload when it went there.
         let to_stdout = args.output.as_ref().is_some_and(|p| p.as_os_str() != "-");
         let gzipped_len = (!args.gzip && provisioner.accepts_gzip())
-            .then(|| render::render_payload(&node_files, provisioner, RenderOptions { gzip: true }))
+            .then(|| {
+                render::render_payload(
+                    &node_files,
+                    provisioner,
+                    RenderOptions {
+                        gzip: true,
+                        ..options
+                    },
+                )
+            })
             .transpose()?
             .map(|p| p.len());
         let mut report = Vec::new();

@@ -6,12 +6,30 @@ use serde_json::{json, Value};
 
 use super::{NodeFile, RenderError, LINUX_DIR};
 
-/// The Ignition config spec version kiln writes (Flatcar and Fedora CoreOS read it).
-pub const SPEC_VERSION: &str = "3.4.0";
+/// The Ignition config spec versions kiln writes. What kiln uses (files as data: URLs with
+/// mode, owner and gzip compression, one directory) means the same in both.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Spec {
+    /// Spec 3.4.0, read by Ignition 2.15 and later (the default).
+    #[default]
+    V3_4,
+    /// Spec 3.3.0, for Ignition 2.11 to 2.14 (e.g. Debian 12's `ignition` package).
+    V3_3,
+}
+
+impl Spec {
+    /// The `ignition.version` string.
+    pub fn version(self) -> &'static str {
+        match self {
+            Spec::V3_4 => "3.4.0",
+            Spec::V3_3 => "3.3.0",
+        }
+    }
+}
 
 /// Renders the Ignition config. With `gzip`, each file's contents are compressed when that
 /// makes them smaller (`contents.compression: "gzip"`).
-pub fn render(files: &[NodeFile], gzip: bool) -> Vec<u8> {
+pub fn render(files: &[NodeFile], gzip: bool, spec: Spec) -> Vec<u8> {
     let root = json!({"id": 0});
     let entries: Vec<Value> = files
         .iter()
@@ -38,7 +56,7 @@ pub fn render(files: &[NodeFile], gzip: bool) -> Vec<u8> {
         })
         .collect();
     let config = json!({
-        "ignition": {"version": SPEC_VERSION},
+        "ignition": {"version": spec.version()},
         "storage": {
             "directories": [{"path": LINUX_DIR, "mode": 0o755, "user": root, "group": root}],
             "files": entries,
@@ -219,7 +237,8 @@ mod tests {
             mode: 0o644,
             contents: "KEY=value\n".repeat(50).into_bytes(),
         };
-        let out = String::from_utf8(render(&[small.clone(), big.clone()], true)).unwrap();
+        let out =
+            String::from_utf8(render(&[small.clone(), big.clone()], true, Spec::V3_4)).unwrap();
         assert_eq!(out.matches("\"compression\":\"gzip\"").count(), 1, "{out}");
         let (files, notes) = parse(&out, "x").unwrap();
         assert_eq!(files, vec![small, big]);

@@ -90,7 +90,7 @@ impl fmt::Debug for NodeFile {
 pub enum Provisioner {
     /// `#cloud-config` user data with `write_files` only.
     CloudInit,
-    /// An Ignition v3.4.0 config with `storage.files` as data URLs.
+    /// An Ignition spec 3.4.0 (or 3.3.0) config with `storage.files` as data URLs.
     Ignition,
     /// PowerShell user data (cloudbase-init, EC2Launch) writing under `C:\ProgramData\kiln\`.
     Windows,
@@ -144,6 +144,8 @@ impl fmt::Display for Provisioner {
 pub struct RenderOptions {
     /// Compress: the whole user data (cloud-init, Windows) or each file (Ignition).
     pub gzip: bool,
+    /// The Ignition spec version to write (ignored by the other provisioners).
+    pub ignition_spec: ignition::Spec,
 }
 
 /// Errors of rendering and of reading user data back.
@@ -200,7 +202,7 @@ pub fn render_payload(
 ) -> Result<Vec<u8>, RenderError> {
     let payload = match provisioner {
         Provisioner::CloudInit => cloudinit::render(files),
-        Provisioner::Ignition => ignition::render(files, options.gzip),
+        Provisioner::Ignition => ignition::render(files, options.gzip, options.ignition_spec),
         Provisioner::Windows => windows::render(files),
         Provisioner::Files => return Err(RenderError::NotAPayload),
     };
