@@ -19,9 +19,10 @@ pub const KVP_KEY_SIZE: usize = 512;
 pub const KVP_VALUE_SIZE: usize = 2048;
 /// One record: key then value.
 pub const KVP_RECORD_SIZE: usize = KVP_KEY_SIZE + KVP_VALUE_SIZE;
-/// The part of a value the Azure host reads back (cloud-init's `HV_KVP_AZURE_MAX_VALUE_SIZE`);
-/// longer values are split into `KEY|0`, `KEY|1`, … records.
-pub const KVP_AZURE_VALUE_SIZE: usize = 1024;
+/// The most of a value the Azure host reads back: cloud-init's `HV_KVP_AZURE_MAX_VALUE_SIZE`
+/// is 1024, azure-init's 1022 (511 UTF-16 units and a NUL); kiln keeps to the smaller.
+/// Longer values are split into `KEY|0`, `KEY|1`, … records.
+pub const KVP_AZURE_VALUE_SIZE: usize = 1022;
 /// The KVP key kiln writes (and the prefix of its chunk keys).
 pub const KVP_KEY: &str = "KILN_STATUS";
 
@@ -173,7 +174,7 @@ pub fn kvp_chunks(value: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let mut rest = value;
     while !rest.is_empty() {
-        let mut end = rest.len().min(KVP_AZURE_VALUE_SIZE - 1);
+        let mut end = rest.len().min(KVP_AZURE_VALUE_SIZE);
         while !rest.is_char_boundary(end) {
             end -= 1;
         }
