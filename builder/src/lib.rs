@@ -3,8 +3,10 @@
 //! The library holds every piece so tests and benchmarks can call it directly; the `kiln`
 //! binary is a thin command line on top (see [`cli`]).
 
+pub mod bake;
 pub mod cli;
 pub mod fetch;
+pub mod image_def;
 pub mod inspect;
 pub mod lock;
 pub mod mirror;

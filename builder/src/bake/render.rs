@@ -1,0 +1,369 @@
+//! Renders the small text files of a layer from an image definition: `image.env`,
+//! `max-pods.map`, the kubelet config, sysctl.d, modules-load.d, containerd's config and
+//! `hosts.toml` files, the sysext release file and the sysupdate transfer file.
+//! Pure functions: same definition, same bytes.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::image_def::{Arch, CgroupDriver, ImageDef, Os, Registry};
+
+/// `image.env` (contract: `/usr/lib/kiln/image.env`). `versions` maps env keys such as
+/// `CONTAINERD_VERSION` to artifact versions.
+pub fn image_env(
+    def: &ImageDef,
+    arch: Arch,
+    image_id: &str,
+    versions: &BTreeMap<String, String>,
+) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# Written by kiln bake; see docs/contract.md. Do not edit."
+    );
+    let _ = writeln!(s, "KILN_CONTRACT={}", crate::cli::CONTRACT_VERSION);
+    let _ = writeln!(s, "KILN_IMAGE_ID={image_id}");
+    let _ = writeln!(s, "KILN_IMAGE_NAME={}", def.name);
+    let _ = writeln!(s, "KILN_VERSION={}", env!("CARGO_PKG_VERSION"));
+    let _ = writeln!(s, "KILN_OS={}", def.os);
+    let _ = writeln!(s, "KILN_ARCH={arch}");
+    let _ = writeln!(s, "KUBERNETES_VERSION={}", def.kubernetes.version);
+    for (k, v) in versions {
+        if k != "KUBERNETES_VERSION" {
+            let _ = writeln!(s, "{k}={v}");
+        }
+    }
+    let _ = writeln!(s, "KUBELET_UNIT=kubelet.service");
+    let _ = writeln!(s, "CONTAINERD_UNIT=containerd.service");
+    let cfg = match def.os {
+        Os::Linux => "/usr/lib/kiln/kubelet-config.yaml",
+        Os::Windows => "C:/k/kiln/kubelet-config.yaml",
+    };
+    let _ = writeln!(s, "KUBELET_CONFIG={cfg}");
+    let endpoint = match def.os {
+        Os::Linux => "unix:///run/containerd/containerd.sock",
+        Os::Windows => "npipe:////./pipe/containerd-containerd",
+    };
+    let _ = writeln!(s, "CONTAINER_RUNTIME_ENDPOINT={endpoint}");
+    let _ = writeln!(s, "DEFAULT_MAX_PODS={}", def.kubernetes.default_max_pods);
+    let _ = writeln!(s, "KILN_DEADLINE={}", def.kubernetes.deadline);
+    s
+}
+
+/// `max-pods.map`: `instance-type pods`, sorted by instance type.
+pub fn max_pods_map(def: &ImageDef) -> String {
+    let mut s = String::from("# instance-type pods\n");
+    for (t, n) in &def.max_pods {
+        let _ = writeln!(s, "{t} {n}");
+    }
+    s
+}
+
+/// The default `KubeletConfiguration`. Node-specific values (cluster DNS, node IP, max pods)
+/// are flags that kiln-firstboot adds; this file holds what is decided at build time.
+pub fn kubelet_config(def: &ImageDef) -> String {
+    let driver = match def.kubernetes.cgroup_driver {
+        CgroupDriver::Systemd => "systemd",
+        CgroupDriver::Cgroupfs => "cgroupfs",
+    };
+    let (ca, endpoint) = match def.os {
+        Os::Linux => ("/etc/kiln/ca.crt", "unix:///run/containerd/containerd.sock"),
+        Os::Windows => (
+            "C:/ProgramData/kiln/ca.crt",
+            "npipe:////./pipe/containerd-containerd",
+        ),
+    };
+    format!(
+        "\
+# Written by kiln bake; /etc/kiln/kubelet-config.yaml replaces it (docs/contract.md).
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: {ca}
+authorization:
+  mode: Webhook
+cgroupDriver: {driver}
+clusterDomain: {domain}
+containerRuntimeEndpoint: {endpoint}
+rotateCertificates: true
+serverTLSBootstrap: true
+readOnlyPort: 0
+protectKernelDefaults: false
+",
+        domain = def.kubernetes.cluster_domain,
+    )
+}
+
+/// `/usr/lib/sysctl.d/90-kiln.conf`, sorted by key.
+pub fn sysctl_conf(def: &ImageDef) -> String {
+    let mut s = String::from("# Written by kiln bake from the image definition's [sysctl].\n");
+    for (k, v) in &def.sysctl {
+        let _ = writeln!(s, "{k} = {v}");
+    }
+    s
+}
+
+/// `/usr/lib/modules-load.d/kiln.conf`, in definition order.
+pub fn modules_conf(def: &ImageDef) -> String {
+    let mut s = String::from("# Written by kiln bake from the image definition's modules.\n");
+    for m in &def.modules {
+        let _ = writeln!(s, "{m}");
+    }
+    s
+}
+
+/// Where containerd reads per-registry `hosts.toml` files on the node.
+pub const CERTS_DIR: &str = "/usr/lib/kiln/containerd/certs.d";
+
+/// containerd's `config.toml`. containerd 2.x reads config version 3 (new CRI plugin
+/// names); 1.x reads version 2; the layer's containerd version decides.
+pub fn containerd_config(def: &ImageDef, containerd_version: Option<&str>) -> String {
+    let systemd = def.kubernetes.cgroup_driver == CgroupDriver::Systemd;
+    let major = containerd_version
+        .and_then(|v| v.trim_start_matches('v').split('.').next())
+        .and_then(|m| m.parse::<u32>().ok())
+        .unwrap_or(2);
+    let sandbox = &def.containerd.sandbox_image;
+    if major >= 2 {
+        format!(
+            "\
+# Written by kiln bake for containerd {ver} (config version 3).
+version = 3
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = 'overlayfs'
+
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = '{sandbox}'
+
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = '{CERTS_DIR}'
+
+[plugins.'io.containerd.cri.v1.runtime'.cni]
+  bin_dirs = ['/usr/libexec/cni']
+  conf_dir = '/etc/cni/net.d'
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+  runtime_type = 'io.containerd.runc.v2'
+
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+    BinaryName = '/usr/bin/runc'
+    SystemdCgroup = {systemd}
+",
+            ver = containerd_version.unwrap_or("2.x"),
+        )
+    } else {
+        format!(
+            "\
+# Written by kiln bake for containerd {ver} (config version 2).
+version = 2
+
+[plugins.'io.containerd.grpc.v1.cri']
+  sandbox_image = '{sandbox}'
+
+  [plugins.'io.containerd.grpc.v1.cri'.cni]
+    bin_dir = '/usr/libexec/cni'
+    conf_dir = '/etc/cni/net.d'
+
+  [plugins.'io.containerd.grpc.v1.cri'.containerd]
+    snapshotter = 'overlayfs'
+
+    [plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.runc]
+      runtime_type = 'io.containerd.runc.v2'
+
+      [plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.runc.options]
+        BinaryName = '/usr/bin/runc'
+        SystemdCgroup = {systemd}
+
+  [plugins.'io.containerd.grpc.v1.cri'.registry]
+    config_path = '{CERTS_DIR}'
+",
+            ver = containerd_version.unwrap_or("1.x"),
+        )
+    }
+}
+
+/// One registry's `hosts.toml`. `ca_files` are the node paths of its CA files.
+pub fn hosts_toml(reg: &Registry, ca_files: &[String]) -> String {
+    let server = reg
+        .server
+        .clone()
+        .unwrap_or_else(|| match reg.host.as_str() {
+            // Docker Hub's API lives on another name than its image references use.
+            "docker.io" => "https://registry-1.docker.io".into(),
+            h => format!("https://{h}"),
+        });
+    let mut s = format!(
+        "# Written by kiln bake from [[containerd.registry]] host = \"{}\".\nserver = \"{server}\"\n",
+        reg.host
+    );
+    let ca = if ca_files.is_empty() {
+        String::new()
+    } else {
+        let list: Vec<String> = ca_files.iter().map(|c| format!("\"{c}\"")).collect();
+        format!("  ca = [{}]\n", list.join(", "))
+    };
+    for m in &reg.mirrors {
+        let _ = write!(
+            s,
+            "\n[host.\"{m}\"]\n  capabilities = [\"pull\", \"resolve\"]\n{ca}"
+        );
+    }
+    if !ca.is_empty() {
+        let _ = write!(
+            s,
+            "\n[host.\"{server}\"]\n  capabilities = [\"pull\", \"resolve\"]\n{ca}"
+        );
+    }
+    s
+}
+
+/// `extension-release.<name>` for a sysext.
+pub fn extension_release(def: &ImageDef, arch: Arch) -> Option<String> {
+    let sx = def.sysext.as_ref()?;
+    let mut s = format!("ID={}\n", sx.id);
+    if let Some(l) = &sx.sysext_level {
+        let _ = writeln!(s, "SYSEXT_LEVEL={l}");
+    }
+    if let Some(v) = &sx.version_id {
+        let _ = writeln!(s, "VERSION_ID={v}");
+    }
+    let _ = writeln!(s, "ARCHITECTURE={}", arch.systemd_name());
+    let _ = writeln!(s, "EXTENSION_RELOAD_MANAGER=1");
+    Some(s)
+}
+
+/// The file name of a sysext image: `<name>-<kubernetes version>-<systemd arch>.raw`, the
+/// pattern the sysupdate transfer file matches with `@v`.
+pub fn sysext_file_name(def: &ImageDef, arch: Arch) -> Option<String> {
+    let sx = def.sysext.as_ref()?;
+    Some(format!(
+        "{}-{}-{}.raw",
+        sx.name,
+        def.kubernetes.version,
+        arch.systemd_name()
+    ))
+}
+
+/// The systemd-sysupdate transfer file (`/etc/sysupdate.<name>.d/<name>.conf` on the node).
+pub fn sysupdate_transfer(def: &ImageDef, arch: Arch) -> Option<String> {
+    let sx = def.sysext.as_ref()?;
+    let minor: String = {
+        let v = def.kubernetes.version.as_str();
+        let parts: Vec<&str> = v.split('.').collect();
+        if parts.len() >= 2 {
+            format!("{}.{}.", parts[0], parts[1])
+        } else {
+            String::new()
+        }
+    };
+    Some(format!(
+        "\
+# Written by kiln bake. Updates {name} within Kubernetes {minor}x from {url}
+# (SHA256SUMS there lists the images; see docs/bake.md).
+[Transfer]
+Verify=false
+
+[Source]
+Type=url-file
+Path={url}
+MatchPattern={name}-{minor}@v-{arch}.raw
+
+[Target]
+InstancesMax=3
+Type=regular-file
+Path=/opt/extensions/{name}
+CurrentSymlink=/etc/extensions/{name}.raw
+",
+        name = sx.name,
+        url = sx.update_url,
+        arch = arch.systemd_name(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn def(extra: &str) -> ImageDef {
+        let text = format!(
+            "name = \"t\"\nos = \"linux\"\narch = [\"amd64\"]\nformats = [\"sysext\"]\n\
+             [kubernetes]\nversion = \"v1.34.2\"\n[[artifact]]\nname = \"kubelet\"\n\
+             [sysext]\nname = \"kubernetes\"\nid = \"flatcar\"\nsysext_level = \"1.0\"\n\
+             update_url = \"https://example.com/ext/\"\n{extra}"
+        );
+        ImageDef::parse(&text, Path::new("t.toml")).unwrap()
+    }
+
+    #[test]
+    fn containerd_config_follows_the_containerd_major_version() {
+        let d = def("");
+        let cases: &[(Option<&str>, &str, &str)] = &[
+            (
+                Some("1.6.20"),
+                "version = 2",
+                "sandbox_image = 'registry.k8s.io/pause:3.10'",
+            ),
+            (Some("v1.7.24"), "version = 2", "SystemdCgroup = true"),
+            (
+                Some("2.1.5"),
+                "version = 3",
+                "sandbox = 'registry.k8s.io/pause:3.10'",
+            ),
+            (None, "version = 3", "bin_dirs = ['/usr/libexec/cni']"),
+        ];
+        for (ver, a, b) in cases {
+            let c = containerd_config(&d, *ver);
+            assert!(c.contains(a) && c.contains(b), "{ver:?}:\n{c}");
+            toml::from_str::<toml::Value>(&c).unwrap();
+        }
+    }
+
+    #[test]
+    fn hosts_toml_lists_mirrors_then_server_with_cas() {
+        let d = def(
+            "[[containerd.registry]]\nhost = \"docker.io\"\nmirrors = [\"https://m1.example\", \"http://m2.example:5000\"]\n",
+        );
+        let r = &d.containerd.registries[0];
+        let t = hosts_toml(
+            r,
+            &["/usr/lib/kiln/containerd/certs.d/docker.io/ca-0.crt".into()],
+        );
+        let v: toml::Value = toml::from_str(&t).unwrap();
+        assert_eq!(v["server"].as_str(), Some("https://registry-1.docker.io"));
+        let hosts = v["host"].as_table().unwrap();
+        assert!(hosts.contains_key("https://m1.example"));
+        assert!(hosts.contains_key("http://m2.example:5000"));
+        assert_eq!(
+            hosts["https://m1.example"]["ca"][0].as_str(),
+            Some("/usr/lib/kiln/containerd/certs.d/docker.io/ca-0.crt")
+        );
+        assert!(t.find("m1.example").unwrap() < t.find("m2.example").unwrap());
+    }
+
+    #[test]
+    fn sysext_release_and_transfer() {
+        let d = def("");
+        let r = extension_release(&d, Arch::Arm64).unwrap();
+        assert_eq!(
+            r,
+            "ID=flatcar\nSYSEXT_LEVEL=1.0\nARCHITECTURE=arm64\nEXTENSION_RELOAD_MANAGER=1\n"
+        );
+        assert_eq!(
+            sysext_file_name(&d, Arch::Amd64).unwrap(),
+            "kubernetes-v1.34.2-x86-64.raw"
+        );
+        let t = sysupdate_transfer(&d, Arch::Amd64).unwrap();
+        assert!(
+            t.contains("MatchPattern=kubernetes-v1.34.@v-x86-64.raw"),
+            "{t}"
+        );
+        assert!(t.contains("Path=https://example.com/ext/"), "{t}");
+    }
+}

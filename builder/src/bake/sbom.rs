@@ -1,0 +1,170 @@
+//! The SBOM of a layer: SPDX 2.3 JSON. One package per artifact (with its upstream URL,
+//! version and download sha256), one package for the layer, and every regular file with its
+//! SHA1 (SPDX requires it) and sha256, linked to the artifact it came from.
+
+use std::io::Read;
+
+use serde_json::{json, Value};
+use sha1::Sha1;
+use sha2::{Digest, Sha256};
+
+use super::{civil, BakeError, Layer, Node, Origin};
+
+fn spdx_id(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+/// SHA1 of a file's bytes (and a sha256 re-check of bytes kiln did not hash itself).
+fn sha1_of(data: &super::Data, want_sha256: &str) -> Result<String, BakeError> {
+    let mut r = data.open()?;
+    let mut h1 = Sha1::new();
+    let mut h2 = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = r.read(&mut buf).map_err(|e| BakeError::Io {
+            path: "sbom".into(),
+            source: e,
+        })?;
+        if n == 0 {
+            break;
+        }
+        h1.update(&buf[..n]);
+        h2.update(&buf[..n]);
+    }
+    let got = hex::encode(h2.finalize());
+    if got != want_sha256 {
+        return Err(BakeError::Artifact {
+            image: "sbom".into(),
+            name: format!("{data:?}"),
+            expected: format!("sha256 {want_sha256}"),
+            found: format!("sha256 {got} (a file changed during the bake)"),
+        });
+    }
+    Ok(hex::encode(h1.finalize()))
+}
+
+/// Renders the SPDX document for `layer`.
+pub fn spdx_json(layer: &Layer) -> Result<String, BakeError> {
+    let (y, mo, d, h, mi, s) = civil(layer.epoch);
+    let created = format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z");
+    let layer_id = "SPDXRef-Layer";
+    let mut packages = vec![json!({
+        "SPDXID": layer_id,
+        "name": format!("{}-{}", layer.name, layer.format),
+        "versionInfo": layer.image_id,
+        "downloadLocation": "NOASSERTION",
+        "filesAnalyzed": false,
+        "primaryPackagePurpose": "OPERATING-SYSTEM",
+        "licenseConcluded": "NOASSERTION",
+        "licenseDeclared": "NOASSERTION",
+        "copyrightText": "NOASSERTION",
+        "comment": format!("kiln {} layer for {}/{}", layer.format, layer.os, layer.arch),
+    })];
+    let mut rels = vec![json!({
+        "spdxElementId": "SPDXRef-DOCUMENT",
+        "relationshipType": "DESCRIBES",
+        "relatedSpdxElement": layer_id,
+    })];
+    for a in &layer.artifacts {
+        let id = format!("SPDXRef-Artifact-{}", spdx_id(&a.name));
+        packages.push(json!({
+            "SPDXID": id,
+            "name": a.name,
+            "versionInfo": a.version,
+            "downloadLocation": a.url,
+            "filesAnalyzed": false,
+            "checksums": [{"algorithm": "SHA256", "checksumValue": a.sha256}],
+            "licenseConcluded": "NOASSERTION",
+            "licenseDeclared": "NOASSERTION",
+            "copyrightText": "NOASSERTION",
+        }));
+        rels.push(json!({
+            "spdxElementId": layer_id,
+            "relationshipType": "DEPENDS_ON",
+            "relatedSpdxElement": id,
+        }));
+    }
+    let mut files = Vec::new();
+    for (i, (path, e)) in layer.entries.iter().enumerate() {
+        let Node::File { data, sha256, .. } = &e.node else {
+            continue;
+        };
+        let id = format!(
+            "SPDXRef-File-{i}-{}",
+            spdx_id(path.rsplit('/').next().unwrap_or(path))
+        );
+        let sha1 = sha1_of(data, sha256)?;
+        let comment = match &e.origin {
+            Origin::Artifact { name, member } => {
+                let v = layer
+                    .artifacts
+                    .iter()
+                    .find(|a| &a.name == name)
+                    .map(|a| a.version.as_str())
+                    .unwrap_or("?");
+                rels.push(json!({
+                    "spdxElementId": id,
+                    "relationshipType": "GENERATED_FROM",
+                    "relatedSpdxElement": format!("SPDXRef-Artifact-{}", spdx_id(name)),
+                }));
+                format!("artifact {name} {v}, member {member}")
+            }
+            Origin::Config(keys) => format!(
+                "rendered by kiln from image definition keys: {}",
+                keys.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
+            Origin::Kiln(what) => format!("written by kiln: {what}"),
+        };
+        files.push(json!({
+            "fileName": format!("./{path}"),
+            "SPDXID": id,
+            "checksums": [
+                {"algorithm": "SHA1", "checksumValue": sha1},
+                {"algorithm": "SHA256", "checksumValue": sha256},
+            ],
+            "licenseConcluded": "NOASSERTION",
+            "copyrightText": "NOASSERTION",
+            "comment": comment,
+        }));
+        rels.push(json!({
+            "spdxElementId": layer_id,
+            "relationshipType": "CONTAINS",
+            "relatedSpdxElement": id,
+        }));
+    }
+    let doc: Value = json!({
+        "spdxVersion": "SPDX-2.3",
+        "dataLicense": "CC0-1.0",
+        "SPDXID": "SPDXRef-DOCUMENT",
+        "name": format!("{}-{}", layer.base_name(), layer.format),
+        "documentNamespace": format!(
+            "https://kiln.invalid/spdx/{}/{}/{}/{}",
+            layer.name,
+            layer.format,
+            layer.arch,
+            layer.image_id.trim_start_matches("sha256:")
+        ),
+        "creationInfo": {
+            "created": created,
+            "creators": [format!("Tool: kiln-{}", env!("CARGO_PKG_VERSION"))],
+        },
+        "documentDescribes": [layer_id],
+        "packages": packages,
+        "files": files,
+        "relationships": rels,
+    });
+    let mut s = serde_json::to_string_pretty(&doc).map_err(|e| BakeError::Tool {
+        tool: "spdx".into(),
+        detail: e.to_string(),
+    })?;
+    s.push('\n');
+    Ok(s)
+}

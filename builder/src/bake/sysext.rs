@@ -1,0 +1,200 @@
+//! The Flatcar output: a systemd-sysext squashfs image holding only `/usr`, its
+//! systemd-sysupdate transfer file and a `SHA256SUMS`.
+//!
+//! The image is packed by Debian's `mksquashfs` (squashfs-tools ≥ 4.4 builds reproducibly
+//! by default) from a staging tree that holds only kiln's small rendered files: large files
+//! (store blobs, extracted members) are fed in through pseudo-file definitions
+//! (`path f mode 0 0 cat SRC`) instead of being copied, and every owner, time and mode is
+//! pinned on the command line (`-all-root -mkfs-time -all-time -no-xattrs`). docs/bake.md
+//! explains the choice.
+
+use std::fmt::Write as _;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::{io_err, render, write_atomic, BakeError, Data, Layer, Node, WriteOptions};
+use crate::image_def::ImageDef;
+
+/// Single-quotes `s` for `/bin/sh`.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// Stages `layer` under `root` and returns the pseudo-file definitions for the large files.
+fn stage(layer: &Layer, root: &Path) -> Result<String, BakeError> {
+    if root.exists() {
+        std::fs::remove_dir_all(root).map_err(io_err(root))?;
+    }
+    std::fs::create_dir_all(root).map_err(io_err(root))?;
+    let set_mode = |p: &Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).map_err(io_err(p))
+    };
+    set_mode(root, 0o755)?;
+    let mut pseudo = String::new();
+    for (path, e) in &layer.entries {
+        if !(path == "usr" || path.starts_with("usr/")) {
+            return Err(BakeError::Conflict {
+                path: path.clone(),
+                first: "the sysext rule (only /usr)".into(),
+                second: format!("{:?}", e.origin),
+            });
+        }
+        let dst = root.join(path);
+        match &e.node {
+            Node::Dir => {
+                std::fs::create_dir(&dst).map_err(io_err(&dst))?;
+                set_mode(&dst, 0o755)?;
+            }
+            Node::File {
+                data: Data::Inline(b),
+                mode,
+                ..
+            } => {
+                std::fs::write(&dst, b).map_err(io_err(&dst))?;
+                set_mode(&dst, *mode)?;
+            }
+            Node::File {
+                data: Data::File(src),
+                mode,
+                ..
+            } => {
+                let src = std::path::absolute(src).map_err(io_err(src))?;
+                let _ = writeln!(
+                    pseudo,
+                    "{path} f {mode:o} 0 0 cat {}",
+                    sh_quote(&src.to_string_lossy())
+                );
+            }
+            Node::Symlink(t) => {
+                std::os::unix::fs::symlink(t, &dst).map_err(io_err(&dst))?;
+            }
+        }
+    }
+    Ok(pseudo)
+}
+
+/// Packs `layer` into a squashfs image at `out` with `mksquashfs`, atomically.
+pub fn pack(
+    layer: &Layer,
+    def: &ImageDef,
+    out: &Path,
+    work: &Path,
+    opts: &WriteOptions,
+) -> Result<(), BakeError> {
+    let root = work.join("sysext-root");
+    let pseudo = stage(layer, &root)?;
+    let pf = work.join("sysext.pseudo");
+    std::fs::write(&pf, pseudo).map_err(io_err(&pf))?;
+    let comp = def
+        .sysext
+        .as_ref()
+        .map(|s| s.compression)
+        .unwrap_or_default();
+    let dir = out.parent().unwrap_or(Path::new("."));
+    let tmp = tempfile::Builder::new()
+        .prefix(".kiln-")
+        .suffix(".raw.tmp")
+        .tempfile_in(dir)
+        .map_err(io_err(dir))?;
+    let epoch = layer.epoch.to_string();
+    let mut cmd = Command::new(&opts.mksquashfs);
+    cmd.arg(&root)
+        .arg(tmp.path())
+        .args([
+            "-noappend",
+            "-quiet",
+            "-no-progress",
+            "-no-xattrs",
+            "-all-root",
+        ])
+        .args(["-mkfs-time", &epoch, "-all-time", &epoch])
+        .args(["-comp", comp.mksquashfs_name(), "-b", "131072"])
+        .arg("-pf")
+        .arg(&pf);
+    if opts.threads > 0 {
+        cmd.args(["-processors", &opts.threads.to_string()]);
+    }
+    let res = cmd.output().map_err(|e| BakeError::Tool {
+        tool: opts.mksquashfs.display().to_string(),
+        detail: format!("could not run it: {e} (install squashfs-tools: make deps)"),
+    })?;
+    if !res.status.success() {
+        return Err(BakeError::Tool {
+            tool: opts.mksquashfs.display().to_string(),
+            detail: format!(
+                "{} packing {}: {}",
+                res.status,
+                out.display(),
+                String::from_utf8_lossy(&res.stderr).trim()
+            ),
+        });
+    }
+    tmp.as_file().sync_all().map_err(io_err(tmp.path()))?;
+    let f = tmp.persist(out).map_err(|e| BakeError::Io {
+        path: out.to_path_buf(),
+        source: e.error,
+    })?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o644))
+        .map_err(io_err(out))?;
+    std::fs::remove_dir_all(&root).map_err(io_err(&root))?;
+    Ok(())
+}
+
+/// Writes the image, the transfer file and `SHA256SUMS` into `out_dir`.
+pub fn write(
+    layer: &Layer,
+    def: &ImageDef,
+    out_dir: &Path,
+    work: &Path,
+    opts: &WriteOptions,
+) -> Result<Vec<PathBuf>, BakeError> {
+    let sx = def.sysext.as_ref().ok_or_else(|| BakeError::Format {
+        image: def.name.clone(),
+        format: crate::image_def::Format::Sysext,
+        allowed: def.formats.clone(),
+    })?;
+    let name = render::sysext_file_name(def, layer.arch).unwrap_or_default();
+    let raw = out_dir.join(&name);
+    pack(layer, def, &raw, work, opts)?;
+    let (_, sha) = super::sha256_file(&raw)?;
+    let conf = out_dir.join(format!("{}.conf", sx.name));
+    write_atomic(
+        &conf,
+        render::sysupdate_transfer(def, layer.arch)
+            .unwrap_or_default()
+            .as_bytes(),
+    )?;
+    // SHA256SUMS lists every image of this extension in the directory, so several arches
+    // (or versions) can be published side by side.
+    let sums = out_dir.join("SHA256SUMS");
+    let mut lines: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    if let Ok(old) = std::fs::read_to_string(&sums) {
+        for l in old.lines() {
+            if let Some((h, f)) = l.split_once("  ") {
+                lines.insert(f.to_string(), h.to_string());
+            }
+        }
+    }
+    lines.insert(name, sha);
+    let text: String = lines.iter().map(|(f, h)| format!("{h}  {f}\n")).collect();
+    write_atomic(&sums, text.as_bytes())?;
+    Ok(vec![raw, conf, sums])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_survives_the_shell() {
+        for s in ["/a/b", "/a b/c", "/it's/here", "/$HOME/`x`"] {
+            let out = Command::new("sh")
+                .arg("-c")
+                .arg(format!("printf %s {}", sh_quote(s)))
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&out.stdout), s);
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! The systemd units every kiln layer ships (docs/contract.md, "systemd units"), and the
+//! `[Install]` parsing that turns `WantedBy=` into the symlinks `systemctl enable` creates.
+
+/// Units kiln itself ships; an image definition may not replace them.
+pub const BUILTIN_UNITS: &[&str] = &[
+    "kiln-firstboot.service",
+    "kubelet.service",
+    "kiln-report.service",
+    "containerd.service",
+];
+
+/// `kiln-firstboot.service`: runs once per boot, before kubelet, after the network and
+/// containerd are up.
+pub const KILN_FIRSTBOOT: &str = "\
+[Unit]
+Description=kiln first boot: write kubelet's environment and start kubelet
+Documentation=https://github.com/kiln-project/kiln/blob/main/docs/contract.md
+Wants=network-online.target containerd.service
+After=network-online.target containerd.service
+Before=kubelet.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/bin/kiln-firstboot run
+StandardOutput=journal+console
+StandardError=journal+console
+
+[Install]
+WantedBy=multi-user.target
+";
+
+/// `kubelet.service`: not enabled; kiln-firstboot starts it once `/run/kiln/kubelet.env`
+/// exists.
+pub const KUBELET: &str = "\
+[Unit]
+Description=Kubernetes kubelet (started by kiln-firstboot)
+Documentation=https://kubernetes.io/docs/reference/command-line-tools-reference/kubelet/
+Wants=containerd.service
+After=containerd.service kiln-firstboot.service
+OnFailure=kiln-report.service
+
+[Service]
+EnvironmentFile=/run/kiln/kubelet.env
+ExecStart=/usr/bin/kubelet $KUBELET_ARGS
+Restart=always
+RestartSec=5
+";
+
+/// `kiln-report.service`: diagnoses a kubelet that failed after boot.
+pub const KILN_REPORT: &str = "\
+[Unit]
+Description=kiln: diagnose a failed kubelet and report it on the console
+Documentation=https://github.com/kiln-project/kiln/blob/main/docs/contract.md
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/kiln-firstboot report
+StandardOutput=journal+console
+StandardError=journal+console
+";
+
+/// `containerd.service`, after upstream's unit, pointed at kiln's config. `proxy` lines are
+/// `KEY=value` pairs added as `Environment=`.
+pub fn containerd(proxy: &[(String, String)]) -> String {
+    let mut env = String::new();
+    for (k, v) in proxy {
+        env.push_str(&format!("Environment={k}={v}\n"));
+    }
+    format!(
+        "\
+[Unit]
+Description=containerd container runtime
+Documentation=https://containerd.io
+After=network.target local-fs.target
+
+[Service]
+{env}ExecStartPre=-/sbin/modprobe overlay
+ExecStart=/usr/bin/containerd --config /usr/lib/kiln/containerd/config.toml
+Type=notify
+Delegate=yes
+KillMode=process
+Restart=always
+RestartSec=5
+LimitNPROC=infinity
+LimitCORE=infinity
+TasksMax=infinity
+OOMScoreAdjust=-999
+
+[Install]
+WantedBy=multi-user.target
+"
+    )
+}
+
+/// The targets named by `WantedBy=` in the unit's `[Install]` section, in order.
+pub fn wanted_by(unit: &str) -> Vec<String> {
+    let mut section = "";
+    let mut out = Vec::new();
+    for line in unit.lines() {
+        let line = line.trim();
+        if line.starts_with('[') && line.ends_with(']') {
+            section = line;
+            continue;
+        }
+        if section != "[Install]" {
+            continue;
+        }
+        if let Some(v) = line.strip_prefix("WantedBy=") {
+            for t in v.split_whitespace() {
+                if !out.iter().any(|o| o == t) {
+                    out.push(t.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wanted_by_reads_only_the_install_section() {
+        let cases: &[(&str, &[&str])] = &[
+            (KILN_FIRSTBOOT, &["multi-user.target"]),
+            (KUBELET, &[]),
+            (
+                "[Unit]\nWantedBy=x.target\n[Install]\nWantedBy=a.target b.target\nWantedBy=a.target\n",
+                &["a.target", "b.target"],
+            ),
+        ];
+        for (unit, want) in cases {
+            assert_eq!(wanted_by(unit), *want, "{unit}");
+        }
+    }
+
+    #[test]
+    fn kubelet_unit_honours_the_contract() {
+        for needle in [
+            "EnvironmentFile=/run/kiln/kubelet.env",
+            "ExecStart=/usr/bin/kubelet $KUBELET_ARGS",
+            "OnFailure=kiln-report.service",
+            "Restart=always",
+        ] {
+            assert!(KUBELET.contains(needle), "{needle}");
+        }
+        assert!(containerd(&[]).contains(
+            "ExecStart=/usr/bin/containerd --config /usr/lib/kiln/containerd/config.toml"
+        ));
+    }
+}
