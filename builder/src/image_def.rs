@@ -40,34 +40,7 @@ pub enum DefError {
     },
 }
 
-/// Target operating system of an image.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Os {
-    /// Linux nodes (Flatcar, Ubuntu, Debian, custom AMIs).
-    Linux,
-    /// Windows Server nodes.
-    Windows,
-}
-
-impl fmt::Display for Os {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Os::Linux => "linux",
-            Os::Windows => "windows",
-        })
-    }
-}
-
-/// CPU architecture, in Kubernetes/Go spelling.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Arch {
-    /// x86-64.
-    Amd64,
-    /// AArch64.
-    Arm64,
-}
+pub use crate::lock::{Arch, Os};
 
 impl Arch {
     /// The name systemd uses in `ARCHITECTURE=` of an extension-release file.
@@ -75,28 +48,6 @@ impl Arch {
         match self {
             Arch::Amd64 => "x86-64",
             Arch::Arm64 => "arm64",
-        }
-    }
-}
-
-impl fmt::Display for Arch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Arch::Amd64 => "amd64",
-            Arch::Arm64 => "arm64",
-        })
-    }
-}
-
-impl std::str::FromStr for Arch {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "amd64" => Ok(Arch::Amd64),
-            "arm64" => Ok(Arch::Arm64),
-            other => Err(format!(
-                "unknown architecture {other:?} (expected amd64 or arm64)"
-            )),
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod fetch;
 pub mod image_def;
 pub mod inspect;
+pub mod install;
 pub mod lock;
 pub mod mirror;
 pub mod render;

@@ -65,14 +65,7 @@ pub struct Extracted {
     pub sha256: String,
 }
 
-/// Normalises a member path for matching: strips leading `./`.
-pub fn member_key(p: &str) -> &str {
-    let mut p = p;
-    while let Some(rest) = p.strip_prefix("./") {
-        p = rest;
-    }
-    p
-}
+pub use crate::lock::member_key;
 
 /// Checks an entry path; returns why it is hostile.
 fn path_problem(name: &str) -> Option<&'static str> {

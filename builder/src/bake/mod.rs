@@ -971,13 +971,77 @@ pub fn civil(epoch: u64) -> (i64, u32, u32, u32, u32, u32) {
     )
 }
 
+/// The lock entries a definition places, for one arch, with their blobs from `store`.
+/// A missing entry or a blob absent from the store is an error naming it.
+pub fn inputs_from_lock(
+    lock: &crate::lock::Lock,
+    store: &crate::store::Store,
+    def: &ImageDef,
+    arch: Arch,
+) -> Result<Vec<ArtifactInput>, BakeError> {
+    let mut out = Vec::new();
+    for p in &def.artifacts {
+        let a = lock
+            .find(&p.name, def.os, arch)
+            .ok_or_else(|| BakeError::MissingArtifact {
+                image: def.name.clone(),
+                name: p.name.clone(),
+                os: def.os,
+                arch,
+            })?;
+        let blob = store.lookup(a).ok_or_else(|| BakeError::Artifact {
+            image: def.name.clone(),
+            name: a.id(),
+            expected: format!(
+                "blob {} in the store at {}",
+                a.sha256,
+                store.root().display()
+            ),
+            found: "nothing (run `kiln fetch` or `kiln mirror sync` first)".into(),
+        })?;
+        let kind = match a.format {
+            crate::lock::Format::Binary => InputKind::Binary,
+            crate::lock::Format::TarGz => InputKind::Archive(ArchiveKind::TarGz),
+            crate::lock::Format::Zip => InputKind::Archive(ArchiveKind::Zip),
+        };
+        out.push(ArtifactInput {
+            name: a.name.clone(),
+            version: a.version.clone(),
+            url: a.url.clone(),
+            sha256: a.sha256.clone(),
+            kind,
+            blob,
+            members: a
+                .members
+                .iter()
+                .map(|m| MemberMap {
+                    from: m.from.clone(),
+                    to: m.to.clone(),
+                })
+                .collect(),
+        });
+    }
+    Ok(out)
+}
+
+/// The supply chain's inspection gate for `os`/`arch`: every baked binary must be an
+/// executable for exactly that platform.
+pub fn inspect_gate(os: Os, arch: Arch) -> impl Fn(&Path, &str) -> Result<(), String> + Sync {
+    move |path: &Path, what: &str| {
+        crate::inspect::inspect_file(path)
+            .and_then(|info| info.check(what, os, arch))
+            .map_err(|e| e.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn civil_dates() {
-        let cases: &[(u64, (i64, u32, u32, u32, u32, u32))] = &[
+        type Civil = (i64, u32, u32, u32, u32, u32);
+        let cases: &[(u64, Civil)] = &[
             (0, (1970, 1, 1, 0, 0, 0)),
             (DEFAULT_EPOCH, (2024, 1, 1, 0, 0, 0)),
             (951_782_400, (2000, 2, 29, 0, 0, 0)),

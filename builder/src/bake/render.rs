@@ -62,9 +62,11 @@ pub fn max_pods_map(def: &ImageDef) -> String {
 /// The default `KubeletConfiguration`. Node-specific values (cluster DNS, node IP, max pods)
 /// are flags that kiln-firstboot adds; this file holds what is decided at build time.
 pub fn kubelet_config(def: &ImageDef) -> String {
-    let driver = match def.kubernetes.cgroup_driver {
-        CgroupDriver::Systemd => "systemd",
-        CgroupDriver::Cgroupfs => "cgroupfs",
+    // Windows has no cgroups: kubelet there takes no cgroup driver.
+    let driver = match (def.os, def.kubernetes.cgroup_driver) {
+        (Os::Windows, _) => "",
+        (_, CgroupDriver::Systemd) => "cgroupDriver: systemd\n",
+        (_, CgroupDriver::Cgroupfs) => "cgroupDriver: cgroupfs\n",
     };
     let (ca, endpoint) = match def.os {
         Os::Linux => ("/etc/kiln/ca.crt", "unix:///run/containerd/containerd.sock"),
@@ -87,13 +89,11 @@ authentication:
     clientCAFile: {ca}
 authorization:
   mode: Webhook
-cgroupDriver: {driver}
-clusterDomain: {domain}
+{driver}clusterDomain: {domain}
 containerRuntimeEndpoint: {endpoint}
 rotateCertificates: true
 serverTLSBootstrap: true
 readOnlyPort: 0
-protectKernelDefaults: false
 ",
         domain = def.kubernetes.cluster_domain,
     )

@@ -99,7 +99,10 @@ pub fn pack(
         .map_err(io_err(dir))?;
     let epoch = layer.epoch.to_string();
     let mut cmd = Command::new(&opts.mksquashfs);
-    cmd.arg(&root)
+    // mksquashfs refuses SOURCE_DATE_EPOCH next to -mkfs-time/-all-time; kiln has already
+    // read it into `epoch`.
+    cmd.env_remove("SOURCE_DATE_EPOCH")
+        .arg(&root)
         .arg(tmp.path())
         .args([
             "-noappend",

@@ -5,6 +5,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod render;
+pub mod bake;
+pub mod install;
 pub mod supply;
 
 /// Exit codes shared by every subcommand (documented in `docs/cli.md`).
@@ -62,6 +64,12 @@ pub enum Command {
     /// Keep an air-gapped artifact mirror: sync, verify, pack, unpack.
     #[command(subcommand)]
     Mirror(supply::MirrorCommand),
+    /// Bake a reproducible node image layer (sysext, rootfs overlay, Windows zip) + SBOM.
+    Bake(bake::BakeArgs),
+    /// Explain what changed between two baked layers (their .manifest.json files).
+    Diff(bake::DiffArgs),
+    /// Apply a rootfs layer to a root directory (a Packer/image-builder step).
+    Install(install::InstallArgs),
 }
 
 /// Parses the command line, runs it, and turns the outcome into an exit code.
@@ -95,5 +103,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Render(args) => render::run(args, &cli.global),
         Command::Fetch(a) => supply::run_fetch(a, &cli.global),
         Command::Mirror(c) => supply::run_mirror(c, &cli.global),
+        Command::Bake(a) => bake::run_bake(a, &cli.global),
+        Command::Diff(a) => bake::run_diff(a, &cli.global),
+        Command::Install(a) => install::run_install(a, &cli.global),
     }
 }

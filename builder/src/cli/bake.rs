@@ -1,0 +1,140 @@
+//! Command line for `kiln bake` and `kiln diff`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Args;
+
+use crate::bake::{self, manifest, BakeRequest, WriteOptions};
+use crate::cli::supply::{load_lock, TrustArgs, DEFAULT_LOCK};
+use crate::cli::Global;
+use crate::image_def::{Arch, Format, ImageDef};
+use crate::store::Store;
+
+/// `kiln bake IMAGE --format F --out DIR`
+#[derive(Debug, Args)]
+pub struct BakeArgs {
+    /// Image definition (`images/flatcar.toml`, …).
+    pub image: PathBuf,
+    /// Output format: sysext, rootfs or windows (default: the definition's first format).
+    #[arg(long)]
+    pub format: Option<Format>,
+    /// Target architecture (default: the definition's first).
+    #[arg(long)]
+    pub arch: Option<Arch>,
+    /// Output directory.
+    #[arg(long, short)]
+    pub out: PathBuf,
+    /// The signed artifact lock.
+    #[arg(long, default_value = DEFAULT_LOCK)]
+    pub lock: PathBuf,
+    #[command(flatten)]
+    pub trust: TrustArgs,
+    /// Store or mirror directory holding the lock's blobs (`blobs/sha256/<hex>`).
+    #[arg(long, env = "KILN_STORE")]
+    pub store: PathBuf,
+    /// The kiln-firstboot binary to ship (`make firstboot` builds it).
+    #[arg(long, default_value = "target/firstboot/kiln-firstboot")]
+    pub firstboot: PathBuf,
+    /// Print what changed against an earlier layer's `.manifest.json`, and why.
+    #[arg(long, value_name = "OLD_MANIFEST")]
+    pub explain: Option<PathBuf>,
+    /// Compression threads (0: all cores). Never changes the output bytes.
+    #[arg(long, default_value_t = 0)]
+    pub threads: u32,
+    /// The mksquashfs binary (sysext only).
+    #[arg(long, default_value = "mksquashfs")]
+    pub mksquashfs: PathBuf,
+}
+
+/// `kiln diff OLD NEW`
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The older layer's `.manifest.json`.
+    pub old: PathBuf,
+    /// The newer layer's `.manifest.json`.
+    pub new: PathBuf,
+}
+
+/// Runs `kiln bake`.
+pub fn run_bake(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let def = ImageDef::load(&a.image)?;
+    let format = a.format.unwrap_or(def.formats[0]);
+    let arch = a.arch.unwrap_or(def.arch[0]);
+    if !def.arch.contains(&arch) {
+        anyhow::bail!(
+            "image definition {}: arch {arch} is not one of {:?}",
+            a.image.display(),
+            def.arch.iter().map(|a| a.to_string()).collect::<Vec<_>>()
+        );
+    }
+    let (lock, _verified) = load_lock(&a.lock, &a.trust)?;
+    let store =
+        Store::open(&a.store).with_context(|| format!("opening store {}", a.store.display()))?;
+    let inputs = bake::inputs_from_lock(&lock, &store, &def, arch)?;
+    let epoch = bake::epoch_from_env().map_err(anyhow::Error::msg)?;
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let work = tempfile::Builder::new()
+        .prefix(".kiln-bake-")
+        .tempdir_in(&a.out)
+        .with_context(|| format!("creating a scratch directory in {}", a.out.display()))?;
+    let gate = bake::inspect_gate(def.os, arch);
+    let req = BakeRequest {
+        def: &def,
+        arch,
+        format,
+        artifacts: &inputs,
+        firstboot: &a.firstboot,
+        epoch,
+        work: work.path(),
+        gate: &gate,
+    };
+    let opts = WriteOptions {
+        threads: a.threads,
+        mksquashfs: a.mksquashfs.clone(),
+    };
+    let out = bake::bake(&req, &a.out, &opts)
+        .with_context(|| format!("baking {} ({format}, {arch})", a.image.display()))?;
+    if global.json {
+        let files: Vec<String> = out.files.iter().map(|p| p.display().to_string()).collect();
+        println!(
+            "{}",
+            serde_json::json!({"image_id": out.image_id, "format": format.to_string(), "arch": arch.to_string(), "files": files})
+        );
+    } else if !global.quiet {
+        println!("baked {} {format} {arch}: {}", def.name, out.image_id);
+        for f in &out.files {
+            println!("  {}", f.display());
+        }
+    }
+    if let Some(old) = &a.explain {
+        let old = manifest::Manifest::load(old)?;
+        print_diff(&old, &out.manifest, global);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_diff(old: &manifest::Manifest, new: &manifest::Manifest, global: &Global) {
+    let changes = manifest::diff(old, new);
+    if global.json {
+        for c in &changes {
+            println!("{}", serde_json::to_string(c).unwrap_or_default());
+        }
+    } else {
+        print!("{}", manifest::render_diff(old, new, &changes));
+    }
+}
+
+/// Runs `kiln diff`: exit 0 when the layers are identical, 1 when they differ (like `diff`).
+pub fn run_diff(a: DiffArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let old = manifest::Manifest::load(&a.old)?;
+    let new = manifest::Manifest::load(&a.new)?;
+    let changes = manifest::diff(&old, &new);
+    print_diff(&old, &new, global);
+    Ok(if changes.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
