@@ -4,9 +4,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-pub mod render;
 pub mod bake;
 pub mod install;
+pub mod render;
 pub mod supply;
 
 /// Exit codes shared by every subcommand (documented in `docs/cli.md`).
