@@ -26,7 +26,7 @@ fn sysext_is_read_by_unsquashfs_and_holds_only_usr() {
         &[],
     );
     ok(&r, "kiln bake sysext");
-    let raw = out.join("kubernetes-v1.34.2-x86-64.raw");
+    let raw = out.join("kubernetes-v1.34.1-x86-64.raw");
     let list = run(Command::new("unsquashfs").arg("-lln").arg(&raw));
     for want in [
         "squashfs-root/usr/bin/kubelet",
@@ -76,7 +76,7 @@ fn sysext_is_read_by_unsquashfs_and_holds_only_usr() {
         "KILN_CONTRACT=1\n",
         "KILN_IMAGE_NAME=flatcar\n",
         "KILN_ARCH=amd64\n",
-        "KUBERNETES_VERSION=v1.34.2\n",
+        "KUBERNETES_VERSION=v1.34.1\n",
         "CONTAINERD_VERSION=1.6.20\n",
         "CNI_PLUGINS_VERSION=1.1.1\n",
     ] {
@@ -124,7 +124,7 @@ fn rootfs_is_read_by_tar_and_carries_etc_enablement() {
         ),
         "bake rootfs",
     );
-    let tarball = out.join("ubuntu-v1.34.2-amd64.tar.zst");
+    let tarball = out.join("ubuntu-v1.34.1-amd64.tar.zst");
     let list = run(Command::new("tar").arg("--zstd").arg("-tvf").arg(&tarball));
     for want in [
         "usr/bin/kubelet",
@@ -162,7 +162,7 @@ fn windows_zip_has_the_c_k_layout_and_pe_binaries() {
         ),
         "bake windows",
     );
-    let zip = out.join("windows-v1.34.2-amd64.zip");
+    let zip = out.join("windows-v1.34.1-amd64.zip");
     let list = run(Command::new("unzip").arg("-Z1").arg(&zip));
     let names: Vec<&str> = list.lines().collect();
     for want in [
@@ -208,12 +208,12 @@ fn sbom_lists_every_file_with_hashes_and_origins() {
         "bake rootfs",
     );
     let sbom: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("ubuntu-v1.34.2-amd64.spdx.json")).unwrap())
+        serde_json::from_slice(&std::fs::read(out.join("ubuntu-v1.34.1-amd64.spdx.json")).unwrap())
             .unwrap();
     assert_eq!(sbom["spdxVersion"], "SPDX-2.3");
     assert_eq!(sbom["creationInfo"]["created"], "2024-01-01T00:00:00Z");
     let manifest: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(out.join("ubuntu-v1.34.2-amd64.manifest.json")).unwrap(),
+        &std::fs::read(out.join("ubuntu-v1.34.1-amd64.manifest.json")).unwrap(),
     )
     .unwrap();
     let files = sbom["files"].as_array().unwrap();
@@ -230,7 +230,7 @@ fn sbom_lists_every_file_with_hashes_and_origins() {
     run(Command::new("tar")
         .arg("--zstd")
         .arg("-xf")
-        .arg(out.join("ubuntu-v1.34.2-amd64.tar.zst"))
+        .arg(out.join("ubuntu-v1.34.1-amd64.tar.zst"))
         .arg("-C")
         .arg(&x));
     for f in files {
@@ -257,11 +257,11 @@ fn sbom_lists_every_file_with_hashes_and_origins() {
         .unwrap();
     assert_eq!(
         kubelet["comment"],
-        "artifact kubelet v1.34.2, member kubelet"
+        "artifact kubelet v1.34.1, member kubelet"
     );
     let pkgs = sbom["packages"].as_array().unwrap();
     let k = pkgs.iter().find(|p| p["name"] == "kubelet").unwrap();
-    assert_eq!(k["versionInfo"], "v1.34.2");
+    assert_eq!(k["versionInfo"], "v1.34.1");
     assert_eq!(
         k["downloadLocation"],
         "https://example.invalid/linux/amd64/kubelet"

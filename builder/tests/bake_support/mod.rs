@@ -306,6 +306,7 @@ pub fn write_store(dir: &Path, arts: &[Art]) -> (PathBuf, PathBuf) {
                 &Expect {
                     sha256: sha,
                     size: a.bytes.len() as u64,
+                    exact: true,
                     what: a.name.clone(),
                 },
             )
@@ -319,7 +320,7 @@ pub fn write_store(dir: &Path, arts: &[Art]) -> (PathBuf, PathBuf) {
 /// A complete fixture.
 pub fn fixture(bins: Bins) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let arts = artifacts(bins, dir.path(), "v1.34.2");
+    let arts = artifacts(bins, dir.path(), "v1.34.1");
     let (store, lock) = write_store(dir.path(), &arts);
     let firstboot = dir.path().join("kiln-firstboot");
     let fb = match bins {
