@@ -14,7 +14,7 @@ FIRSTBOOT_BIN := target/firstboot/kiln-firstboot
 FIRSTBOOT_BUDGET_KIB := 400
 
 .PHONY: help all build firstboot test check lint fmt fmt-check clippy doc unit size-check \
-	bench demo clean deps deps-qemu deps-windows fuzz render-examples
+	bench demo clean deps deps-qemu deps-windows fuzz render-examples qemu-assets qemu-test
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -36,7 +36,7 @@ build: firstboot ## build kiln (release) and the static kiln-firstboot
 firstboot: ## build the static, size-optimised kiln-firstboot into target/firstboot/
 	scripts/build-firstboot.sh $(FIRSTBOOT_BIN)
 
-test: deps check ## the README's test command: every gate and every test
+test: deps check qemu-test ## the README's test command: every gate and every test
 
 check: lint unit size-check
 
@@ -54,8 +54,8 @@ clippy:
 doc:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked
 
-unit: ## the test suites (nextest) and doctests
-	$(CARGO) nextest run --workspace --all-targets --locked --no-fail-fast
+unit: ## the test suites (nextest) and doctests; the boot tests run in qemu-test
+	$(CARGO) nextest run --workspace --exclude kiln-qemu-tests --all-targets --locked --no-fail-fast
 	$(CARGO) test --workspace --doc --locked
 
 size-check: firstboot ## fail if kiln-firstboot is over its size budget
@@ -69,6 +69,17 @@ demo: deps ## kiln's main job on the embedded offline default
 
 render-examples: ## regenerate the golden user data in docs/examples/render/ after an intended change
 	KILN_BLESS=1 $(CARGO) test -p kiln --test render_roundtrip docs_examples_are_current
+
+# The boot tests' guest assets live in a cache outside the repo, keyed by version
+# (docs/boot-tests.md); qemu-test exports their paths so each test skips the lookup.
+QEMU_ASSETS := qemu-tests/assets/assets.sh
+
+qemu-assets: deps-qemu ## build (once) and cache the boot tests' kernel, initramfs and Debian base
+	$(QEMU_ASSETS) all
+
+qemu-test: deps-qemu ## boot tests: QEMU boots what kiln baked (docs/boot-tests.md)
+	assets=$$($(QEMU_ASSETS) all); set -a; eval "$$assets"; set +a; \
+	  $(CARGO) nextest run -p kiln-qemu-tests --all-targets --locked --no-fail-fast
 
 fuzz: ## run each fuzz target for a short while (cargo-fuzz, nightly)
 	scripts/fuzz.sh
