@@ -266,7 +266,10 @@ pub fn unit_states(opts: &ReportOptions) -> Vec<UnitState> {
                 unit.as_str(),
             ];
             match run_command(systemctl, &args, opts.command_timeout) {
-                Ok(out) if out.success => Some(UnitState::parse_show(unit, &out.stdout)),
+                // No ActiveState at all means the tool did not answer for this unit (systemd
+                // itself says `inactive` for an unknown unit): record nothing rather than "".
+                Ok(out) if out.success => Some(UnitState::parse_show(unit, &out.stdout))
+                    .filter(|u| !u.active_state.is_empty()),
                 Ok(out) => {
                     eprintln!(
                         "kiln-firstboot: warning: {} show {unit} failed: {}",
