@@ -14,7 +14,7 @@ FIRSTBOOT_BIN := target/firstboot/kiln-firstboot
 FIRSTBOOT_BUDGET_KIB := 400
 
 .PHONY: help all build firstboot test check lint fmt fmt-check clippy doc unit size-check \
-	bench demo clean deps deps-qemu deps-windows fuzz render-examples qemu-assets qemu-test
+	bench demo clean deps deps-qemu deps-windows fuzz golden render-examples qemu-assets qemu-test
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -87,3 +87,6 @@ fuzz: ## run each fuzz target for a short while (cargo-fuzz, nightly)
 clean: ## remove build outputs
 	$(CARGO) clean
 	rm -rf target/firstboot
+
+golden: ## regenerate the bake golden listings (builder/tests/golden/) from the real tools
+	KILN_UPDATE_GOLDEN=1 $(CARGO) test -p kiln --test bake_golden

@@ -775,14 +775,23 @@ impl Layer {
                 allowed: def.formats.clone(),
             })?;
             let text = render::extension_release(def, req.arch).unwrap_or_default();
-            self.add_text(
-                &format!("usr/lib/extension-release.d/extension-release.{}", sx.name),
-                text,
-                config_origin(
-                    keys,
-                    &["sysext.id", "sysext.sysext_level", "sysext.version_id"],
-                ),
-            )?;
+            // systemd matches the release file to the image's name: `<name>` when nodes link
+            // it as /etc/extensions/<name>.raw (the sysupdate layout), the versioned file
+            // stem when the image is used under its published file name.
+            let stem = render::sysext_file_name(def, req.arch)
+                .unwrap_or_default()
+                .trim_end_matches(".raw")
+                .to_string();
+            for n in [sx.name.as_str(), stem.as_str()] {
+                self.add_text(
+                    &format!("usr/lib/extension-release.d/extension-release.{n}"),
+                    text.clone(),
+                    config_origin(
+                        keys,
+                        &["sysext.id", "sysext.sysext_level", "sysext.version_id"],
+                    ),
+                )?;
+            }
         }
         Ok(())
     }

@@ -147,6 +147,7 @@ pub struct Fixture {
     pub lock: PathBuf,
     pub firstboot: PathBuf,
     pub firstboot_exe: PathBuf,
+    pub firstboot_arm64: PathBuf,
     pub arts: Vec<Art>,
 }
 
@@ -328,6 +329,8 @@ pub fn fixture(bins: Bins) -> Fixture {
         Bins::Tiny => tiny_elf(X86_64, "kiln-firstboot"),
     };
     std::fs::write(&firstboot, fb).unwrap();
+    let firstboot_arm64 = dir.path().join("kiln-firstboot-arm64");
+    std::fs::write(&firstboot_arm64, tiny_elf(AARCH64, "kiln-firstboot")).unwrap();
     let firstboot_exe = dir.path().join("kiln-firstboot.exe");
     let fb = pe(bins, dir.path(), "kiln-firstboot");
     std::fs::write(&firstboot_exe, fb).unwrap();
@@ -337,6 +340,7 @@ pub fn fixture(bins: Bins) -> Fixture {
         lock,
         firstboot,
         firstboot_exe,
+        firstboot_arm64,
         arts,
     }
 }
@@ -350,10 +354,10 @@ pub fn bake_cli(
     out: &Path,
     extra: &[&str],
 ) -> std::process::Output {
-    let fb = if format == "windows" {
-        &fx.firstboot_exe
-    } else {
-        &fx.firstboot
+    let fb = match (format, arch) {
+        ("windows", _) => &fx.firstboot_exe,
+        (_, "arm64") => &fx.firstboot_arm64,
+        _ => &fx.firstboot,
     };
     let mut c = kiln();
     c.arg("bake")
