@@ -1,6 +1,6 @@
-//! The run flow of one boot: config → metadata → write → start-kubelet, each phase
-//! reported to the [`Reporter`] as it begins and ends. Later phases (waiting for kubelet to
-//! be healthy and joined) go after the start step, where the comment marks the place.
+//! The run flow of one boot: config → metadata → write → start-kubelet → wait-healthy →
+//! wait-joined, each phase reported to the [`Reporter`] as it begins and ends; a wait that
+//! fails ends with a diagnosis of kubelet's and containerd's state and logs.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
