@@ -9,7 +9,11 @@ use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
 /// The consoles tried, in order, when `--console` is not given.
-pub const DEFAULT_CONSOLES: [&str; 2] = ["/dev/ttyS0", "/dev/console"];
+#[cfg(not(windows))]
+pub const DEFAULT_CONSOLES: &[&str] = &["/dev/ttyS0", "/dev/console"];
+/// The consoles tried, in order, when `--console` is not given.
+#[cfg(windows)]
+pub const DEFAULT_CONSOLES: &[&str] = &["COM1"];
 
 /// The prefix of the final line that carries the whole status JSON.
 pub const STATUS_PREFIX: &str = "KILN-STATUS ";

@@ -220,6 +220,9 @@ pub struct ReportOptions {
     pub journal_lines: u32,
     /// The limit for each `systemctl`/`journalctl` call.
     pub command_timeout: Duration,
+    /// systemd's `$SERVICE_RESULT` when `report` runs as kubelet's `ExecStopPost=`: `success`
+    /// means kubelet was stopped on purpose, which is nothing to report.
+    pub service_result: Option<String>,
 }
 
 impl ReportOptions {
@@ -236,6 +239,7 @@ impl ReportOptions {
             healthz_url: crate::wait::DEFAULT_HEALTHZ_URL.to_string(),
             journal_lines: 200,
             command_timeout: Duration::from_secs(5),
+            service_result: None,
         }
     }
 }
@@ -463,6 +467,13 @@ pub fn diagnose(opts: &ReportOptions) -> Diagnosis {
 /// prints what it found (exit 0); otherwise it records the failure in status.json, the
 /// failure files, the console and the cloud channels, and exits with the reason's code.
 pub fn cmd_report(opts: &ReportOptions) -> u8 {
+    if opts.service_result.as_deref() == Some("success") {
+        println!(
+            "kiln-firstboot: {} stopped cleanly; nothing to report",
+            opts.kubelet_unit
+        );
+        return 0;
+    }
     let diagnosis = diagnose(opts);
     let kubelet_up = diagnosis
         .units

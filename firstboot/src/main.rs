@@ -29,6 +29,8 @@ fn main() -> ExitCode {
             opts.systemctl = Some(systemctl.into());
             opts.console = console;
             opts.healthz_url = healthz_url;
+            // Set by systemd for ExecStopPost= commands (systemd.exec(5)).
+            opts.service_result = std::env::var("SERVICE_RESULT").ok();
             kiln_firstboot::diagnose::cmd_report(&opts)
         }
         Err(e) => {

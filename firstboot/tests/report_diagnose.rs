@@ -299,6 +299,53 @@ fn nothing_known_and_kubelet_running_is_a_join_timeout() {
 }
 
 #[test]
+fn a_clean_stop_under_exec_stop_post_is_not_a_failure() {
+    let root = Root::empty();
+    let unhealthy = Server::start(|_| status(503));
+    let j = journalctl(&root, &fixtures().join("logs/swap"));
+    let s = systemctl(&root, "deactivating success 0 0", RUNNING);
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln-firstboot"))
+        .args([
+            "report",
+            "--journalctl",
+            &j,
+            "--systemctl",
+            &s,
+            "--healthz-url",
+        ])
+        .arg(format!("{}/healthz", unhealthy.url))
+        .arg("--root")
+        .arg(&root.dir)
+        .env_clear()
+        .env("SERVICE_RESULT", "success")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("stopped cleanly"));
+    assert!(root.run_files().is_empty());
+    // The same stop after a crash is reported.
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln-firstboot"))
+        .args([
+            "report",
+            "--journalctl",
+            &j,
+            "--systemctl",
+            &s,
+            "--healthz-url",
+        ])
+        .arg(format!("{}/healthz", unhealthy.url))
+        .args(["--console", root.path("console.log").to_str().unwrap()])
+        .arg("--root")
+        .arg(&root.dir)
+        .env_clear()
+        .env("SERVICE_RESULT", "exit-code")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    assert_failure_files(&root, "SWAP_ENABLED");
+}
+
+#[test]
 fn a_healthy_kubelet_is_not_reported_as_failed() {
     let root = Root::empty();
     let healthy = Server::start(|_| ok("ok"));
