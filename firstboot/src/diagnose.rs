@@ -357,9 +357,41 @@ fn push_labelled(lines: &mut Vec<String>, label: &str, text: &str) {
         let mut s = String::with_capacity(label.len() + 2 + l.len());
         s.push_str(label);
         s.push_str(": ");
-        s.push_str(l);
+        s.push_str(&redact_tokens(l));
         lines.push(s);
     }
+}
+
+/// Replaces bootstrap tokens (`[a-z0-9]{6}.[a-z0-9]{16}`) with `<redacted>`: log lines go to
+/// a world-readable status file, the console and the cloud channels.
+pub fn redact_tokens(line: &str) -> std::borrow::Cow<'_, str> {
+    let b = line.as_bytes();
+    let tok = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let is_token_at = |i: usize| {
+        i + 23 <= b.len()
+            && b[i..i + 6].iter().all(|&c| tok(c))
+            && b[i + 6] == b'.'
+            && b[i + 7..i + 23].iter().all(|&c| tok(c))
+            && (i == 0 || !tok(b[i - 1]))
+            && b.get(i + 23).is_none_or(|&c| !tok(c))
+    };
+    if !(0..b.len()).any(is_token_at) {
+        return std::borrow::Cow::Borrowed(line);
+    }
+    let mut out = String::with_capacity(line.len());
+    let mut i = 0;
+    while i < b.len() {
+        if is_token_at(i) {
+            out.push_str("<redacted>");
+            i += 23;
+        } else {
+            // Copy one whole character (tokens are ASCII, so no match starts mid-character).
+            let ch = line[i..].chars().next().unwrap_or(' ');
+            out.push(ch);
+            i += ch.len_utf8();
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// The last `max` bytes of a file, from the first full line.
@@ -592,6 +624,24 @@ mod tests {
         assert_eq!(match_line(l), Some(Reason::ApiDns));
         let l = "kubelet: dial tcp 10.0.0.10:6443: i/o timeout";
         assert_eq!(match_line(l), Some(Reason::ApiUnreachable));
+    }
+
+    #[test]
+    fn bootstrap_tokens_are_redacted() {
+        let l = "token abcdef.0123456789abcdef was rejected; é 07401b.f395accd246ae52d.";
+        assert_eq!(
+            redact_tokens(l),
+            "token <redacted> was rejected; é <redacted>."
+        );
+        // Not a token: too long on either side, or upper case.
+        for keep in [
+            "xabcdef.0123456789abcdef",
+            "abcdef.0123456789abcdefx",
+            "ABCDEF.0123456789ABCDEF",
+            "sha256:3f0c1b.2a3f0c1b2a3f0c1b2a",
+        ] {
+            assert_eq!(redact_tokens(keep), keep);
+        }
     }
 
     #[test]
