@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# Builds the offline fixture mirror every kiln test, demo and boot test can share:
+#
+#   scripts/fixture-mirror.sh OUTDIR
+#
+# OUTDIR/upstream/        real Debian binaries (containerd, runc, CNI plugins; amd64 and arm64)
+#                         repacked in upstream's archive layouts, plus the stand-in kubelet as
+#                         kubelet/kubeadm/kubectl (amd64)
+# OUTDIR/artifacts.lock   a fixture lock for them, signed with a test key made now
+# OUTDIR/keys/            that test key pair (fixture.pub, fixture.key: a throwaway test key)
+# OUTDIR/mirror/          a mirror filled by a real `kiln mirror sync` from a loopback server
+#
+# Use it:  kiln fetch OUTDIR/artifacts.lock --trusted-key OUTDIR/keys/fixture.pub \
+#            --mirror OUTDIR/mirror --cache DIR
+#
+# Environment:
+#   KILN_BIN      kiln binary (default: build target/debug/kiln)
+#   KUBELET_BIN   stand-in kubelet (default: build the workspace's standin-kubelet, release)
+#   DEB_CACHE     where downloaded .debs are kept (default ${XDG_CACHE_HOME:-~/.cache}/kiln/debs)
+#
+# Needs: apt-get (Debian archive access), dpkg-deb, curl, tar, gzip, sha256sum, minisign,
+# python3 (the loopback server). The .debs are downloaded once and reused.
+set -euo pipefail
+
+out=${1:?usage: scripts/fixture-mirror.sh OUTDIR}
+root=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+deb_cache=${DEB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/debs}
+mkdir -p "$deb_cache"
+
+if [ -z "${KILN_BIN:-}" ]; then
+  (cd "$root" && cargo build -q -p kiln)
+  KILN_BIN=$root/target/debug/kiln
+fi
+if [ -z "${KUBELET_BIN:-}" ]; then
+  (cd "$root" && cargo build -q --release -p standin-kubelet)
+  KUBELET_BIN=$root/target/release/kubelet
+fi
+
+pkgs=(containerd runc containernetworking-plugins)
+
+# amd64 through apt (signed archive metadata); arm64 from the same pool path, same version.
+fetch_debs() {
+  local d=$deb_cache/amd64
+  mkdir -p "$d" "$deb_cache/arm64"
+  local uris
+  uris=$(cd "$d" && apt-get download --print-uris "${pkgs[@]}" 2>/dev/null | awk '{print $1}' | tr -d "'")
+  if [ -n "$uris" ]; then
+    (cd "$d" && apt-get download "${pkgs[@]}" >/dev/null 2>&1) || {
+      echo "fixture-mirror: apt-get download failed; run apt-get update (scripts/deps.sh does)" >&2
+      exit 1
+    }
+    echo "$uris" >"$deb_cache/amd64.uris"
+  fi
+  local u f
+  while read -r u; do
+    [ -n "$u" ] || continue
+    u=${u/_amd64.deb/_arm64.deb}
+    f=$deb_cache/arm64/$(basename "${u//%2b/+}")
+    f=${f//%7e/\~}
+    if [ ! -s "$f" ]; then
+      if curl -fsS --retry 3 -o "$f.tmp" "$u"; then
+        mv -f "$f.tmp" "$f"
+      else
+        rm -f "$f.tmp"
+        echo "fixture-mirror: no arm64 build at $u; arm64 entries for it are skipped" >&2
+      fi
+    fi
+  done <"$deb_cache/amd64.uris"
+}
+fetch_debs
+
+work=$(mktemp -d)
+server_pid=
+cleanup() {
+  if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+up=$out/upstream
+rm -rf "$up" "$out/mirror"
+mkdir -p "$up"
+
+# Reproducible archives: sorted names, fixed owner and mtime, gzip without a timestamp.
+targz() { # OUT DIR NAMES...
+  local dest=$1 dir=$2
+  shift 2
+  tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 --format=gnu \
+    -C "$dir" -cf - "$@" | gzip -n -1 >"$dest"
+}
+
+declare -A ver
+for arch in amd64 arm64; do
+  x=$work/$arch
+  mkdir -p "$x"
+  for deb in "$deb_cache/$arch"/*.deb; do
+    [ -e "$deb" ] || continue
+    dpkg-deb -x "$deb" "$x"
+    name=$(dpkg-deb -f "$deb" Package)
+    v=$(dpkg-deb -f "$deb" Version)
+    v=${v%%[~+-]*}
+    ver[$name]=$v
+  done
+  if [ -x "$x/usr/bin/containerd" ]; then
+    mkdir -p "$x/ctd/bin"
+    cp "$x/usr/bin/containerd" "$x/usr/bin/containerd-shim-runc-v2" "$x/usr/bin/ctr" "$x/ctd/bin/"
+    targz "$up/containerd-${ver[containerd]}-linux-$arch.tar.gz" "$x/ctd" bin
+  fi
+  if [ -x "$x/usr/sbin/runc" ]; then
+    cp "$x/usr/sbin/runc" "$up/runc.$arch"
+  fi
+  if [ -d "$x/usr/lib/cni" ]; then
+    (cd "$x/usr/lib/cni" && targz "$up/cni-plugins-linux-$arch-v${ver[containernetworking-plugins]}.tgz" . ./bridge ./host-local ./loopback ./portmap ./bandwidth ./firewall)
+  fi
+done
+for b in kubelet kubeadm kubectl; do
+  install -m 0755 "$KUBELET_BIN" "$up/$b"
+done
+
+# The fixture lock.
+lock=$out/artifacts.lock
+entry() { # NAME VERSION ARCH FORMAT FILE MEMBERS...
+  local name=$1 version=$2 arch=$3 format=$4 file=$5
+  shift 5
+  [ -e "$up/$file" ] || return 0
+  {
+    echo
+    echo "[[artifact]]"
+    echo "name = \"$name\""
+    echo "version = \"$version\""
+    echo "os = \"linux\""
+    echo "arch = \"$arch\""
+    echo "format = \"$format\""
+    echo "url = \"$base/$file\""
+    echo "size = $(stat -c %s "$up/$file")"
+    echo "sha256 = \"$(sha256sum "$up/$file" | cut -d' ' -f1)\""
+    local how="apt-get download (signed archive metadata)"
+    [ "$arch" = amd64 ] || how="the Debian archive pool over HTTP"
+    case $name in
+      kube*) echo "verified = \"fixture: the workspace's stand-in kubelet (tools/standin-kubelet) under the name $name, not upstream\"" ;;
+      *) echo "verified = \"fixture: repacked by scripts/fixture-mirror.sh from Debian's $arch $name package fetched with $how\"" ;;
+    esac
+    echo "members = ["
+    local m
+    for m in "$@"; do echo "  { from = \"${m%%=*}\", to = \"${m#*=}\" },"; done
+    echo "]"
+  } >>"$lock"
+}
+
+# A loopback stand-in for the upstream download sites, so `kiln mirror sync` does real HTTP.
+python3 - "$up" "$work/port" <<'PY' &
+import functools, http.server, sys
+class Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+handler = functools.partial(Quiet, directory=sys.argv[1])
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+open(sys.argv[2] + ".tmp", "w").write(str(srv.server_address[1]))
+import os; os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+srv.serve_forever()
+PY
+server_pid=$!
+for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.05; done
+base="http://127.0.0.1:$(cat "$work/port")"
+
+echo "# kiln fixture lock: Debian binaries in upstream layouts and the stand-in kubelet." >"$lock"
+echo "# Generated by scripts/fixture-mirror.sh; signed with the throwaway key in keys/." >>"$lock"
+echo "version = 1" >>"$lock"
+for arch in amd64 arm64; do
+  entry containerd "${ver[containerd]}" "$arch" tar.gz "containerd-${ver[containerd]}-linux-$arch.tar.gz" \
+    bin/containerd=bin/containerd bin/containerd-shim-runc-v2=bin/containerd-shim-runc-v2 bin/ctr=bin/ctr
+  entry runc "${ver[runc]}" "$arch" binary "runc.$arch" "runc.$arch=bin/runc"
+  v=${ver[containernetworking-plugins]}
+  entry cni-plugins "$v" "$arch" tar.gz "cni-plugins-linux-$arch-v$v.tgz" \
+    ./bridge=libexec/cni/bridge ./host-local=libexec/cni/host-local ./loopback=libexec/cni/loopback \
+    ./portmap=libexec/cni/portmap ./bandwidth=libexec/cni/bandwidth ./firewall=libexec/cni/firewall
+done
+for b in kubelet kubeadm kubectl; do
+  entry "$b" 1.34.1-standin amd64 binary "$b" "$b=bin/$b"
+done
+
+mkdir -p "$out/keys"
+rm -f "$out/keys/fixture.key" "$out/keys/fixture.pub"
+minisign -G -W -p "$out/keys/fixture.pub" -s "$out/keys/fixture.key" -c "kiln fixture test key" >/dev/null
+"$KILN_BIN" --quiet lock sign "$lock" --secret-key "$out/keys/fixture.key"
+"$KILN_BIN" --quiet mirror sync --to "$out/mirror" --lock "$lock" --trusted-key "$out/keys/fixture.pub"
+"$KILN_BIN" --quiet mirror verify "$out/mirror" --trusted-key "$out/keys/fixture.pub"
+echo "fixture-mirror: $out (lock $lock, key $out/keys/fixture.pub, mirror $out/mirror)"
