@@ -652,6 +652,8 @@ pub struct StatusView {
     /// `(name, result, duration_ms, reason)`, duration absent while running.
     pub phases: Vec<(String, String, Option<u64>, Option<String>)>,
     pub log: Vec<String>,
+    /// The recorded unit states, one line each (`kubelet.service failed (result=…)`).
+    pub units: Vec<String>,
 }
 
 impl StatusView {
@@ -694,6 +696,23 @@ impl StatusView {
             .iter()
             .filter_map(|l| l.as_text().map(str::to_string))
             .collect();
+        let units = v
+            .get("units")
+            .and_then(as_array)
+            .unwrap_or(&[])
+            .iter()
+            .map(|u| {
+                let f = |k: &str| u.get(k).and_then(json::Value::as_text).unwrap_or("");
+                UnitState {
+                    name: f("name").to_string(),
+                    active_state: f("active_state").to_string(),
+                    result: f("result").to_string(),
+                    exec_main_status: f("exec_main_status").parse().ok(),
+                    restarts: f("restarts").parse().ok(),
+                }
+                .describe()
+            })
+            .collect();
         Ok(StatusView {
             result,
             reason: s("reason"),
@@ -704,6 +723,7 @@ impl StatusView {
             image_id: s("image_id"),
             phases,
             log,
+            units,
         })
     }
 
@@ -752,6 +772,9 @@ impl StatusView {
                 let _ = write!(o, "  {r}");
             }
             o.push('\n');
+        }
+        for u in &self.units {
+            let _ = writeln!(o, "  {u}");
         }
         if !self.log.is_empty() {
             o.push_str("  last log lines:\n");

@@ -437,6 +437,12 @@ fn status_prints_a_summary_and_the_json() {
     assert!(out
         .stdout
         .contains("x509: certificate signed by unknown authority"));
+    assert!(
+        out.stdout
+            .contains("  kubelet.service is activating (result=exit-code, status=1, restarts=4)\n"),
+        "{}",
+        out.stdout
+    );
 
     let out = kiln(&root, &["status", "--json"]);
     assert_eq!(out.code, 7);
