@@ -78,6 +78,7 @@ fn every_provisioner_round_trips_through_check() {
             .arg("-o")
             .arg(&tree));
         assert_eq!(check_json(&tree), want, "{mode} files");
+        firstboot_accepts(&tree, mode);
         for f in expected(dir.path()) {
             let meta = std::fs::metadata(tree.join("etc/kiln").join(&f.name)).unwrap();
             assert_eq!(meta.permissions().mode() & 0o777, f.mode, "{}", f.name);

@@ -109,6 +109,7 @@ fn real_cloud_init_writes_exactly_the_rendered_files() {
         cloud_init_write_files(&ud, &root);
         let written = files::read_tree(&root).unwrap();
         assert_eq!(written, files, "gzip={gzip}");
+        firstboot_accepts(&root, "kubeadm");
         // ...and --check reads the same list back.
         assert_eq!(render::check_payload(&payload, "ud").unwrap().files, files);
     }
@@ -314,5 +315,6 @@ fn real_ignition_validates_and_writes_the_rendered_files() {
         let log = String::from_utf8_lossy(&out.stdout);
         assert!(log.contains("Ignition finished successfully"), "{log}");
         assert_eq!(files::read_tree(&sysroot).unwrap(), files, "gzip={gzip}");
+        firstboot_accepts(&sysroot, "kubeadm");
     }
 }

@@ -123,3 +123,40 @@ pub fn node_dir(toml: &str) -> tempfile::TempDir {
 pub fn kiln() -> Command {
     Command::new(env!("CARGO_BIN_EXE_kiln"))
 }
+
+/// Asserts kiln-firstboot's own contract reader accepts the `/etc/kiln/` tree under `root`
+/// (with a minimal image.env beside it) and sees the values node.toml asked for.
+pub fn firstboot_accepts(root: &Path, join_mode: &str) {
+    let image = root.join("usr/lib/kiln");
+    std::fs::create_dir_all(&image).unwrap();
+    std::fs::write(
+        image.join("image.env"),
+        "KILN_CONTRACT=1\nKILN_IMAGE_ID=sha256:00\nKILN_IMAGE_NAME=test\nKILN_VERSION=0.1.0\n\
+         KILN_OS=linux\nKILN_ARCH=amd64\nKUBERNETES_VERSION=v1.34.1\n",
+    )
+    .unwrap();
+    let config = kiln_firstboot::config::load(root, None)
+        .unwrap_or_else(|e| panic!("kiln-firstboot refused what kiln render wrote: {e}"));
+    assert_eq!(config.node_value("API_SERVER"), "https://10.0.0.10:6443");
+    assert_eq!(
+        config.node_value("NODE_LABELS"),
+        "node.kubernetes.io/role=worker,tier=web"
+    );
+    assert_eq!(
+        config.node_value("KUBELET_EXTRA_ARGS"),
+        "--v=2 --serialize-image-pulls=false"
+    );
+    assert_eq!(config.provider, "aws");
+    assert_eq!(config.deadline_secs, 600);
+    assert_eq!(config.max_pods("m5.large"), 58);
+    match join_mode {
+        "kubeadm" => assert_eq!(
+            config.credential,
+            kiln_firstboot::config::Credential::KubeadmJoin
+        ),
+        _ => assert_eq!(
+            config.credential,
+            kiln_firstboot::config::Credential::Token(TOKEN.to_string())
+        ),
+    }
+}
