@@ -1,7 +1,7 @@
 //! AWS EC2 through IMDSv2 only: a session token from `PUT /latest/api/token`, then GETs
 //! carrying it. IMDSv1 is never tried, so a node never depends on the weaker protocol.
 
-use super::{get_text, http_error, valid_ip, Context, Metadata, MetadataSource};
+use super::{get_text, http_error, parallel, valid_ip, Context, Metadata, MetadataSource};
 use crate::error::Error;
 use crate::Reason;
 
@@ -68,19 +68,24 @@ impl MetadataSource for Aws {
             let url = format!("{base}/latest/meta-data/{key}");
             Ok(get_text(cx, &url, &headers, optional)?.unwrap_or_default())
         };
-        let instance_id = get("instance-id", false)?;
-        let instance_type = get("instance-type", false)?;
-        let zone = get("placement/availability-zone", false)?;
+        let v = parallel(&[
+            &|| get("instance-id", false),
+            &|| get("instance-type", false),
+            &|| get("placement/availability-zone", false),
+            &|| get("placement/region", true),
+            &|| get("local-ipv4", true),
+            &|| get("local-hostname", true),
+        ])?;
+        let [instance_id, instance_type, zone, mut region, ip, hostname] =
+            <[String; 6]>::try_from(v).unwrap_or_default();
         // Older IMDS versions lack placement/region; the zone minus its letter is the region.
-        let mut region = get("placement/region", true)?;
         if region.is_empty() {
             region = zone
                 .trim_end_matches(|c: char| c.is_ascii_lowercase())
                 .to_string();
         }
         // IPv6-only instances have no local-ipv4: the caller falls back to the route.
-        let node_ip = valid_ip(get("local-ipv4", true)?, "local-ipv4", base)?;
-        let hostname = get("local-hostname", true)?;
+        let node_ip = valid_ip(ip, "local-ipv4", base)?;
         Ok(Metadata {
             provider_id: format!("aws:///{zone}/{instance_id}"),
             hostname,

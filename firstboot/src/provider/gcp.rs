@@ -3,7 +3,7 @@
 //! stray server on the address is not mistaken for the metadata service.
 
 use super::{body_text, check_token};
-use super::{http_error, last_segment, valid_ip, Context, Metadata, MetadataSource};
+use super::{http_error, last_segment, parallel, valid_ip, Context, Metadata, MetadataSource};
 use crate::error::Error;
 use crate::Reason;
 
@@ -39,13 +39,17 @@ impl MetadataSource for Gcp {
     }
 
     fn fetch(&self, cx: &Context<'_>) -> Result<Metadata, Error> {
-        let id = get(cx, "instance/id")?;
-        let name = get(cx, "instance/name")?;
-        let machine_type = get(cx, "instance/machine-type")?;
-        let zone_path = get(cx, "instance/zone")?;
-        let project = get(cx, "project/project-id")?;
-        let ip = get(cx, "instance/network-interfaces/0/ip")?;
-        let hostname = get(cx, "instance/hostname")?;
+        let v = parallel(&[
+            &|| get(cx, "instance/id"),
+            &|| get(cx, "instance/name"),
+            &|| get(cx, "instance/machine-type"),
+            &|| get(cx, "instance/zone"),
+            &|| get(cx, "project/project-id"),
+            &|| get(cx, "instance/network-interfaces/0/ip"),
+            &|| get(cx, "instance/hostname"),
+        ])?;
+        let [id, name, machine_type, zone_path, project, ip, hostname] =
+            <[String; 7]>::try_from(v).unwrap_or_default();
         let zone = last_segment(&zone_path).to_string();
         // A zone is `<region>-<letter>`.
         let region = zone

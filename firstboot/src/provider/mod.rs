@@ -170,6 +170,29 @@ pub fn get_text(
     }
 }
 
+/// One metadata lookup that can run on its own thread.
+pub type Job<'a> = &'a (dyn Fn() -> Result<String, Error> + Sync);
+
+/// Runs lookups side by side and returns their results in order, or the first error in
+/// order. Metadata round trips dominate a boot's critical path; they do not depend on each
+/// other, so they need not wait for each other.
+pub fn parallel(jobs: &[Job<'_>]) -> Result<Vec<String>, Error> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = jobs.iter().map(|job| s.spawn(*job)).collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(Error::metadata(
+                        Reason::Internal,
+                        "a metadata lookup thread panicked".to_string(),
+                    ))
+                })
+            })
+            .collect()
+    })
+}
+
 /// The local address of the route to `API_SERVER`: a connected UDP socket's local address.
 /// Connecting a UDP socket sends no packet; it only asks the kernel for a route.
 pub fn route_ip(api_server: &str) -> Result<String, Error> {

@@ -2,7 +2,8 @@
 //! leaves for what the OpenStack document lacks (the private IPv4, the flavor name).
 
 use super::{
-    body_text, check_token, get_text, http_error, valid_ip, Context, Metadata, MetadataSource,
+    body_text, check_token, get_text, http_error, parallel, valid_ip, Context, Metadata,
+    MetadataSource,
 };
 use crate::error::Error;
 use crate::json::{self, Value};
@@ -48,8 +49,9 @@ impl MetadataSource for OpenStack {
             let u = format!("{base}/latest/meta-data/{key}");
             Ok(get_text(cx, &u, &[], true)?.unwrap_or_default())
         };
-        let ip = valid_ip(leaf("local-ipv4")?, "local-ipv4", base)?;
-        let instance_type = leaf("instance-type")?;
+        let v = parallel(&[&|| leaf("local-ipv4"), &|| leaf("instance-type")])?;
+        let [ip, instance_type] = <[String; 2]>::try_from(v).unwrap_or_default();
+        let ip = valid_ip(ip, "local-ipv4", base)?;
         Ok(Metadata {
             // cloud-provider-openstack finds a node's server by its name.
             hostname: name.to_ascii_lowercase(),
