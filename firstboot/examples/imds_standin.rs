@@ -1,6 +1,7 @@
 //! A loopback stand-in for EC2's IMDSv2, for benchmarks and trying firstboot by hand:
 //! serves `firstboot/tests/fixtures/aws/` (token by PUT, then GETs that must carry it),
-//! answering at once. Prints its base URL on stdout and runs until killed.
+//! answering at once. It also answers `GET /healthz` with `ok`, as a healthy kubelet does,
+//! so a full run gets through its wait phases. Prints its base URL and runs until killed.
 //!
 //!     cargo run -p kiln-firstboot --example imds_standin -- [FIXTURE_DIR] [PORT]
 
@@ -44,7 +45,9 @@ fn serve(mut conn: TcpStream, dir: &Path, token: &str) -> std::io::Result<()> {
     let mut first = req.split_whitespace();
     let (method, path) = (first.next().unwrap_or(""), first.next().unwrap_or("/"));
     let path = path.split('?').next().unwrap_or("/");
-    let (status, body) = if path == "/latest/api/token" {
+    let (status, body) = if path == "/healthz" {
+        ("200 OK", b"ok".to_vec())
+    } else if path == "/latest/api/token" {
         if method == "put" && req.contains("x-aws-ec2-metadata-token-ttl-seconds:") {
             ("200 OK", token.as_bytes().to_vec())
         } else {
