@@ -53,7 +53,7 @@ url=$(cat "$work/url")
 
 kiln=("$bin" run --root "$root" --metadata-url "$url" --systemctl /bin/true --console "$work/console"
   --healthz-url "$url/healthz" --journalctl /bin/true)
-base=(bench/firstboot-baseline.sh "$root" "$url" /bin/true)
+base=(bench/baseline/firstboot-bash-curl.sh "$root" "$url" /bin/true)
 
 # Both must produce the same kubelet.env before their times mean anything.
 "${kiln[@]}"; cp "$root/run/kiln/kubelet.env" "$work/kiln.env"
@@ -81,8 +81,8 @@ ratio = bm / km
 def verdict(ok): return "ok" if ok else "OVER BUDGET"
 print(f"| measure | kiln-firstboot | bash+curl | ratio | budget | verdict |")
 print(f"|---|---|---|---|---|---|")
-print(f"| start → systemctl, median | {km:.2f} ms | {bm:.2f} ms | {ratio:.1f}× faster | ≤ 10 ms, ≥ 10× | {verdict(km <= 10 and ratio >= 10)} |")
-print(f"| start → systemctl, mean ± σ | {k['mean']*1000:.2f} ± {k['stddev']*1000:.2f} ms | {b['mean']*1000:.2f} ± {b['stddev']*1000:.2f} ms | | | |")
+print(f"| whole run (≥ start → systemctl), median | {km:.2f} ms | {bm:.2f} ms | {ratio:.1f}× faster | ≤ 10 ms, ≥ 10× | {verdict(km <= 10 and ratio >= 10)} |")
+print(f"| whole run, mean ± σ | {k['mean']*1000:.2f} ± {k['stddev']*1000:.2f} ms | {b['mean']*1000:.2f} ± {b['stddev']*1000:.2f} ms | | | |")
 print(f"| peak RSS | {rss} KiB | {rss_base} KiB (largest of bash and its curls) | | ≤ 2048 KiB | {verdict(rss <= 2048)} |")
 print(f"| static binary size | {size} B ({(size + 1023)//1024} KiB) | | | ≤ 400 KiB | {verdict(size <= 400*1024)} |")
 PY

@@ -5,7 +5,7 @@
 # calls the same service manager. It validates less than kiln-firstboot (no env-file
 # grammar, no JSON, no per-field checks), so the comparison flatters the baseline.
 #
-#   bench/firstboot-baseline.sh ROOT METADATA_URL SYSTEMCTL
+#   bench/baseline/firstboot-bash-curl.sh ROOT METADATA_URL SYSTEMCTL
 set -euo pipefail
 root=$1 base=$2 systemctl=$3
 
