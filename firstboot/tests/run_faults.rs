@@ -592,3 +592,90 @@ fn help_and_version() {
         format!("kiln-firstboot {}\n", env!("CARGO_PKG_VERSION"))
     );
 }
+
+#[test]
+fn an_unwritable_run_dir_is_write_failed() {
+    // /run/kiln is a file, not a directory: nothing under it can be written, whoever we are.
+    let root = Root::node("QEMU");
+    root.write(
+        "sys/firmware/qemu_fw_cfg/by_name/opt/kiln/instance-id/raw",
+        "q1",
+    );
+    root.write("run/kiln", "not a directory\n");
+    let out = config_run_with(&root, &["--provider", "qemu"]);
+    assert_eq!(out.code, 5, "{out:#?}");
+    assert!(
+        out.stderr.contains("WRITE_FAILED") && out.stderr.contains("run/kiln/"),
+        "{}",
+        out.stderr
+    );
+    assert!(root.calls("systemctl").is_empty());
+    assert_eq!(root.read("run/kiln"), "not a directory\n");
+}
+
+#[test]
+fn the_deadline_comes_from_node_env_unless_the_flag_says_otherwise() {
+    let root = Root::node("");
+    root.node_env("KILN_DEADLINE=1\n");
+    let (_listener, url) = silent_listener();
+    let systemctl = root.stub("systemctl", "exit 0");
+    let out = firstboot(
+        &root,
+        &[
+            "--provider",
+            "aws",
+            "--metadata-url",
+            &url,
+            "--systemctl",
+            &systemctl,
+        ],
+    );
+    assert_eq!(out.code, 4, "{out:#?}");
+    assert!(
+        out.elapsed < Duration::from_secs(3),
+        "node.env's 1 s deadline: {:?}",
+        out.elapsed
+    );
+
+    let out = firstboot(
+        &root,
+        &[
+            "--provider",
+            "aws",
+            "--metadata-url",
+            &url,
+            "--systemctl",
+            &systemctl,
+            "--deadline",
+            "2",
+        ],
+    );
+    assert_eq!(out.code, 4, "{out:#?}");
+    assert!(
+        out.elapsed >= Duration::from_millis(1900),
+        "--deadline 2 wins: {:?}",
+        out.elapsed
+    );
+}
+
+#[test]
+fn a_429_is_retried() {
+    let root = Root::node("");
+    let hits = std::sync::atomic::AtomicUsize::new(0);
+    let srv = imds_with(move |r| {
+        (r.route() == "/latest/api/token"
+            && hits.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 1)
+            .then(|| status(429))
+    });
+    let out = aws(&root, &srv.url, "10");
+    assert_eq!(out.code, 0, "{out:#?}");
+    let puts = srv.requests().iter().filter(|r| r.method == "PUT").count();
+    assert_eq!(puts, 2);
+}
+
+fn config_run_with(root: &Root, extra: &[&str]) -> Outcome {
+    let systemctl = root.stub("systemctl", "exit 0");
+    let mut args = vec!["--systemctl", systemctl.as_str(), "--deadline", "5"];
+    args.extend_from_slice(extra);
+    firstboot(root, &args)
+}
