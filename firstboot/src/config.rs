@@ -397,6 +397,15 @@ fn credential(root: &Path, mode: JoinMode) -> Result<Credential, Error> {
         }
         Err(e) => return Err(invalid(format!("{}: cannot stat: {e}", path.display()))),
     }
+    if let Ok(Some(uid)) = fsutil::foreign_owner(path) {
+        return Err(Error::config(
+            Reason::SecretMode,
+            format!(
+                "{}: expected to be owned by root, found owner uid {uid}",
+                path.display()
+            ),
+        ));
+    }
     if path == &join {
         return Ok(Credential::KubeadmJoin);
     }

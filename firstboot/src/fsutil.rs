@@ -111,6 +111,23 @@ pub fn too_open(path: &Path) -> io::Result<Option<u32>> {
     Ok((mode & 0o077 != 0).then_some(mode))
 }
 
+/// The owner of `path` when it is neither root nor the user running this process: a secret
+/// someone else owns could have been swapped under us (unix only).
+#[cfg(unix)]
+pub fn foreign_owner(path: &Path) -> io::Result<Option<u32>> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = fs::metadata(path)?.uid();
+    // /proc/self belongs to the process's effective user: its uid without libc.
+    let me = fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0);
+    Ok((owner != 0 && owner != me).then_some(owner))
+}
+
+/// Windows has no uid; ACLs are the provisioner's job there.
+#[cfg(not(unix))]
+pub fn foreign_owner(path: &Path) -> io::Result<Option<u32>> {
+    fs::metadata(path).map(|_| None)
+}
+
 /// Windows has no mode bits; ACLs are the provisioner's job there.
 #[cfg(not(unix))]
 pub fn too_open(path: &Path) -> io::Result<Option<u32>> {

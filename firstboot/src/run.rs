@@ -89,7 +89,10 @@ fn boot(opts: &Options, rep: &mut Reporter, started: Instant) -> Result<(), Erro
     rep.begin(Phase::Config);
     let cfg = config::load(&opts.root, opts.deadline).map_err(|e| fail(rep, Phase::Config, e))?;
     // The deadline counts from process start, so time spent reading config is included.
-    let deadline = started + Duration::from_secs(cfg.deadline_secs);
+    // An absurd deadline (u64::MAX seconds) must not overflow the clock; a year is forever here.
+    let deadline = started
+        .checked_add(Duration::from_secs(cfg.deadline_secs))
+        .unwrap_or(started + Duration::from_secs(365 * 24 * 3600));
     rep.success(Phase::Config, "");
 
     rep.begin(Phase::Metadata);

@@ -679,3 +679,23 @@ fn config_run_with(root: &Root, extra: &[&str]) -> Outcome {
     args.extend_from_slice(extra);
     firstboot(root, &args)
 }
+
+#[test]
+fn a_secret_owned_by_someone_else_is_refused() {
+    let root = Root::node("");
+    let token = root.path("etc/kiln/bootstrap-token");
+    match std::os::unix::fs::chown(&token, Some(4242), None) {
+        Ok(()) => {}
+        // Only root can give a file away; as anyone else this case cannot be set up.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            eprintln!("skipped: chown needs root ({e})");
+            return;
+        }
+        Err(e) => panic!("chown {}: {e}", token.display()),
+    }
+    expect_config(
+        &root,
+        "SECRET_MODE",
+        &["bootstrap-token: expected to be owned by root, found owner uid 4242"],
+    );
+}
