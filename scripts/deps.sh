@@ -17,7 +17,7 @@ base=(
   systemd systemd-container
   hyperfine valgrind time
   minisign openssl
-  cloud-init ignition            # real validators of `kiln render` output (docs/render.md)
+  cloud-init ignition python3-venv   # real validators of `kiln render` output (docs/render.md)
   busybox-static cpio kmod e2fsprogs
   musl-tools
 )
@@ -80,6 +80,15 @@ if [ "${#backports[@]}" -gt 0 ]; then
       apt_get install -qq "${backports[@]}" >/dev/null
     fi
   fi
+fi
+
+# cloudbase-init (PyPI) in its own venv: the render tests run its real user-data plugin on
+# kiln's Windows user data (builder/tests/render_validators.rs).
+CBI_VENV=/opt/kiln/cloudbase-init
+if ! "$CBI_VENV/bin/python" -c 'import cloudbaseinit' 2>/dev/null; then
+  echo "deps: installing cloudbase-init into $CBI_VENV"
+  "${SUDO[@]}" /usr/bin/python3 -m venv "$CBI_VENV"
+  "${SUDO[@]}" "$CBI_VENV/bin/pip" install -q --disable-pip-version-check cloudbase-init==1.1.9 >/dev/null
 fi
 
 # Rust tools the gates use; the toolchain itself comes from rustup on these machines.

@@ -318,3 +318,73 @@ fn real_ignition_validates_and_writes_the_rendered_files() {
         firstboot_accepts(&sysroot, "kubeadm");
     }
 }
+
+/// cloudbase-init 1.1.9 from PyPI, installed in its own venv by scripts/deps.sh.
+const CLOUDBASE_INIT_PYTHON: &str = "/opt/kiln/cloudbase-init/bin/python";
+
+/// Runs cloudbase-init's real `UserDataPlugin` on `user_data`; only the OS utilities that would
+/// start powershell.exe are replaced by a recorder (see tests/data/render/cloudbase_init_run.py).
+fn cloudbase_init_runs(user_data: &Path) -> Value {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/render/cloudbase_init_run.py");
+    let out = Command::new(CLOUDBASE_INIT_PYTHON)
+        .arg(script)
+        .arg(user_data)
+        .output()
+        .expect("cloudbase-init's venv is installed by scripts/deps.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn real_cloudbase_init_runs_the_windows_user_data_as_powershell() {
+    let (dir, files) = node_files("kubelet");
+    for gzip in [false, true] {
+        let payload = render::render_payload(
+            &files,
+            Provisioner::Windows,
+            RenderOptions {
+                gzip,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let path = dir.path().join(format!("windows-{gzip}"));
+        std::fs::write(&path, &payload).unwrap();
+        let report = cloudbase_init_runs(&path);
+        let runs = report["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 1, "{report}");
+        assert_eq!(runs[0]["executor"], "powershell", "{report}");
+        assert_eq!(runs[0]["sysnative"], true, "64-bit PowerShell");
+        // What PowerShell receives is exactly the block between the tags...
+        let plain = if gzip {
+            render::gunzip(&payload, "p").unwrap()
+        } else {
+            payload.clone()
+        };
+        let text = String::from_utf8(plain).unwrap();
+        let body = text
+            .trim_start_matches("<powershell>")
+            .trim_end()
+            .trim_end_matches("</powershell>")
+            .trim();
+        let script = runs[0]["script"].as_str().unwrap();
+        assert_eq!(script, body);
+        // ...and it still carries every file.
+        let handed = format!("<powershell>\n{script}\n</powershell>\n");
+        assert_eq!(
+            render::check_payload(handed.as_bytes(), "ps")
+                .unwrap()
+                .files,
+            files
+        );
+    }
+    // The harness tells formats apart: a shell script is not run as PowerShell.
+    let sh = dir.path().join("sh");
+    std::fs::write(&sh, "rem cmd \necho hi\n").unwrap();
+    assert_eq!(cloudbase_init_runs(&sh)["runs"][0]["executor"], "process");
+}

@@ -24,6 +24,13 @@ pub fn render(files: &[NodeFile]) -> Vec<u8> {
     s.push_str("$ErrorActionPreference = 'Stop'\n");
     s.push_str(&format!("$dir = '{WINDOWS_DIR}'\n"));
     s.push_str("New-Item -ItemType Directory -Force -Path $dir | Out-Null\n");
+    s.push_str(
+        "# ProgramData lets Users add files: the kiln directory allows them to read only.\n",
+    );
+    s.push_str(
+        "& icacls.exe $dir /inheritance:r /grant:r '*S-1-5-18:(OI)(CI)(F)' '*S-1-5-32-544:(OI)(CI)(F)' '*S-1-5-32-545:(OI)(CI)(RX)' | Out-Null\n",
+    );
+    s.push_str("if ($LASTEXITCODE -ne 0) { throw \"icacls failed on $dir\" }\n");
     s.push_str(&format!(
         "function {WRITE_FN}([string]$Name, [string]$Data, [bool]$Secret) {{\n"
     ));

@@ -4,6 +4,9 @@
 $ErrorActionPreference = 'Stop'
 $dir = 'C:\ProgramData\kiln'
 New-Item -ItemType Directory -Force -Path $dir | Out-Null
+# ProgramData lets Users add files: the kiln directory allows them to read only.
+& icacls.exe $dir /inheritance:r /grant:r '*S-1-5-18:(OI)(CI)(F)' '*S-1-5-32-544:(OI)(CI)(F)' '*S-1-5-32-545:(OI)(CI)(RX)' | Out-Null
+if ($LASTEXITCODE -ne 0) { throw "icacls failed on $dir" }
 function Write-KilnFile([string]$Name, [string]$Data, [bool]$Secret) {
   $path = Join-Path $dir $Name
   $tmp = "$path.tmp"
