@@ -1,14 +1,100 @@
 #!/usr/bin/env bash
 # Builds kiln-firstboot as a static, size-optimised Linux binary and copies it to $1.
 #
-# Today: the `firstboot` profile (opt-level z, fat LTO, one codegen unit, panic=abort, strip)
-# with glibc's static C runtime (`-C target-feature=+crt-static` on x86_64-unknown-linux-gnu).
-# --target keeps RUSTFLAGS away from build scripts and proc-macros.
+# The default way (docs/building.md explains why): Debian's rustc-web compiler rebuilds std
+# itself (`-Z build-std`, allowed on a stable compiler through RUSTC_BOOTSTRAP=1) for
+# x86_64-unknown-linux-musl with std's size features, links it with Debian's musl-gcc, and
+# produces a non-PIE static executable. rustup's stable toolchain keeps building and testing
+# the workspace as usual; only this release binary goes through here.
+#
+#   scripts/build-firstboot.sh [OUT]
+#
+# KILN_FIRSTBOOT_VARIANT picks another way, for measurements and as a fallback:
+#   musl        (default) panic=immediate-abort, no unwind tables, std with optimize_for_size
+#   musl-abort  panic=abort: a panic still prints its message before aborting
+#   glibc       rustup's stable std with glibc's static C runtime; needs no Debian Rust but is
+#               about 1 MiB, over the 400 KiB budget (make size-check fails with it)
 set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${1:-target/firstboot/kiln-firstboot}
-target=x86_64-unknown-linux-gnu
-RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" \
-  cargo build --locked -p kiln-firstboot --bin kiln-firstboot --profile firstboot --target "$target"
+case "$out" in /*) ;; *) out="$PWD/$out" ;; esac
+variant=${KILN_FIRSTBOOT_VARIANT:-musl}
+cd "$root"
+
+die() { echo "build-firstboot: $*" >&2; exit 1; }
+
+case "$variant" in
+  glibc)
+    target=x86_64-unknown-linux-gnu
+    target_dir=target
+    # --target keeps RUSTFLAGS away from build scripts and proc-macros.
+    RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" \
+      cargo build --locked -p kiln-firstboot --bin kiln-firstboot --profile firstboot --target "$target"
+    ;;
+  musl | musl-abort)
+    target=x86_64-unknown-linux-musl
+    # Debian's compiler, not rustup's shims that come first on PATH: rustup's toolchains here
+    # have neither a musl std nor rust-src to build one.
+    debian_rustc=${KILN_DEBIAN_RUSTC:-/usr/bin/rustc}
+    debian_cargo=${KILN_DEBIAN_CARGO:-/usr/bin/cargo}
+    [ -x "$debian_rustc" ] && [ -x "$debian_cargo" ] ||
+      die "$debian_rustc or $debian_cargo is missing: run \`make deps\` (installs rustc-web, cargo-web, rust-web-src)"
+    sysroot=$("$debian_rustc" --print sysroot)
+    [ -f "$sysroot/lib/rustlib/src/rust/library/std/Cargo.toml" ] ||
+      die "no std sources under $sysroot/lib/rustlib/src/rust/library: run \`make deps\` (installs rust-web-src)"
+    command -v musl-gcc >/dev/null || die "musl-gcc is missing: run \`make deps\` (installs musl-tools)"
+
+    # musl's std links `-lunwind`. Debian has no LLVM libunwind for musl, so the archive of
+    # that name is gcc's own unwinder (libgcc_eh.a) plus scripts/musl/dl_find_object.c, the one
+    # glibc function it needs that musl lacks. Nothing of it is linked unless something calls
+    # _Unwind_* (a panic=abort binary does, to print a backtrace).
+    link_dir="$root/target/firstboot/link"
+    libgcc_eh=$(gcc -print-file-name=libgcc_eh.a)
+    [ -f "$libgcc_eh" ] || die "gcc has no libgcc_eh.a (looked at '$libgcc_eh'): run \`make deps\`"
+    mkdir -p "$link_dir"
+    cp "$libgcc_eh" "$link_dir/libunwind.a.tmp"
+    musl-gcc -O2 -c scripts/musl/dl_find_object.c -o "$link_dir/dl_find_object.o"
+    ar rsD "$link_dir/libunwind.a.tmp" "$link_dir/dl_find_object.o"
+    # Replaced only when it changed, so cargo does not relink for nothing.
+    if cmp -s "$link_dir/libunwind.a.tmp" "$link_dir/libunwind.a"; then
+      rm "$link_dir/libunwind.a.tmp"
+    else
+      mv "$link_dir/libunwind.a.tmp" "$link_dir/libunwind.a"
+    fi
+
+    # immediate-abort: a panic is one trap instruction, with no message, formatting or
+    # unwinding machinery behind it; and so no unwind tables are needed either (-33 KiB).
+    if [ "$variant" = musl ]; then
+      panic="-Zunstable-options -C panic=immediate-abort -C force-unwind-tables=no"
+    else
+      panic=""
+    fi
+    # One target dir per variant: each keeps its own prebuilt std warm.
+    target_dir=target/firstboot/$variant
+    # relocation-model=static: musl-gcc's specs cannot link a static-pie (no rcrt1.o, always
+    # a dynamic loader), so the binary is a classic static executable.
+    RUSTC="$debian_rustc" RUSTDOC="${debian_rustc%rustc}rustdoc" RUSTC_BOOTSTRAP=1 \
+      CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_LINKER=musl-gcc \
+      RUSTFLAGS="$panic -C target-feature=+crt-static -C relocation-model=static -C link-self-contained=no -L native=$link_dir" \
+      "$debian_cargo" build --locked -p kiln-firstboot --bin kiln-firstboot --profile firstboot \
+      --target "$target" --target-dir "$target_dir" \
+      -Z build-std=std,panic_abort -Z build-std-features=optimize_for_size
+    ;;
+  *) die "unknown KILN_FIRSTBOOT_VARIANT '$variant' (expected musl, musl-abort or glibc)" ;;
+esac
+
+bin="$target_dir/$target/firstboot/kiln-firstboot"
+# A static binary has no program interpreter; one that slipped through would not start on a
+# node whose libc differs.
+if readelf -lW "$bin" | grep -q 'INTERP'; then
+  die "$bin is dynamically linked (it has a PT_INTERP program header); expected a static executable"
+fi
+# And it has to start: a binary that links but cannot run (a wrong C runtime, a bad unwinder
+# shim) fails here rather than on a node.
+"$bin" --version | grep -q '^kiln-firstboot ' ||
+  die "$bin --version did not print 'kiln-firstboot <version>'"
 mkdir -p "$(dirname "$out")"
-cp "target/$target/firstboot/kiln-firstboot" "$out.tmp"
+cp "$bin" "$out.tmp"
 mv "$out.tmp" "$out"
+echo "build-firstboot: $out ($variant, $(stat -c %s "$out") bytes)"

@@ -3,9 +3,10 @@
 # Idempotent: packages already present are not touched, and apt is not even called when
 # nothing is missing. Works as root or through sudo.
 #
-#   scripts/deps.sh            the base set (build, unit tests, bake tools, validators)
+#   scripts/deps.sh            the base set (build, unit tests, bake tools, validators, and
+#                              the static kiln-firstboot: Debian's Rust with std sources + musl)
 #   scripts/deps.sh qemu       + QEMU, kernel tools, debootstrap (boot tests, demo)
-#   scripts/deps.sh windows    + Debian's Rust with std sources, mingw-w64 and Wine
+#   scripts/deps.sh windows    + mingw-w64 and Wine (kiln-firstboot.exe and its tests)
 set -euo pipefail
 
 if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo -E); fi
@@ -21,10 +22,13 @@ base=(
   busybox-static cpio kmod e2fsprogs
   musl-tools
 )
+# The release kiln-firstboot is built by Debian's rustc with `-Z build-std` for musl
+# (scripts/build-firstboot.sh, docs/building.md): rustup's toolchains have no rust-src.
+firstboot=(rustc-web cargo-web rust-web-src musl-tools)
 qemu=(busybox-static cpio kmod e2fsprogs squashfs-tools erofs-utils debootstrap zstd)
 windows=(rustc-web cargo-web rust-web-src gcc-mingw-w64-x86-64 wine64 wine)
 
-want=("${base[@]}")
+want=("${base[@]}" "${firstboot[@]}")
 backports=()
 for set in "$@"; do
   case "$set" in
