@@ -699,3 +699,21 @@ fn a_secret_owned_by_someone_else_is_refused() {
         &["bootstrap-token: expected to be owned by root, found owner uid 4242"],
     );
 }
+
+#[test]
+fn chunked_answers_are_read() {
+    let root = Root::node("");
+    let srv = imds_with(|r| {
+        (r.route() == "/latest/meta-data/local-hostname").then(|| {
+            Reply::Raw(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nip-10\r\n6;ext=1\r\n-0-3-7\r\n0\r\n\r\n"
+                    .to_vec(),
+            )
+        })
+    });
+    let out = aws(&root, &srv.url, "10");
+    assert_eq!(out.code, 0, "{out:#?}");
+    assert!(root
+        .read("run/kiln/kubelet.env")
+        .contains("NODE_NAME=ip-10-0-3-7\n"));
+}

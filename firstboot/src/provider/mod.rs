@@ -275,6 +275,54 @@ mod tests {
     }
 
     #[test]
+    fn detection_from_dmi() {
+        let base = std::env::temp_dir().join(format!("kiln-detect-{}", std::process::id()));
+        // (DMI files, fw_cfg entries present, expected provider)
+        type Case<'a> = (&'a [(&'a str, &'a str)], bool, &'a str);
+        let cases: &[Case<'_>] = &[
+            (&[("sys_vendor", "Amazon EC2\n")], false, "aws"),
+            (
+                &[("sys_vendor", "Xen"), ("bios_vendor", "Amazon EC2")],
+                false,
+                "aws",
+            ),
+            (
+                &[
+                    ("sys_vendor", "Microsoft Corporation"),
+                    ("chassis_asset_tag", AZURE_ASSET_TAG),
+                ],
+                false,
+                "azure",
+            ),
+            (&[("sys_vendor", "Microsoft Corporation")], false, "none"),
+            (&[("product_name", "Google Compute Engine")], false, "gcp"),
+            (
+                &[("sys_vendor", "OpenStack Foundation")],
+                false,
+                "openstack",
+            ),
+            (&[("product_name", "OpenStack Nova")], false, "openstack"),
+            (&[("sys_vendor", "VMware, Inc.")], false, "vmware"),
+            (&[("sys_vendor", "QEMU")], true, "qemu"),
+            (&[("sys_vendor", "QEMU")], false, "none"),
+            (&[], false, "none"),
+        ];
+        for (i, (files, fw_cfg, want)) in cases.iter().enumerate() {
+            let root = base.join(i.to_string());
+            let dmi = fsutil::under(&root, "/sys/class/dmi/id");
+            std::fs::create_dir_all(&dmi).unwrap();
+            for (f, v) in *files {
+                std::fs::write(dmi.join(f), v).unwrap();
+            }
+            if *fw_cfg {
+                std::fs::create_dir_all(fsutil::under(&root, qemu::FW_CFG_DIR)).unwrap();
+            }
+            assert_eq!(detect(&root), *want, "{files:?} fw_cfg={fw_cfg}");
+        }
+        std::fs::remove_dir_all(base).unwrap();
+    }
+
+    #[test]
     fn segments() {
         assert_eq!(
             last_segment("projects/1/machineTypes/n2-standard-4"),
