@@ -614,6 +614,80 @@ fn classify_reqwest(url: &str, e: &reqwest::Error) -> AttemptError {
     }
 }
 
+/// Downloads `url` only to hash it (for lock authoring): returns its sha256 and size. Bytes
+/// are hashed as they stream and never kept; more than `limit` bytes is an error. Transient
+/// failures are retried like any fetch.
+pub async fn hash_url(
+    url: &str,
+    limit: u64,
+    opts: &FetchOptions,
+) -> Result<(String, u64), FetchError> {
+    use sha2::Digest as _;
+    let client = reqwest::Client::builder()
+        .connect_timeout(opts.connect_timeout)
+        .no_gzip()
+        .build()
+        .map_err(|e| FetchError::Client(e.to_string()))?;
+    let work = async {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let r: Result<(String, u64), AttemptError> = async {
+                let resp = client
+                    .get(url)
+                    .send()
+                    .await
+                    .map_err(|e| classify_reqwest(url, &e))?;
+                let status = resp.status();
+                if transient_status(status) {
+                    return Err(AttemptError::Transient(format!("{url}: HTTP {status}")));
+                }
+                if !status.is_success() {
+                    return Err(AttemptError::Fatal(format!(
+                        "{url}: HTTP {status} (expected 200)"
+                    )));
+                }
+                let mut h = sha2::Sha256::new();
+                let mut n = 0u64;
+                let mut body = resp.bytes_stream();
+                while let Some(chunk) = tokio::time::timeout(opts.idle_timeout, body.next())
+                    .await
+                    .map_err(|_| {
+                    AttemptError::Transient(format!("{url}: no data for {:?}", opts.idle_timeout))
+                })? {
+                    let chunk = chunk.map_err(|e| classify_reqwest(url, &e))?;
+                    n += chunk.len() as u64;
+                    if n > limit {
+                        return Err(AttemptError::Fatal(format!(
+                            "{url}: larger than {limit} bytes"
+                        )));
+                    }
+                    h.update(&chunk);
+                }
+                Ok((hex::encode(h.finalize()), n))
+            }
+            .await;
+            match r {
+                Ok(v) => return Ok(v),
+                Err(AttemptError::Transient(e)) if attempt < opts.attempts_per_url => {
+                    tokio::time::sleep(backoff(opts, attempt)).await;
+                    let _ = e;
+                }
+                Err(e) => {
+                    return Err(FetchError::Failed {
+                        total: 1,
+                        failures: vec![(url.to_string(), msg(&e))],
+                        wrong_bytes: false,
+                    })
+                }
+            }
+        }
+    };
+    tokio::time::timeout(opts.deadline, work)
+        .await
+        .map_err(|_| FetchError::Deadline(opts.deadline))?
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

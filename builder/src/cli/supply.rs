@@ -47,6 +47,66 @@ pub enum LockCommand {
     Verify(LockVerifyArgs),
     /// Sign a lock with a minisign secret key (writes LOCK.minisig).
     Sign(LockSignArgs),
+    /// Authoring (needs network): download an artifact, hash it, and add or replace its entry.
+    #[command(disable_version_flag = true)]
+    Add(LockAddArgs),
+    /// Authoring (needs network): re-download entries, confirm their sha256, record sizes.
+    Update(LockUpdateArgs),
+}
+
+/// `kiln lock add`
+#[derive(Debug, Args)]
+pub struct LockAddArgs {
+    /// The lock file (created if missing).
+    #[arg(default_value = DEFAULT_LOCK)]
+    pub lock: PathBuf,
+    /// Artifact name.
+    #[arg(long)]
+    pub name: String,
+    /// Artifact version.
+    #[arg(long)]
+    pub version: String,
+    /// Target OS.
+    #[arg(long)]
+    pub os: Os,
+    /// Target architecture.
+    #[arg(long)]
+    pub arch: Arch,
+    /// binary, tar.gz or zip.
+    #[arg(long, value_parser = ["binary", "tar.gz", "zip"])]
+    pub format: String,
+    /// Upstream URL.
+    #[arg(long)]
+    pub url: String,
+    /// More upstream URLs with the same bytes (repeatable).
+    #[arg(long = "source")]
+    pub sources: Vec<String>,
+    /// FROM=TO member mapping (repeatable; for a binary, FROM is the URL's file name).
+    #[arg(long = "member", required = true)]
+    pub members: Vec<String>,
+    /// Upstream's published checksum file (`HEX` or `HEX  NAME`); must match the download.
+    #[arg(long, conflicts_with = "sha256")]
+    pub checksum_url: Option<String>,
+    /// The sha256 upstream publishes, checked against the download.
+    #[arg(long)]
+    pub sha256: Option<String>,
+    /// What was checked, in words (required without --checksum-url).
+    #[arg(long)]
+    pub verified: Option<String>,
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+/// `kiln lock update`
+#[derive(Debug, Args)]
+pub struct LockUpdateArgs {
+    /// The lock file.
+    #[arg(default_value = DEFAULT_LOCK)]
+    pub lock: PathBuf,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    #[command(flatten)]
+    pub net: NetArgs,
 }
 
 /// `kiln lock verify`
@@ -159,6 +219,8 @@ pub fn run_lock(cmd: LockCommand, global: &Global) -> anyhow::Result<ExitCode> {
     done(match cmd {
         LockCommand::Verify(a) => lock_verify(a, global),
         LockCommand::Sign(a) => lock_sign(a, global),
+        LockCommand::Add(a) => lock_add(a, global),
+        LockCommand::Update(a) => lock_update(a, global),
     })
 }
 
@@ -838,4 +900,214 @@ mod progress {
             bar.finish_and_clear();
         }
     }
+}
+
+/// Comment and blank lines at the top of a lock, kept when kiln rewrites it.
+fn header_of(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with('#') || t.is_empty() {
+            out.push_str(line);
+            out.push('\n');
+        } else {
+            break;
+        }
+    }
+    out
+}
+
+/// Writes an edited lock (validated first) and removes its now-stale signature.
+fn write_lock(path: &Path, header: &str, lock: &Lock) -> anyhow::Result<()> {
+    let text = format!("{header}{}", lock.to_toml());
+    Lock::parse(&text, path)?;
+    crate::store::write_atomic(path, text.as_bytes())?;
+    let sig = lock::signature_path(path);
+    match std::fs::remove_file(&sig) {
+        Ok(()) => eprintln!(
+            "kiln: {} changed; its old signature {} was removed: sign it again with `kiln lock sign`",
+            path.display(),
+            sig.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing {}", sig.display())),
+    }
+    Ok(())
+}
+
+fn first_sha256(text: &str) -> Option<String> {
+    text.split_whitespace()
+        .map(|w| w.trim_start_matches('*').to_ascii_lowercase())
+        .find(|w| lock::is_sha256_hex(w))
+}
+
+fn lock_add(a: LockAddArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let (mut l, header) = if a.lock.exists() {
+        let text = std::fs::read_to_string(&a.lock)
+            .with_context(|| format!("reading lock {}", a.lock.display()))?;
+        (Lock::parse(&text, &a.lock)?, header_of(&text))
+    } else {
+        (
+            Lock {
+                path: a.lock.clone(),
+                artifacts: Vec::new(),
+            },
+            String::new(),
+        )
+    };
+    let opts = a.net.options();
+    let rt = runtime()?;
+    let (sha, size) = rt.block_on(crate::fetch::hash_url(&a.url, lock::MAX_UNSIZED, &opts))?;
+    let verified = if let Some(cu) = &a.checksum_url {
+        let (text, _) = rt.block_on(async {
+            let r = reqwest::get(cu)
+                .await
+                .with_context(|| format!("fetching {cu}"))?;
+            anyhow::ensure!(
+                r.status().is_success(),
+                "fetching {cu}: HTTP {}",
+                r.status()
+            );
+            let t = r.text().await.with_context(|| format!("reading {cu}"))?;
+            anyhow::Ok((t, ()))
+        })?;
+        let published = first_sha256(&text)
+            .with_context(|| format!("{cu} holds no sha256 (expected 64 hex digits)"))?;
+        if published != sha {
+            return Err(crate::store::StoreError::Mismatch {
+                what: format!("{} (checked against {cu})", a.url),
+                expected: published,
+                found: sha,
+            }
+            .into());
+        }
+        a.verified.clone().unwrap_or_else(|| {
+            format!(
+                "sha256 matched upstream's published checksum {cu} when this entry was authored"
+            )
+        })
+    } else if let Some(want) = &a.sha256 {
+        if *want != sha {
+            return Err(crate::store::StoreError::Mismatch {
+                what: a.url.clone(),
+                expected: want.clone(),
+                found: sha,
+            }
+            .into());
+        }
+        a.verified
+            .clone()
+            .unwrap_or_else(|| "sha256 given by the author (--sha256) matched the download".into())
+    } else {
+        a.verified.clone().context(
+            "say what upstream checksum or signature was checked: --checksum-url, --sha256 or --verified",
+        )?
+    };
+    let members = a
+        .members
+        .iter()
+        .map(|m| {
+            let (from, to) = m
+                .split_once('=')
+                .with_context(|| format!("--member {m:?}: expected FROM=TO"))?;
+            Ok(lock::Member {
+                from: from.into(),
+                to: to.into(),
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let format = match a.format.as_str() {
+        "binary" => lock::Format::Binary,
+        "zip" => lock::Format::Zip,
+        _ => lock::Format::TarGz,
+    };
+    let entry = lock::Artifact {
+        name: a.name.clone(),
+        version: a.version.clone(),
+        os: a.os,
+        arch: a.arch,
+        format,
+        url: a.url.clone(),
+        sources: a.sources.clone(),
+        size,
+        sha256: sha.clone(),
+        verified,
+        members,
+    };
+    match l
+        .artifacts
+        .iter_mut()
+        .find(|x| x.name == a.name && x.os == a.os && x.arch == a.arch)
+    {
+        Some(slot) => *slot = entry.clone(),
+        None => l.artifacts.push(entry.clone()),
+    }
+    write_lock(&a.lock, &header, &l)?;
+    if global.json {
+        println!(
+            "{}",
+            serde_json::json!({"added": entry.id(), "sha256": sha, "size": size})
+        );
+    } else if !global.quiet {
+        println!(
+            "{}: sha256 {sha}, {size} bytes -> {}",
+            entry.id(),
+            a.lock.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn lock_update(a: LockUpdateArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(&a.lock)
+        .with_context(|| format!("reading lock {}", a.lock.display()))?;
+    let mut l = Lock::parse(&text, &a.lock)?;
+    let header = header_of(&text);
+    let selected: std::collections::BTreeSet<String> =
+        a.filter.apply(&l).iter().map(|x| x.id()).collect();
+    let opts = a.net.options();
+    let rt = runtime()?;
+    let mut changed = false;
+    for art in l
+        .artifacts
+        .iter_mut()
+        .filter(|x| selected.contains(&x.id()))
+    {
+        let (sha, size) =
+            rt.block_on(crate::fetch::hash_url(&art.url, lock::MAX_UNSIZED, &opts))?;
+        if sha != art.sha256 {
+            return Err(crate::store::StoreError::Mismatch {
+                what: format!(
+                    "{} from {}: upstream now serves different bytes than the lock pins",
+                    art.id(),
+                    art.url
+                ),
+                expected: art.sha256.clone(),
+                found: sha,
+            }
+            .into());
+        }
+        if art.size != size {
+            anyhow::ensure!(
+                art.size == 0,
+                "{}: the lock records {} bytes, upstream serves {size} bytes with the same sha256",
+                art.id(),
+                art.size
+            );
+            art.size = size;
+            changed = true;
+        }
+        if global.json {
+            println!(
+                "{}",
+                serde_json::json!({"id": art.id(), "ok": true, "size": size})
+            );
+        } else if !global.quiet {
+            println!("{}: sha256 confirmed, {size} bytes", art.id());
+        }
+    }
+    if changed {
+        write_lock(&a.lock, &header, &l)?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
