@@ -929,9 +929,21 @@ pub fn bake(
         };
         (main, sbom.join().expect("sbom thread panicked"))
     });
-    files.extend(main?);
+    let main = main?;
+    // The SBOM pass re-hashes every file; a mismatch means an input changed under the bake,
+    // so the image just written is not what the manifest says: take it back.
+    let sbom = match sbom {
+        Ok(s) => s,
+        Err(e) => {
+            for f in &main {
+                let _ = std::fs::remove_file(f);
+            }
+            return Err(e);
+        }
+    };
+    files.extend(main);
     let sbom_path = out_dir.join(format!("{base}.spdx.json"));
-    write_atomic(&sbom_path, sbom?.as_bytes())?;
+    write_atomic(&sbom_path, sbom.as_bytes())?;
     files.push(sbom_path);
     let m = manifest::Manifest::of(&layer);
     let mpath = out_dir.join(format!("{base}.manifest.json"));

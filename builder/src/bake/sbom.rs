@@ -22,15 +22,25 @@ fn spdx_id(s: &str) -> String {
         .collect()
 }
 
-/// SHA1 of a file's bytes (and a sha256 re-check of bytes kiln did not hash itself).
-fn sha1_of(data: &super::Data, want_sha256: &str) -> Result<String, BakeError> {
+/// SHA1 of a file's bytes, re-checking the sha256 the layer recorded (store blobs are
+/// trusted from the lock until here).
+fn sha1_of(
+    layer: &Layer,
+    path: &str,
+    data: &super::Data,
+    want_sha256: &str,
+) -> Result<String, BakeError> {
     let mut r = data.open()?;
     let mut h1 = Sha1::new();
     let mut h2 = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
+    let src = match data {
+        super::Data::File(p) => p.display().to_string(),
+        super::Data::Inline(_) => "kiln's rendering".into(),
+    };
     loop {
         let n = r.read(&mut buf).map_err(|e| BakeError::Io {
-            path: "sbom".into(),
+            path: src.clone().into(),
             source: e,
         })?;
         if n == 0 {
@@ -42,10 +52,10 @@ fn sha1_of(data: &super::Data, want_sha256: &str) -> Result<String, BakeError> {
     let got = hex::encode(h2.finalize());
     if got != want_sha256 {
         return Err(BakeError::Artifact {
-            image: "sbom".into(),
-            name: format!("{data:?}"),
-            expected: format!("sha256 {want_sha256}"),
-            found: format!("sha256 {got} (a file changed during the bake)"),
+            image: layer.name.clone(),
+            name: format!("/{path} (from {src})"),
+            expected: format!("sha256 {want_sha256} (the lock's or the extraction's)"),
+            found: format!("sha256 {got}: the input changed during the bake or the store is corrupt (run `kiln mirror verify`)"),
         });
     }
     Ok(hex::encode(h1.finalize()))
@@ -101,7 +111,7 @@ pub fn spdx_json(layer: &Layer) -> Result<String, BakeError> {
             "SPDXRef-File-{i}-{}",
             spdx_id(path.rsplit('/').next().unwrap_or(path))
         );
-        let sha1 = sha1_of(data, sha256)?;
+        let sha1 = sha1_of(layer, path, data, sha256)?;
         let comment = match &e.origin {
             Origin::Artifact { name, member } => {
                 let v = layer

@@ -9,15 +9,15 @@ pub const BUILTIN_UNITS: &[&str] = &[
     "containerd.service",
 ];
 
-/// `kiln-firstboot.service`: runs once per boot, before kubelet, after the network and
-/// containerd are up.
+/// `kiln-firstboot.service`: runs once per boot, after the network and containerd are up.
+/// Deliberately not ordered against kubelet.service: firstboot queues kubelet's start and
+/// waits for it in the same run (docs/contract.md, "systemd units").
 pub const KILN_FIRSTBOOT: &str = "\
 [Unit]
 Description=kiln first boot: write kubelet's environment and start kubelet
 Documentation=https://github.com/kiln-project/kiln/blob/main/docs/contract.md
 Wants=network-online.target containerd.service
 After=network-online.target containerd.service
-Before=kubelet.service
 
 [Service]
 Type=oneshot
@@ -31,13 +31,14 @@ WantedBy=multi-user.target
 ";
 
 /// `kubelet.service`: not enabled; kiln-firstboot starts it once `/run/kiln/kubelet.env`
-/// exists.
+/// exists. Not `After=kiln-firstboot.service`: that would hold kubelet's start job until
+/// firstboot exits, while firstboot waits for kubelet.
 pub const KUBELET: &str = "\
 [Unit]
 Description=Kubernetes kubelet (started by kiln-firstboot)
 Documentation=https://kubernetes.io/docs/reference/command-line-tools-reference/kubelet/
 Wants=containerd.service
-After=containerd.service kiln-firstboot.service
+After=containerd.service
 OnFailure=kiln-report.service
 
 [Service]
@@ -146,6 +147,9 @@ mod tests {
         ] {
             assert!(KUBELET.contains(needle), "{needle}");
         }
+        // The two must not be ordered against each other (contract, "systemd units").
+        assert!(!KUBELET.contains("kiln-firstboot.service"));
+        assert!(!KILN_FIRSTBOOT.contains("kubelet.service"));
         assert!(containerd(&[]).contains(
             "ExecStart=/usr/bin/containerd --config /usr/lib/kiln/containerd/config.toml"
         ));

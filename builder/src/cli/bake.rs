@@ -57,8 +57,38 @@ pub struct DiffArgs {
     pub new: PathBuf,
 }
 
-/// Runs `kiln bake`.
+/// Runs `kiln bake`: exit 3 when a check refused an input (signature, inspection gate,
+/// hostile archive, a blob that does not match the lock), 1 for other failures.
 pub fn run_bake(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    Ok(bake_inner(a, global).unwrap_or_else(|e| {
+        eprintln!("kiln: error: {e}");
+        for cause in e.chain().skip(1) {
+            eprintln!("  caused by: {cause}");
+        }
+        ExitCode::from(classify(&e))
+    }))
+}
+
+/// Verification failures of a bake exit 3 (`exit::VERIFY`), as in `kiln lock verify`.
+fn classify(e: &anyhow::Error) -> u8 {
+    for cause in e.chain() {
+        if let Some(b) = cause.downcast_ref::<bake::BakeError>() {
+            use bake::BakeError as B;
+            return match b {
+                B::Inspect { .. } | B::Extract(bake::extract::ExtractError::Hostile { .. }) => {
+                    crate::cli::exit::VERIFY
+                }
+                B::Artifact { found, .. } if found.starts_with("sha256 ") => {
+                    crate::cli::exit::VERIFY
+                }
+                _ => crate::cli::exit::FAILURE,
+            };
+        }
+    }
+    crate::cli::supply::classify(e)
+}
+
+fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let def = ImageDef::load(&a.image)?;
     let format = a.format.unwrap_or(def.formats[0]);
     let arch = a.arch.unwrap_or(def.arch[0]);

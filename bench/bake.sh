@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# bench/bake.sh: kiln bake against its baselines, side by side in one run (docs/benchmarks.md).
+#
+#   sysext: `kiln bake --format sysext` (extract + gate + hash + SBOM + mksquashfs) vs
+#           `mksquashfs` alone packing the very same tree with the same compression;
+#   rootfs: `kiln bake --format rootfs` (extract + gate + hash + SBOM + tar.zst) vs
+#           `tar -I 'zstd -T0'` packing the same tree;
+#   memory: peak RSS of both bakes (GNU time), with >= 500 MiB of inputs.
+#
+# Inputs: a store and an unsigned lock whose artifacts are big ELF files (a real ELF header
+# followed by real machine code from this machine's libraries), in upstream layouts.
+# Env: KILN (default target/release/kiln), RUNS (default 3), SIZE_MIB (default 520).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KILN=${KILN:-target/release/kiln}
+RUNS=${RUNS:-3}
+SIZE_MIB=${SIZE_MIB:-520}
+[ -x "$KILN" ] || cargo build --release -p kiln >/dev/null
+for t in mksquashfs unsquashfs hyperfine zstd /usr/bin/time; do
+  command -v "$t" >/dev/null || { echo "bench/bake.sh: $t missing (make deps)" >&2; exit 1; }
+done
+W=$(mktemp -d "${TMPDIR:-/tmp}/kiln-bench-bake.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+
+# A pool of real machine code to cut the artifacts from.
+pool=$W/pool
+find /usr/lib/x86_64-linux-gnu /usr/bin /usr/libexec -type f -size +200k 2>/dev/null | sort |
+  head -400 | xargs cat > "$pool" 2>/dev/null || true
+pool_size=$(stat -c %s "$pool")
+mk_elf() { # name size_mib: a real ELF header (git's) then machine code from the pool
+  local out=$1 mib=$2 off=$(( ($RANDOM * 4096) % (pool_size / 2) ))
+  { head -c 4096 /usr/bin/git; tail -c +"$off" "$pool" | head -c $(( mib * 1048576 - 4096 )); } > "$out"
+}
+scale() { echo $(( $1 * SIZE_MIB / 520 )); }
+a=$W/art; mkdir -p "$a/ctd/bin" "$a/cni" "$a/crictl"
+mk_elf "$a/kubelet" "$(scale 110)"; mk_elf "$a/kubeadm" "$(scale 75)"; mk_elf "$a/kubectl" "$(scale 60)"
+mk_elf "$a/runc.amd64" "$(scale 12)"
+mk_elf "$a/ctd/bin/containerd" "$(scale 60)"; mk_elf "$a/ctd/bin/containerd-shim-runc-v2" "$(scale 10)"; mk_elf "$a/ctd/bin/ctr" "$(scale 25)"
+for p in bridge host-local loopback portmap bandwidth firewall; do mk_elf "$a/cni/$p" "$(scale 5)"; done
+mk_elf "$a/crictl/crictl" "$(scale 40)"
+mk_elf "$W/kiln-firstboot" 1
+tar -C "$a/ctd" -czf "$a/containerd.tar.gz" bin
+tar -C "$a/cni" -czf "$a/cni.tgz" ./bridge ./host-local ./loopback ./portmap ./bandwidth ./firewall
+tar -C "$a/crictl" -czf "$a/crictl.tar.gz" crictl
+total=$(du -cb "$a/kubelet" "$a/kubeadm" "$a/kubectl" "$a/runc.amd64" "$a/ctd/bin" "$a/cni" "$a/crictl" | tail -1 | cut -f1)
+
+store=$W/store; mkdir -p "$store/blobs/sha256" "$store/index"
+lock=$W/artifacts.lock; echo "version = 1" > "$lock"
+entry() { # name version format file members...
+  local name=$1 ver=$2 fmt=$3 file=$4; shift 4
+  local sha; sha=$(sha256sum "$file" | cut -d' ' -f1)
+  cp "$file" "$store/blobs/sha256/$sha"
+  printf '\n[[artifact]]\nname = "%s"\nversion = "%s"\nos = "linux"\narch = "amd64"\nformat = "%s"\nurl = "https://bench.invalid/%s"\nsize = %s\nsha256 = "%s"\nverified = "bench input"\n' \
+    "$name" "$ver" "$fmt" "$(basename "$file")" "$(stat -c %s "$file")" "$sha" >> "$lock"
+  for m in "$@"; do printf '[[artifact.members]]\nfrom = "%s"\nto = "%s"\n' "${m%%=*}" "${m#*=}" >> "$lock"; done
+}
+entry kubelet v1.34.1 binary "$a/kubelet" kubelet=bin/kubelet
+entry kubeadm v1.34.1 binary "$a/kubeadm" kubeadm=bin/kubeadm
+entry kubectl v1.34.1 binary "$a/kubectl" kubectl=bin/kubectl
+entry runc 1.3.3 binary "$a/runc.amd64" runc.amd64=bin/runc
+entry containerd 2.1.4 tar.gz "$a/containerd.tar.gz" bin/containerd=bin/containerd bin/containerd-shim-runc-v2=bin/containerd-shim-runc-v2 bin/ctr=bin/ctr
+entry cni-plugins 1.8.0 tar.gz "$a/cni.tgz" ./bridge=libexec/cni/bridge ./host-local=libexec/cni/host-local ./loopback=libexec/cni/loopback ./portmap=libexec/cni/portmap ./bandwidth=libexec/cni/bandwidth ./firewall=libexec/cni/firewall
+entry crictl 1.34.0 tar.gz "$a/crictl.tar.gz" crictl=bin/crictl
+
+bake() { # format image out
+  "$KILN" -q bake "images/$2.toml" --format "$1" --arch amd64 --out "$3" --lock "$lock" \
+    --allow-unsigned --store "$store" --firstboot "$W/kiln-firstboot"
+}
+export SOURCE_DATE_EPOCH=1704067200
+bake sysext flatcar "$W/warm" >/dev/null   # warm the page cache and check it works
+bake rootfs ubuntu "$W/warm" >/dev/null
+raw=$W/warm/kubernetes-v1.34.1-x86-64.raw
+tree=$W/tree; unsquashfs -q -d "$tree" "$raw" >/dev/null
+tree2=$W/tree2; mkdir -p "$tree2"; tar --zstd -xf "$W/warm/ubuntu-v1.34.1-amd64.tar.zst" -C "$tree2"
+echo "inputs: $(( total / 1048576 )) MiB of binaries in $(ls "$store/blobs/sha256" | wc -l) artifacts; sysext tree $(du -sm "$tree" | cut -f1) MiB"
+
+export KILN W lock store
+hyperfine --style basic --runs "$RUNS" --export-json "$W/sysext.json" \
+  -n "kiln bake --format sysext" "$(declare -f bake); bake sysext flatcar $W/o1" \
+  -n "mksquashfs (same tree, zstd)" "mksquashfs $tree $W/base.raw -noappend -quiet -no-progress -no-xattrs -all-root -comp zstd -b 131072"
+hyperfine --style basic --runs "$RUNS" --export-json "$W/rootfs.json" \
+  -n "kiln bake --format rootfs" "$(declare -f bake); bake rootfs ubuntu $W/o2" \
+  -n "tar -I 'zstd -T0' (same tree)" "tar -I 'zstd -T0' -cf $W/base.tar.zst -C $tree2 ."
+ratio() { python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results']; print(f'{r[0][\"mean\"]:.2f} s vs {r[1][\"mean\"]:.2f} s: ratio {r[0][\"mean\"]/r[1][\"mean\"]:.2f}x')" "$1"; }
+rss() { /usr/bin/time -f %M "$@" 2>&1 >/dev/null | tail -1; }
+echo "sysext: $(ratio "$W/sysext.json") (budget <= 1.0x)"
+echo "rootfs: $(ratio "$W/rootfs.json") (budget <= 1.0x)"
+echo "peak RSS kiln bake sysext: $(( $(rss "$KILN" -q bake images/flatcar.toml --format sysext --arch amd64 --out "$W/o3" --lock "$lock" --allow-unsigned --store "$store" --firstboot "$W/kiln-firstboot") / 1024 )) MiB (budget <= 256 MiB; mksquashfs is a child process, measured apart)"
+echo "peak RSS mksquashfs child: $(( $(rss mksquashfs "$tree" "$W/base2.raw" -noappend -quiet -no-progress -no-xattrs -all-root -comp zstd) / 1024 )) MiB"
+echo "peak RSS kiln bake rootfs: $(( $(rss "$KILN" -q bake images/ubuntu.toml --format rootfs --arch amd64 --out "$W/o4" --lock "$lock" --allow-unsigned --store "$store" --firstboot "$W/kiln-firstboot") / 1024 )) MiB (budget <= 256 MiB)"

@@ -1,0 +1,379 @@
+//! Hostile upstream archives and wrong binaries never reach a layer: `..`, absolute paths,
+//! links out of the archive, device nodes and FIFOs are refused (the whole archive), a
+//! wanted member that is a link or missing is refused, and the inspection gate refuses a
+//! binary for another architecture or one that is no executable at all.
+
+mod bake_support;
+
+use std::io::Write;
+use std::path::Path;
+
+use bake_support::*;
+use kiln::bake::{self, ArchiveKind, ArtifactInput, BakeRequest, InputKind, MemberMap};
+use kiln::image_def::{Arch, Format, ImageDef};
+
+const DEF: &str = r#"
+name = "t"
+os = "linux"
+arch = ["amd64", "arm64"]
+formats = ["rootfs"]
+[kubernetes]
+version = "v1.34.1"
+[[artifact]]
+name = "kubelet"
+[[artifact]]
+name = "containerd"
+"#;
+
+/// A tar.gz with one raw entry (name/type/link written straight into the header, since the
+/// tar crate's setters refuse hostile names) plus a proper `bin/containerd`.
+fn hostile_tgz(path: &Path, name: &str, kind: tar::EntryType, link: Option<&str>) {
+    let mut b = tar::Builder::new(Vec::new());
+    let elf = tiny_elf(X86_64, "containerd");
+    let mut h = tar::Header::new_gnu();
+    h.set_mode(0o755);
+    h.set_size(elf.len() as u64);
+    h.set_entry_type(tar::EntryType::Regular);
+    b.append_data(&mut h, "bin/containerd", &elf[..]).unwrap();
+    let mut h = tar::Header::new_gnu();
+    h.set_mode(0o644);
+    let body: &[u8] = if kind == tar::EntryType::Regular {
+        b"evil\n"
+    } else {
+        b""
+    };
+    h.set_size(body.len() as u64);
+    h.set_entry_type(kind);
+    h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+    if let Some(l) = link {
+        h.as_old_mut().linkname[..l.len()].copy_from_slice(l.as_bytes());
+    }
+    h.set_cksum();
+    b.append(&h, body).unwrap();
+    let tarbytes = b.into_inner().unwrap();
+    let mut gz = flate2::write::GzEncoder::new(
+        std::fs::File::create(path).unwrap(),
+        flate2::Compression::fast(),
+    );
+    gz.write_all(&tarbytes).unwrap();
+    gz.finish().unwrap();
+}
+
+fn try_bake(
+    dir: &Path,
+    arch: Arch,
+    kubelet: &[u8],
+    containerd: &Path,
+    members: &[(&str, &str)],
+    kind: InputKind,
+) -> Result<(), String> {
+    let def = ImageDef::parse(DEF, Path::new("t.toml")).unwrap();
+    let kubelet_path = dir.join("kubelet-blob");
+    std::fs::write(&kubelet_path, kubelet).unwrap();
+    let _ = std::fs::remove_dir_all(dir.join("work"));
+    let fb = dir.join("fb");
+    std::fs::write(
+        &fb,
+        tiny_elf(if arch == Arch::Arm64 { AARCH64 } else { X86_64 }, "fb"),
+    )
+    .unwrap();
+    let inputs = vec![
+        ArtifactInput {
+            name: "kubelet".into(),
+            version: "v1.34.1".into(),
+            url: "https://example.invalid/kubelet".into(),
+            sha256: sha256_file(&kubelet_path),
+            kind: InputKind::Binary,
+            blob: kubelet_path,
+            members: vec![MemberMap {
+                from: "kubelet".into(),
+                to: "bin/kubelet".into(),
+            }],
+        },
+        ArtifactInput {
+            name: "containerd".into(),
+            version: "2.1.4".into(),
+            url: "https://example.invalid/containerd.tar.gz".into(),
+            sha256: "1".repeat(64),
+            kind,
+            blob: containerd.to_path_buf(),
+            members: members
+                .iter()
+                .map(|(f, t)| MemberMap {
+                    from: f.to_string(),
+                    to: t.to_string(),
+                })
+                .collect(),
+        },
+    ];
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let gate = bake::inspect_gate(def.os, arch);
+    let req = BakeRequest {
+        def: &def,
+        arch,
+        format: Format::Rootfs,
+        artifacts: &inputs,
+        firstboot: &fb,
+        epoch: 0,
+        work: &work,
+        gate: &gate,
+    };
+    let out = dir.join("out");
+    bake::bake(&req, &out, &Default::default())
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn hostile_tar_entries_refuse_the_archive() {
+    use tar::EntryType as E;
+    let cases: &[(&str, E, Option<&str>, &str)] = &[
+        (
+            "../../etc/cron.d/evil",
+            E::Regular,
+            None,
+            "path contains `..`",
+        ),
+        ("/etc/cron.d/evil", E::Regular, None, "absolute path"),
+        (
+            "bin/escape",
+            E::Symlink,
+            Some("../../../etc"),
+            "link points outside the archive",
+        ),
+        (
+            "bin/abs",
+            E::Symlink,
+            Some("/etc/shadow"),
+            "link points outside the archive",
+        ),
+        (
+            "bin/hard",
+            E::Link,
+            Some("../../etc/shadow"),
+            "link points outside the archive",
+        ),
+        ("dev/sda", E::Block, None, "device node or FIFO"),
+        ("dev/null", E::Char, None, "device node or FIFO"),
+        ("bin/pipe", E::Fifo, None, "device node or FIFO"),
+    ];
+    for (name, kind, link, why) in cases {
+        let d = tempfile::tempdir().unwrap();
+        let tgz = d.path().join("containerd.tar.gz");
+        hostile_tgz(&tgz, name, *kind, *link);
+        let err = try_bake(
+            d.path(),
+            Arch::Amd64,
+            &tiny_elf(X86_64, "kubelet"),
+            &tgz,
+            &[("bin/containerd", "bin/containerd")],
+            InputKind::Archive(ArchiveKind::TarGz),
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("refusing hostile archive entry") && err.contains(why),
+            "{name}: {err}"
+        );
+        assert!(
+            err.contains("containerd.tar.gz"),
+            "names the archive: {err}"
+        );
+        assert!(
+            !d.path()
+                .join("out")
+                .join("t-v1.34.1-amd64.tar.zst")
+                .exists(),
+            "{name}: output written"
+        );
+        assert!(!d.path().join("etc").exists());
+    }
+}
+
+#[test]
+fn wanted_members_must_be_regular_files_that_exist() {
+    let d = tempfile::tempdir().unwrap();
+    let tgz = d.path().join("containerd.tar.gz");
+    hostile_tgz(&tgz, "bin/ctr", tar::EntryType::Symlink, Some("containerd"));
+    let kubelet = tiny_elf(X86_64, "kubelet");
+    let kind = InputKind::Archive(ArchiveKind::TarGz);
+    let err = try_bake(
+        d.path(),
+        Arch::Amd64,
+        &kubelet,
+        &tgz,
+        &[("bin/ctr", "bin/ctr")],
+        kind,
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("member \"bin/ctr\": expected a regular file, found a link"),
+        "{err}"
+    );
+    let err = try_bake(
+        d.path(),
+        Arch::Amd64,
+        &kubelet,
+        &tgz,
+        &[("bin/nope", "bin/nope")],
+        kind,
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("member \"bin/nope\": expected a member of the archive, found no such entry"),
+        "{err}"
+    );
+    // The inner symlink alone is harmless when not wanted.
+    try_bake(
+        d.path(),
+        Arch::Amd64,
+        &kubelet,
+        &tgz,
+        &[("bin/containerd", "bin/containerd")],
+        kind,
+    )
+    .unwrap();
+}
+
+#[test]
+fn hostile_zip_entries_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let zpath = d.path().join("containerd.zip");
+    let mut z = zip::ZipWriter::new(std::fs::File::create(&zpath).unwrap());
+    let opts = zip::write::SimpleFileOptions::default();
+    z.start_file("bin/containerd", opts).unwrap();
+    z.write_all(&tiny_elf(X86_64, "containerd")).unwrap();
+    z.start_file("../../evil", opts).unwrap();
+    z.write_all(b"evil").unwrap();
+    z.finish().unwrap();
+    let err = try_bake(
+        d.path(),
+        Arch::Amd64,
+        &tiny_elf(X86_64, "kubelet"),
+        &zpath,
+        &[("bin/containerd", "bin/containerd")],
+        InputKind::Archive(ArchiveKind::Zip),
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("refusing hostile archive entry \"../../evil\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_gate_refuses_wrong_arch_and_non_executables() {
+    let d = tempfile::tempdir().unwrap();
+    let tgz = d.path().join("containerd.tar.gz");
+    hostile_tgz(&tgz, "bin/ok", tar::EntryType::Directory, None);
+    let kind = InputKind::Archive(ArchiveKind::TarGz);
+    let m = &[("bin/containerd", "bin/containerd")];
+    // The containerd member is x86-64: an arm64 bake must refuse it (kubelet is arm64).
+    let err = try_bake(
+        d.path(),
+        Arch::Arm64,
+        &tiny_elf(AARCH64, "kubelet"),
+        &tgz,
+        m,
+        kind,
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("inspection refused containerd 2.1.4 member bin/containerd")
+            && err.contains("expected a linux/arm64 binary, found linux/amd64"),
+        "{err}"
+    );
+    // A shell script posing as kubelet.
+    let err = try_bake(
+        d.path(),
+        Arch::Amd64,
+        b"#!/bin/sh\necho kubelet\n",
+        &tgz,
+        m,
+        kind,
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("inspection refused kubelet v1.34.1 member kubelet")
+            && err.contains("expected an ELF or PE executable"),
+        "{err}"
+    );
+    // A Windows PE in a Linux layer.
+    let pe = kiln::inspect::minimal_pe(goblin::pe::header::COFF_MACHINE_X86_64, 3);
+    let err = try_bake(d.path(), Arch::Amd64, &pe, &tgz, m, kind).unwrap_err();
+    assert!(err.contains("found windows/amd64"), "{err}");
+    // And the honest case passes.
+    try_bake(
+        d.path(),
+        Arch::Amd64,
+        &tiny_elf(X86_64, "kubelet"),
+        &tgz,
+        m,
+        kind,
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_blob_that_does_not_match_the_lock_is_caught_and_its_image_taken_back() {
+    let d = tempfile::tempdir().unwrap();
+    let tgz = d.path().join("containerd.tar.gz");
+    hostile_tgz(&tgz, "bin/ok", tar::EntryType::Directory, None);
+    let def = ImageDef::parse(DEF, Path::new("t.toml")).unwrap();
+    let blob = d.path().join("kubelet-blob");
+    std::fs::write(&blob, tiny_elf(X86_64, "kubelet")).unwrap();
+    let fb = d.path().join("fb");
+    std::fs::write(&fb, tiny_elf(X86_64, "fb")).unwrap();
+    let inputs = vec![
+        ArtifactInput {
+            name: "kubelet".into(),
+            version: "v1.34.1".into(),
+            url: "https://example.invalid/kubelet".into(),
+            // What the lock promised; the blob on disk holds other bytes.
+            sha256: "0".repeat(64),
+            kind: InputKind::Binary,
+            blob,
+            members: vec![MemberMap {
+                from: "kubelet".into(),
+                to: "bin/kubelet".into(),
+            }],
+        },
+        ArtifactInput {
+            name: "containerd".into(),
+            version: "2.1.4".into(),
+            url: "https://example.invalid/containerd.tar.gz".into(),
+            sha256: sha256_file(&tgz),
+            kind: InputKind::Archive(ArchiveKind::TarGz),
+            blob: tgz,
+            members: vec![MemberMap {
+                from: "bin/containerd".into(),
+                to: "bin/containerd".into(),
+            }],
+        },
+    ];
+    let work = d.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let gate = bake::inspect_gate(def.os, Arch::Amd64);
+    let req = BakeRequest {
+        def: &def,
+        arch: Arch::Amd64,
+        format: Format::Rootfs,
+        artifacts: &inputs,
+        firstboot: &fb,
+        epoch: 0,
+        work: &work,
+        gate: &gate,
+    };
+    let out = d.path().join("out");
+    let err = bake::bake(&req, &out, &Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("/usr/bin/kubelet") && err.contains("expected sha256 0000"),
+        "{err}"
+    );
+    assert!(
+        !out.join("t-v1.34.1-amd64.tar.zst").exists(),
+        "the unverified image stayed"
+    );
+}
