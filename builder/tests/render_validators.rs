@@ -388,3 +388,99 @@ fn real_cloudbase_init_runs_the_windows_user_data_as_powershell() {
     std::fs::write(&sh, "rem cmd \necho hi\n").unwrap();
     assert_eq!(cloudbase_init_runs(&sh)["runs"][0]["executor"], "process");
 }
+
+/// Builds multipart user data with cloud-init's own `make-mime`.
+fn make_mime(dir: &Path, name: &str, parts: &[&Path]) -> std::path::PathBuf {
+    let mut cmd = Command::new("cloud-init");
+    cmd.args(["devel", "make-mime"]);
+    for p in parts {
+        cmd.arg("-a").arg(format!("{}:cloud-config", p.display()));
+    }
+    let out = run(&mut cmd);
+    let path = dir.join(name);
+    std::fs::write(&path, out.stdout).unwrap();
+    path
+}
+
+/// Merges multipart user data with cloud-init's own part handler; returns the merged file.
+fn cloud_init_merge(user_data: &Path) -> std::path::PathBuf {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/render/cloud_init_merge.py");
+    let merged = user_data.with_extension("merged");
+    run(Command::new("/usr/bin/python3")
+        .arg(script)
+        .arg(user_data)
+        .arg(&merged));
+    merged
+}
+
+#[test]
+fn multipart_user_data_merges_like_cloud_init_and_check_agrees() {
+    let (dir, files) = node_files("kubelet");
+    let d = dir.path();
+    let kiln_part = d.join("kiln.yaml");
+    std::fs::write(
+        &kiln_part,
+        render::render_payload(&files, Provisioner::CloudInit, RenderOptions::default()).unwrap(),
+    )
+    .unwrap();
+    let theirs = d.join("theirs.yaml");
+    std::fs::write(
+        &theirs,
+        "#cloud-config\nwrite_files:\n  - path: /etc/motd\n    content: hello\n",
+    )
+    .unwrap();
+    let theirs_appending = d.join("theirs-appending.yaml");
+    std::fs::write(
+        &theirs_appending,
+        "#cloud-config\nmerge_how: 'list(append)+dict(no_replace,recurse_list)+str()'\n\
+         write_files:\n  - path: /etc/motd\n    content: hello\n",
+    )
+    .unwrap();
+
+    // (parts in order, does kiln's write_files survive the merge?)
+    let cases: [(&str, Vec<&Path>, bool); 3] = [
+        ("theirs-then-kiln", vec![&theirs, &kiln_part], true),
+        ("kiln-then-theirs", vec![&kiln_part, &theirs], false),
+        (
+            "kiln-then-appending",
+            vec![&kiln_part, &theirs_appending],
+            true,
+        ),
+    ];
+    for (name, parts, survives) in cases {
+        let mime = make_mime(d, name, &parts);
+        let merged = cloud_init_merge(&mime);
+        // What real cloud-init writes from the merged config...
+        let root = d.join(format!("root-{name}"));
+        std::fs::create_dir(&root).unwrap();
+        cloud_init_write_files(&merged, &root);
+        let real = if root.join("etc/kiln").exists() {
+            files::read_tree(&root).unwrap()
+        } else {
+            Vec::new()
+        };
+        assert_eq!(real.is_empty(), !survives, "{name}");
+        if survives {
+            assert_eq!(real, files, "{name}");
+            assert_eq!(
+                std::fs::read(root.join("etc/motd")).unwrap(),
+                b"hello",
+                "{name}"
+            );
+        }
+        // ...is what --check predicts from the multipart message.
+        let checked = render::check_payload(&std::fs::read(&mime).unwrap(), name).unwrap();
+        assert_eq!(checked.files, real, "{name}");
+        assert!(
+            checked.notes.iter().any(|n| n.contains("/etc/motd")),
+            "{name}: {:?}",
+            checked.notes
+        );
+        assert_eq!(
+            render::contract_problems(&checked.files).is_empty(),
+            survives,
+            "{name}"
+        );
+    }
+}

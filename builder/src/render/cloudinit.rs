@@ -22,6 +22,7 @@ pub fn render(files: &[NodeFile]) -> Vec<u8> {
     y.push_str("#cloud-config\n");
     y.push_str("# kiln node contract v1: places /etc/kiln/ and runs nothing; the image's\n");
     y.push_str("# kiln-firstboot.service does the bootstrap. Written by `kiln render`.\n");
+    y.push_str(MERGE_HOW);
     y.push_str("write_files:\n");
     for f in files {
         y.push_str(&format!("  - path: {}\n", f.linux_path()));
@@ -66,30 +67,305 @@ struct WriteFile {
     defer: Option<bool>,
 }
 
-/// Reads `#cloud-config` user data back into the `/etc/kiln/` files it writes, plus notes on
-/// anything else it would do.
-pub fn parse(text: &str, source: &str) -> Result<(Vec<NodeFile>, Vec<String>), RenderError> {
-    let err = |m: String| RenderError::check(source, m);
+/// How kiln's own part merges with other cloud-config parts of a multipart user data:
+/// append to `write_files` and never replace another part's keys. Without it, cloud-init's
+/// default merge (`dict(replace)+list()+str()`) would let a later part's `write_files`
+/// replace kiln's, or kiln's replace theirs.
+const MERGE_HOW: &str = "merge_how:\n  - name: list\n    settings: [append]\n  - name: dict\n    settings: [no_replace, recurse_list]\n";
+
+/// One cloud-config document: its `write_files` entries, its other keys and its mergers.
+struct Part {
+    write_files: Option<Vec<WriteFile>>,
+    other_keys: Vec<String>,
+    mergers: Vec<(String, Vec<String>)>,
+}
+
+fn load_part(
+    text: &str,
+    header_mergers: &str,
+    err: &dyn Fn(String) -> RenderError,
+) -> Result<Part, RenderError> {
     let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(text)
         .map_err(|e| err(format!("#cloud-config is not valid YAML: {e}")))?;
     let map = doc
         .as_mapping()
         .ok_or_else(|| err("#cloud-config must be a YAML mapping".into()))?;
-    let mut notes = Vec::new();
-    for key in map.keys() {
-        let name = key.as_str().unwrap_or("?");
-        if name != "write_files" {
-            notes.push(format!("also sets cloud-init module `{name}`"));
-        }
-    }
-    let entries: Vec<WriteFile> = match map.get("write_files") {
-        None => Vec::new(),
-        Some(v) => serde_yaml_ng::from_value(v.clone()).map_err(|e| {
+    let other_keys = map
+        .keys()
+        .map(|k| k.as_str().unwrap_or("?").to_string())
+        .filter(|k| !matches!(k.as_str(), "write_files" | "merge_how" | "merge_type"))
+        .collect();
+    let write_files = match map.get("write_files") {
+        None => None,
+        Some(v) => Some(serde_yaml_ng::from_value(v.clone()).map_err(|e| {
             err(format!(
                 "write_files: expected a list of {{path, content, …}}: {e}"
             ))
-        })?,
+        })?),
     };
+    let mut mergers = match map.get("merge_how").or_else(|| map.get("merge_type")) {
+        None => Vec::new(),
+        Some(serde_yaml_ng::Value::String(s)) => mergers_from_str(s),
+        Some(serde_yaml_ng::Value::Sequence(items)) => items
+            .iter()
+            .map(|m| {
+                let name = m
+                    .get("name")
+                    .and_then(|n| n.as_str())
+                    .unwrap_or("")
+                    .to_string();
+                let settings = m
+                    .get("settings")
+                    .and_then(|s| s.as_sequence())
+                    .map(|s| {
+                        s.iter()
+                            .filter_map(|x| x.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                (name, settings)
+            })
+            .collect(),
+        Some(other) => {
+            return Err(err(format!(
+                "merge_how: expected a string or a list, found {other:?}"
+            )))
+        }
+    };
+    mergers.extend(mergers_from_str(header_mergers));
+    Ok(Part {
+        write_files,
+        other_keys,
+        mergers,
+    })
+}
+
+/// `list(append)+dict(no_replace,recurse_list)+str()` → `[(list, [append]), …]`.
+fn mergers_from_str(s: &str) -> Vec<(String, Vec<String>)> {
+    s.split('+')
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .map(|m| match m.split_once('(') {
+            Some((name, rest)) => (
+                name.trim().to_string(),
+                rest.trim_end_matches(')')
+                    .split(',')
+                    .map(|x| x.trim().to_string())
+                    .filter(|x| !x.is_empty())
+                    .collect(),
+            ),
+            None => (m.to_string(), Vec::new()),
+        })
+        .collect()
+}
+
+/// What cloud-init's mergers do with two `write_files` lists (cloudinit/mergers/m_dict.py and
+/// m_list.py): `None` when the outcome is an index-by-index merge kiln does not predict.
+fn merge_write_files(
+    old: Option<Vec<WriteFile>>,
+    new: Option<Vec<WriteFile>>,
+    mergers: &[(String, Vec<String>)],
+) -> Option<Option<Vec<WriteFile>>> {
+    let (old, new) = match (old, new) {
+        (old, None) => return Some(old),
+        (None, new) => {
+            // A new key is added by any dict merger (and by the default).
+            let has_dict = mergers.is_empty() || mergers.iter().any(|(n, _)| n == "dict");
+            return Some(if has_dict { new } else { None });
+        }
+        (Some(old), Some(new)) => (old, new),
+    };
+    if mergers.is_empty() {
+        // DEF_MERGERS: dict(replace)+list()+str().
+        return Some(Some(new));
+    }
+    let Some((_, dict)) = mergers.iter().find(|(n, _)| n == "dict") else {
+        // No dict merger: cloud-init leaves the accumulated config as it was.
+        return Some(Some(old));
+    };
+    let has = |opts: &[String], o: &str| opts.iter().any(|x| x == o);
+    if has(dict, "replace") {
+        return Some(Some(new));
+    }
+    if !(has(dict, "recurse_list") || has(dict, "recurse_array")) {
+        return Some(Some(old));
+    }
+    let list = mergers
+        .iter()
+        .find(|(n, _)| n == "list")
+        .map(|(_, o)| o.as_slice())
+        .unwrap_or(&[]);
+    if has(list, "append") {
+        Some(Some(old.into_iter().chain(new).collect()))
+    } else if has(list, "prepend") {
+        Some(Some(new.into_iter().chain(old).collect()))
+    } else {
+        None
+    }
+}
+
+/// Reads `#cloud-config` user data back into the `/etc/kiln/` files it writes, plus notes on
+/// anything else it would do.
+pub fn parse(text: &str, source: &str) -> Result<(Vec<NodeFile>, Vec<String>), RenderError> {
+    let err = |m: String| RenderError::check(source, m);
+    let part = load_part(text, "", &err)?;
+    let mut notes: Vec<String> = part
+        .other_keys
+        .iter()
+        .map(|k| format!("also sets cloud-init module `{k}`"))
+        .collect();
+    let files = kiln_files(part.write_files.unwrap_or_default(), &mut notes, &err)?;
+    Ok((files, notes))
+}
+
+/// Reads MIME multipart user data (`cloud-init devel make-mime`, Terraform's
+/// `cloudinit_config`): merges its cloud-config parts the way cloud-init does, then lists the
+/// `/etc/kiln/` files the merged `write_files` writes.
+pub fn parse_multipart(
+    text: &str,
+    source: &str,
+) -> Result<(Vec<NodeFile>, Vec<String>), RenderError> {
+    let err = |m: String| RenderError::check(source, m);
+    let mut notes = Vec::new();
+    let mut merged: Option<Vec<WriteFile>> = None;
+    for (i, part) in mime_parts(text).map_err(&err)?.into_iter().enumerate() {
+        let label = part
+            .filename
+            .clone()
+            .unwrap_or_else(|| format!("part {}", i + 1));
+        if part.content_type != "text/cloud-config" {
+            notes.push(format!("also has a {} part ({label})", part.content_type));
+            continue;
+        }
+        let perr = |m: String| RenderError::check(source, format!("{label}: {m}"));
+        let doc = load_part(&part.body, &part.merge_type, &perr)?;
+        notes.extend(
+            doc.other_keys
+                .iter()
+                .map(|k| format!("{label}: also sets cloud-init module `{k}`")),
+        );
+        merged = merge_write_files(merged, doc.write_files, &doc.mergers).ok_or_else(|| {
+            perr(
+                "merges write_files index by index (list merger without append or prepend); \
+                  kiln cannot tell which files cloud-init would write"
+                    .into(),
+            )
+        })?;
+    }
+    let files = kiln_files(merged.unwrap_or_default(), &mut notes, &err)?;
+    Ok((files, notes))
+}
+
+/// One part of a MIME multipart message.
+struct MimePart {
+    content_type: String,
+    filename: Option<String>,
+    merge_type: String,
+    body: String,
+}
+
+/// Splits a `multipart/mixed` message into its parts, decoding base64 bodies.
+fn mime_parts(text: &str) -> Result<Vec<MimePart>, String> {
+    let text = text.replace("\r\n", "\n");
+    let (head, body) = text
+        .split_once("\n\n")
+        .ok_or("MIME user data has no blank line after its headers")?;
+    let headers = mime_headers(head);
+    let ctype = headers.get("content-type").cloned().unwrap_or_default();
+    if !ctype.to_ascii_lowercase().starts_with("multipart/") {
+        return Err(format!(
+            "expected a multipart Content-Type, found {ctype:?}"
+        ));
+    }
+    let boundary = ctype
+        .split(';')
+        .filter_map(|p| p.trim().strip_prefix("boundary="))
+        .next()
+        .map(|b| b.trim_matches('"').to_string())
+        .ok_or("multipart Content-Type has no boundary")?;
+    let delimiter = format!("--{boundary}");
+    let mut parts = Vec::new();
+    let mut chunks = body.split(&delimiter);
+    chunks.next(); // the preamble
+    for chunk in chunks {
+        if chunk.starts_with("--") {
+            break;
+        }
+        let chunk = chunk.strip_prefix('\n').unwrap_or(chunk);
+        let (head, body) = chunk.split_once("\n\n").unwrap_or((chunk, ""));
+        let h = mime_headers(head);
+        let content_type = h
+            .get("content-type")
+            .map(|c| {
+                c.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_ascii_lowercase()
+            })
+            .unwrap_or_else(|| "text/plain".into());
+        let filename = h.get("content-disposition").and_then(|d| {
+            d.split(';')
+                .filter_map(|p| p.trim().strip_prefix("filename="))
+                .next()
+                .map(|f| f.trim_matches('"').to_string())
+        });
+        let body = body.strip_suffix('\n').unwrap_or(body);
+        let bytes = match h
+            .get("content-transfer-encoding")
+            .map(|e| e.to_ascii_lowercase())
+        {
+            Some(e) if e == "base64" => {
+                let clean: String = body.chars().filter(|c| !c.is_whitespace()).collect();
+                base64::engine::general_purpose::STANDARD
+                    .decode(clean)
+                    .map_err(|e| format!("a base64 part is not valid base64: {e}"))?
+            }
+            _ => body.as_bytes().to_vec(),
+        };
+        let merge_type = h
+            .get("merge-type")
+            .or_else(|| h.get("x-merge-type"))
+            .cloned()
+            .unwrap_or_default();
+        parts.push(MimePart {
+            content_type,
+            filename,
+            merge_type,
+            body: String::from_utf8(bytes).map_err(|_| "a part is not UTF-8 text".to_string())?,
+        });
+    }
+    Ok(parts)
+}
+
+fn mime_headers(head: &str) -> std::collections::HashMap<String, String> {
+    let mut out = std::collections::HashMap::new();
+    let mut last: Option<String> = None;
+    for line in head.lines() {
+        if line.starts_with([' ', '\t']) {
+            // A folded header continues the previous one.
+            if let Some(v) = last.as_ref().and_then(|k| out.get_mut(k)) {
+                let v: &mut String = v;
+                v.push(' ');
+                v.push_str(line.trim());
+            }
+            continue;
+        }
+        if let Some((k, v)) = line.split_once(':') {
+            let k = k.trim().to_ascii_lowercase();
+            out.insert(k.clone(), v.trim().to_string());
+            last = Some(k);
+        }
+    }
+    out
+}
+
+/// Turns `write_files` entries into the kiln files among them; notes the rest.
+fn kiln_files(
+    entries: Vec<WriteFile>,
+    notes: &mut Vec<String>,
+    err: &dyn Fn(String) -> RenderError,
+) -> Result<Vec<NodeFile>, RenderError> {
     let mut files = Vec::new();
     for (i, w) in entries.into_iter().enumerate() {
         let at = format!("write_files[{i}] ({})", w.path);
@@ -139,7 +415,7 @@ pub fn parse(text: &str, source: &str) -> Result<(Vec<NodeFile>, Vec<String>), R
             contents,
         });
     }
-    Ok((files, notes))
+    Ok(files)
 }
 
 fn decode(w: &WriteFile, at: &str) -> Result<Vec<u8>, String> {
@@ -223,5 +499,40 @@ mod tests {
         let bad = "#cloud-config\nwrite_files:\n- path: /etc/kiln/a\n  encoding: rot13\n";
         let e = parse(bad, "u").unwrap_err().to_string();
         assert!(e.contains("unknown encoding \"rot13\""), "{e}");
+    }
+
+    #[test]
+    fn mergers_and_mime_edges() {
+        assert_eq!(
+            mergers_from_str("list(append)+dict(no_replace, recurse_list)+str()"),
+            vec![
+                ("list".to_string(), vec!["append".to_string()]),
+                (
+                    "dict".to_string(),
+                    vec!["no_replace".to_string(), "recurse_list".to_string()]
+                ),
+                ("str".to_string(), vec![]),
+            ]
+        );
+        // CRLF line ends, a folded Content-Type header, a plain (not base64) part.
+        let mime =
+            "Content-Type: multipart/mixed;\r\n boundary=\"XX\"\r\nMIME-Version: 1.0\r\n\r\n\
+                    --XX\r\nContent-Type: text/cloud-config\r\n\r\n#cloud-config\r\n\
+                    write_files:\r\n- path: /etc/kiln/ca.crt\r\n  content: pem\r\n--XX--\r\n";
+        let (files, _) = parse_multipart(mime, "m").unwrap();
+        assert_eq!(files[0].name, "ca.crt");
+        assert_eq!(files[0].contents, b"pem");
+        let e = parse_multipart("Content-Type: multipart/mixed\n\n--a\n", "m").unwrap_err();
+        assert!(e.to_string().contains("no boundary"), "{e}");
+        // A list merger without append/prepend merges index by index: refused, not guessed.
+        let idx =
+            "Content-Type: multipart/mixed; boundary=b\n\n--b\nContent-Type: text/cloud-config\n\n\
+                   write_files: [{path: /etc/a}]\n--b\nContent-Type: text/cloud-config\n\n\
+                   merge_how: 'dict(recurse_list)+list()'\nwrite_files: [{path: /etc/b}]\n--b--\n";
+        let e = parse_multipart(idx, "m").unwrap_err().to_string();
+        assert!(
+            e.contains("part 2: merges write_files index by index"),
+            "{e}"
+        );
     }
 }

@@ -245,6 +245,9 @@ pub fn check_payload(data: &[u8], source_name: &str) -> Result<Checked, RenderEr
     } else if trimmed.starts_with('{') {
         let (files, notes) = ignition::parse(text, source_name)?;
         (Provisioner::Ignition, files, notes)
+    } else if is_mime(text) {
+        let (files, notes) = cloudinit::parse_multipart(text, source_name)?;
+        (Provisioner::CloudInit, files, notes)
     } else if trimmed.starts_with("<powershell>") || trimmed.starts_with("#ps1") {
         let (files, notes) = windows::parse(text, source_name)?;
         (Provisioner::Windows, files, notes)
@@ -254,7 +257,7 @@ pub fn check_payload(data: &[u8], source_name: &str) -> Result<Checked, RenderEr
             source_name,
             format!(
                 "unrecognised user data: expected `#cloud-config`, an Ignition JSON object or \
-                 `<powershell>` on the first line, found {first:?}"
+                 `<powershell>` on the first line, or MIME multipart headers, found {first:?}"
             ),
         ));
     };
@@ -264,6 +267,13 @@ pub fn check_payload(data: &[u8], source_name: &str) -> Result<Checked, RenderEr
         files,
         notes,
     })
+}
+
+/// MIME multipart user data starts with its headers (cloud-init's own test, roughly).
+fn is_mime(text: &str) -> bool {
+    let first = text.lines().next().unwrap_or("").to_ascii_lowercase();
+    (first.starts_with("content-type:") || first.starts_with("mime-version:"))
+        && text.to_ascii_lowercase().contains("multipart/")
 }
 
 /// Checks that a set of files is a valid `/etc/kiln/` for contract v1: known names with the
