@@ -271,3 +271,74 @@ fn ca_pins_match_openssl_for_rsa_ec_and_bundles() {
     // A truncated certificate is refused, not hashed.
     assert!(kiln::render::kubeadm::spki_sha256(&ders[0][..200]).is_err());
 }
+
+/// Every key path of a YAML document, `[]` marking list items.
+fn key_paths(v: &serde_yaml_ng::Value, at: &str, out: &mut Vec<String>) {
+    match v {
+        serde_yaml_ng::Value::Mapping(m) => {
+            for (k, v) in m {
+                let p = format!("{at}.{}", k.as_str().unwrap());
+                out.push(p.clone());
+                key_paths(v, &p, out);
+            }
+        }
+        serde_yaml_ng::Value::Sequence(items) => {
+            for v in items {
+                key_paths(v, &format!("{at}[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn join_configuration_uses_only_v1beta4_fields() {
+    // The JSON field names of kubeadm's v1beta4 JoinConfiguration, Discovery,
+    // BootstrapTokenDiscovery, NodeRegistrationOptions, Arg and core/v1 Taint, as declared in
+    // kubernetes/kubernetes cmd/kubeadm/app/apis/kubeadm/v1beta4/types.go: a typo here would
+    // be ignored by kubeadm's lenient decoder and silently lose the setting.
+    let known = [
+        ".apiVersion",
+        ".kind",
+        ".dryRun",
+        ".caCertPath",
+        ".skipPhases",
+        ".patches",
+        ".timeouts",
+        ".controlPlane",
+        ".discovery",
+        ".discovery.bootstrapToken",
+        ".discovery.file",
+        ".discovery.tlsBootstrapToken",
+        ".discovery.bootstrapToken.token",
+        ".discovery.bootstrapToken.apiServerEndpoint",
+        ".discovery.bootstrapToken.caCertHashes",
+        ".discovery.bootstrapToken.unsafeSkipCAVerification",
+        ".nodeRegistration",
+        ".nodeRegistration.name",
+        ".nodeRegistration.criSocket",
+        ".nodeRegistration.taints",
+        ".nodeRegistration.taints[].key",
+        ".nodeRegistration.taints[].value",
+        ".nodeRegistration.taints[].effect",
+        ".nodeRegistration.kubeletExtraArgs",
+        ".nodeRegistration.kubeletExtraArgs[].name",
+        ".nodeRegistration.kubeletExtraArgs[].value",
+        ".nodeRegistration.ignorePreflightErrors",
+        ".nodeRegistration.imagePullPolicy",
+        ".nodeRegistration.imagePullSerial",
+    ];
+    for mode_toml in [full_node_toml("kubeadm"), full_node_toml("kubeadm").replace("[node]\n", "[node]\n# no taints\n").replace("taints = [{ key = \"gpu\", value = \"true\", effect = \"NoSchedule\" }, { key = \"dedicated\", effect = \"NoExecute\" }]\n", "")] {
+        let dir = node_dir(&mode_toml);
+        let files = load(dir.path()).unwrap().files();
+        let doc: serde_yaml_ng::Value =
+            serde_yaml_ng::from_slice(&file(&files, "kubeadm-join.yaml").contents).unwrap();
+        let mut paths = Vec::new();
+        key_paths(&doc, "", &mut paths);
+        let unknown: Vec<&String> = paths.iter().filter(|p| !known.contains(&p.as_str())).collect();
+        assert!(unknown.is_empty(), "not v1beta4 JoinConfiguration fields: {unknown:?}");
+        assert!(paths.contains(&".nodeRegistration.taints".to_string()), "taints always explicit");
+        let taints = doc["nodeRegistration"]["taints"].as_sequence().unwrap();
+        assert_eq!(taints.is_empty(), !mode_toml.contains("taints ="));
+    }
+}

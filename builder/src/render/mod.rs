@@ -155,7 +155,7 @@ pub enum RenderError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// The `files` provisioner writes a directory tree, not a single payload.
-    #[error("the files provisioner writes a directory: use render_files_into(DIR) (`kiln render --provisioner files --output DIR`)")]
+    #[error("the files provisioner writes a directory: use files::write_tree (`kiln render --provisioner files --output DIR`)")]
     NotAPayload,
     /// User data handed to `--check` could not be read back.
     #[error("{source_name}: {message}")]
