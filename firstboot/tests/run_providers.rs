@@ -561,3 +561,40 @@ fn kubelet_unit_and_runtime_endpoint_come_from_the_image() {
         "{env}"
     );
 }
+
+#[test]
+fn a_kubeadm_that_outlives_the_deadline_is_stopped() {
+    let root = Root::node("Amazon EC2");
+    root.node_env("JOIN_MODE=kubeadm\n");
+    std::fs::remove_file(root.path("etc/kiln/bootstrap-token")).unwrap();
+    root.write_mode(
+        "etc/kiln/kubeadm-join.yaml",
+        "kind: JoinConfiguration\n",
+        0o600,
+    );
+    let kubeadm = root.stub("kubeadm", "exec sleep 30");
+    let srv = imdsv2();
+    let out = firstboot(
+        &root,
+        &[
+            "--metadata-url",
+            &srv.url,
+            "--kubeadm",
+            &kubeadm,
+            "--deadline",
+            "2",
+        ],
+    );
+    assert_eq!(out.code, 6, "{out:#?}");
+    assert!(
+        out.stderr.contains("KUBEADM_FAILED")
+            && out.stderr.contains("still running at the deadline"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.elapsed < std::time::Duration::from_secs(6),
+        "{:?}",
+        out.elapsed
+    );
+}
