@@ -217,6 +217,7 @@ impl Store {
                 expect: expect.clone(),
                 hasher: Sha256::new(),
                 len: 0,
+                buf: Vec::with_capacity(CHUNK),
             };
             partial.hash_existing(ours.len())?;
             return Ok(Claim::Partial(partial));
@@ -320,9 +321,28 @@ pub struct Partial {
     expect: Expect,
     hasher: Sha256,
     len: u64,
+    // Small network chunks are gathered into CHUNK-sized writes.
+    buf: Vec<u8>,
+}
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        // Keep what arrived so a later run can resume from it.
+        let _ = self.flush_buf();
+    }
 }
 
 impl Partial {
+    fn flush_buf(&mut self) -> Result<(), StoreError> {
+        if !self.buf.is_empty() {
+            self.file
+                .write_all(&self.buf)
+                .map_err(io_err("writing partial file", &self.path))?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
     fn hash_existing(&mut self, len: u64) -> Result<(), StoreError> {
         if len > self.expect.size {
             return self.restart();
@@ -372,6 +392,7 @@ impl Partial {
     /// Discards what is present and starts from byte 0 (a source that ignored Range, or a
     /// failed check).
     pub fn restart(&mut self) -> Result<(), StoreError> {
+        self.buf.clear();
         self.file
             .set_len(0)
             .map_err(io_err("truncating partial file", &self.path))?;
@@ -395,10 +416,17 @@ impl Partial {
                 found,
             });
         }
-        self.file
-            .write_all(bytes)
-            .map_err(io_err("writing partial file", &self.path))?;
         self.hasher.update(bytes);
+        if self.buf.len() + bytes.len() > CHUNK {
+            self.flush_buf()?;
+        }
+        if bytes.len() >= CHUNK {
+            self.file
+                .write_all(bytes)
+                .map_err(io_err("writing partial file", &self.path))?;
+        } else {
+            self.buf.extend_from_slice(bytes);
+        }
         self.len = next;
         Ok(())
     }
@@ -406,6 +434,7 @@ impl Partial {
     /// Checks size and digest, fsyncs, and renames into place. On a digest mismatch the partial
     /// is emptied (its bytes are wrong, resuming them would be pointless).
     pub fn commit(mut self) -> Result<PathBuf, StoreError> {
+        self.flush_buf()?;
         if self.expect.exact && self.len < self.expect.size {
             return Err(StoreError::TooShort {
                 what: self.expect.what.clone(),
@@ -426,8 +455,9 @@ impl Partial {
             .sync_all()
             .map_err(io_err("syncing partial file", &self.path))?;
         std::fs::rename(&self.path, &self.blob).map_err(io_err("renaming into", &self.blob))?;
-        sync_dir(self.blob.parent().unwrap_or(Path::new(".")));
-        Ok(self.blob)
+        let blob = std::mem::take(&mut self.blob);
+        sync_dir(blob.parent().unwrap_or(Path::new(".")));
+        Ok(blob)
     }
 }
 
