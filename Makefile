@@ -12,9 +12,11 @@ export CARGO_TERM_COLOR ?= never
 # scripts/build-firstboot.sh knows how (docs/building.md explains it).
 FIRSTBOOT_BIN := target/firstboot/kiln-firstboot
 FIRSTBOOT_BUDGET_KIB := 400
+FIRSTBOOT_EXE := target/firstboot/kiln-firstboot.exe
+FIRSTBOOT_EXE_BUDGET_KIB := 600
 
 .PHONY: help all build firstboot test check lint fmt fmt-check clippy doc unit size-check \
-	bench demo clean deps deps-qemu deps-windows fuzz golden render-examples qemu-assets qemu-test
+	bench demo clean deps deps-qemu deps-windows fuzz windows test-windows golden render-examples qemu-assets qemu-test
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -22,7 +24,7 @@ help: ## list the targets
 all: build
 
 deps: ## install the apt packages and cargo tools the project needs (idempotent)
-	scripts/deps.sh
+	scripts/deps.sh windows
 
 deps-qemu: ## install QEMU, kernel tools and debootstrap for the boot tests
 	scripts/deps.sh qemu
@@ -38,7 +40,7 @@ firstboot: ## build the static, size-optimised kiln-firstboot into target/firstb
 
 test: deps check qemu-test ## the README's test command: every gate and every test
 
-check: lint unit size-check
+check: lint unit size-check test-windows
 
 lint: fmt-check clippy doc ## rustfmt, clippy -D warnings, rustdoc -D warnings
 
@@ -58,8 +60,15 @@ unit: ## the test suites (nextest) and doctests; the boot tests run in qemu-test
 	$(CARGO) nextest run --workspace --exclude kiln-qemu-tests --all-targets --locked --no-fail-fast
 	$(CARGO) test --workspace --doc --locked
 
-size-check: firstboot ## fail if kiln-firstboot is over its size budget
+size-check: firstboot windows ## fail if kiln-firstboot (Linux, Windows) is over its size budget
 	scripts/check-size.sh $(FIRSTBOOT_BIN) $(FIRSTBOOT_BUDGET_KIB)
+	scripts/check-size.sh $(FIRSTBOOT_EXE) $(FIRSTBOOT_EXE_BUDGET_KIB)
+
+windows: ## build kiln-firstboot.exe for x86_64-pc-windows-gnu (docs/windows.md)
+	scripts/build-windows.sh $(FIRSTBOOT_EXE)
+
+test-windows: ## kiln-firstboot's test suite built for Windows, run under Wine
+	scripts/test-windows.sh
 
 bench: deps build ## benchmarks side by side with their baselines (docs/benchmarks.md)
 	bench/run.sh

@@ -22,3 +22,4 @@ pub mod run;
 pub mod service;
 pub mod status;
 pub mod wait;
+pub mod windows;

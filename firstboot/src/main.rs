@@ -6,6 +6,10 @@ use kiln_firstboot::cli::{self, Command};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    #[cfg(windows)]
+    if let Some(code) = kiln_firstboot::windows::main(&args) {
+        return ExitCode::from(code);
+    }
     let code = match cli::parse(&args) {
         Ok(Command::Run(opts)) => kiln_firstboot::run::run(&opts),
         Ok(Command::Help) => {

@@ -45,7 +45,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Options {
         Options {
-            root: PathBuf::from("/"),
+            root: PathBuf::from(if cfg!(windows) { "C:\\" } else { "/" }),
             provider: None,
             metadata_url: None,
             systemctl: "/usr/bin/systemctl".to_string(),
@@ -270,6 +270,9 @@ fn start(opts: &Options, cfg: &Config, deadline: Instant) -> Result<(), Error> {
                 message: e.message().to_string(),
             }
         });
+    }
+    if cfg!(windows) {
+        return crate::windows::start_kubelet_service(opts, cfg);
     }
     // --no-block: firstboot runs as a systemd unit; waiting for the start job from inside
     // another unit's start job can deadlock on ordering, and the waits come after this.

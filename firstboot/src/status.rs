@@ -19,9 +19,17 @@ use crate::Reason;
 /// The contract version written into status.json.
 pub const CONTRACT: u32 = 1;
 /// status.json, under `--root`.
+#[cfg(not(windows))]
 pub const STATUS_PATH: &str = "run/kiln/status.json";
+/// status.json, under `--root` (`C:\ProgramData\kiln\run`, docs/contract.md#windows-paths).
+#[cfg(windows)]
+pub const STATUS_PATH: &str = "ProgramData/kiln/run/status.json";
 /// The failure file kiln writes next to status.json.
+#[cfg(not(windows))]
 pub const FAILURE_PATH: &str = "run/kiln/failure";
+/// The failure file kiln writes next to status.json.
+#[cfg(windows)]
+pub const FAILURE_PATH: &str = "ProgramData/kiln/run/failure";
 /// Cluster API's success sentinel.
 pub const CAPI_SUCCESS_PATH: &str = "run/cluster-api/bootstrap-success.complete";
 /// The failure file beside Cluster API's sentinel (Cluster API #6476).

@@ -2,6 +2,10 @@
 //! metadata server taking the GCP guest-attribute PUT, and a KVP pool file checked against
 //! the Hyper-V record layout (512-byte key, 2048-byte value, NUL-padded).
 
+// These tests play systemctl, kubeadm and friends with /bin/sh stand-ins and check Unix
+// modes; the Windows build is tested under Wine by tests/windows.rs (make test-windows).
+#![cfg(unix)]
+
 mod common;
 
 use std::path::PathBuf;

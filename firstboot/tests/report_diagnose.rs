@@ -2,6 +2,10 @@
 //! log lines in the wording kubelet and containerd print (fixtures/logs, sources in its
 //! README), unit states from a `systemctl show` stand-in, the report files, and the console.
 
+// These tests play systemctl, kubeadm and friends with /bin/sh stand-ins and check Unix
+// modes; the Windows build is tested under Wine by tests/windows.rs (make test-windows).
+#![cfg(unix)]
+
 mod common;
 
 use std::path::Path;

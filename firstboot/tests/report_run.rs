@@ -3,6 +3,10 @@
 //! not), diagnosis on timeout and on kubelet's death, the console (present, missing, stuck),
 //! the sentinel and failure files, and a crash between phases.
 
+// These tests play systemctl, kubeadm and friends with /bin/sh stand-ins and check Unix
+// modes; the Windows build is tested under Wine by tests/windows.rs (make test-windows).
+#![cfg(unix)]
+
 mod common;
 
 use std::io::Write;

@@ -2,6 +2,10 @@
 //! documented exit code and reason within the deadline, names what was wrong, and leaves
 //! no partially written file behind.
 
+// These tests play systemctl, kubeadm and friends with /bin/sh stand-ins and check Unix
+// modes; the Windows build is tested under Wine by tests/windows.rs (make test-windows).
+#![cfg(unix)]
+
 mod common;
 
 use std::time::Duration;

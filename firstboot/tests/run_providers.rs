@@ -2,6 +2,10 @@
 //! exact `kubelet.env`, the service-manager call, secrets kept 0600 and unprinted,
 //! DMI detection, overrides and idempotent re-runs.
 
+// These tests play systemctl, kubeadm and friends with /bin/sh stand-ins and check Unix
+// modes; the Windows build is tested under Wine by tests/windows.rs (make test-windows).
+#![cfg(unix)]
+
 mod common;
 
 use std::os::unix::fs::PermissionsExt;

@@ -1,0 +1,491 @@
+//! The Windows Service Control Manager through advapi32, std only: [`Scm`] implements
+//! [`ServiceManager`], and [`run_as_service`] lets kiln-firstboot itself run as a service.
+//!
+//! Direct calls rather than `sc.exe`: each failure comes back as the Windows error code
+//! (1056 "already running" is success for firstboot, 1060 means "run install"), no
+//! localized text is parsed, the command line is passed as one exact string instead of
+//! going through sc.exe's own `binPath= …` quoting, and nothing is spawned at boot.
+
+use std::ffi::c_void;
+use std::ptr::{null, null_mut};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+
+use super::{ServiceError, ServiceManager, ServiceSpec, ServiceState, StartType};
+
+type Handle = *mut c_void;
+
+const SC_MANAGER_ALL_ACCESS: u32 = 0xF003F;
+const SERVICE_ALL_ACCESS: u32 = 0xF01FF;
+const SERVICE_WIN32_OWN_PROCESS: u32 = 0x10;
+const SERVICE_AUTO_START: u32 = 2;
+const SERVICE_DEMAND_START: u32 = 3;
+const SERVICE_ERROR_NORMAL: u32 = 1;
+const SERVICE_NO_CHANGE: u32 = 0xFFFF_FFFF;
+const SERVICE_CONFIG_DESCRIPTION: u32 = 1;
+const SERVICE_CONFIG_FAILURE_ACTIONS: u32 = 2;
+const SC_ACTION_NONE: u32 = 0;
+const SC_ACTION_RESTART: u32 = 1;
+const SERVICE_CONTROL_STOP: u32 = 1;
+const SERVICE_CONTROL_INTERROGATE: u32 = 4;
+const SERVICE_STOPPED: u32 = 1;
+const SERVICE_START_PENDING: u32 = 2;
+const SERVICE_RUNNING: u32 = 4;
+const SERVICE_ACCEPT_STOP: u32 = 1;
+const ERROR_SERVICE_DOES_NOT_EXIST: u32 = 1060;
+const ERROR_SERVICE_SPECIFIC_ERROR: u32 = 1066;
+/// One day: the failure count (which picks the restart delay) resets after a quiet day.
+const RESET_PERIOD_SECS: u32 = 86_400;
+
+#[repr(C)]
+#[derive(Default)]
+struct ServiceStatus {
+    service_type: u32,
+    current_state: u32,
+    controls_accepted: u32,
+    win32_exit_code: u32,
+    service_specific_exit_code: u32,
+    check_point: u32,
+    wait_hint: u32,
+}
+
+#[repr(C)]
+struct ScAction {
+    kind: u32,
+    delay_ms: u32,
+}
+
+#[repr(C)]
+struct FailureActions {
+    reset_period: u32,
+    reboot_msg: *mut u16,
+    command: *mut u16,
+    count: u32,
+    actions: *mut ScAction,
+}
+
+#[repr(C)]
+struct Description {
+    text: *mut u16,
+}
+
+#[repr(C)]
+struct TableEntry {
+    name: *mut u16,
+    proc_: Option<unsafe extern "system" fn(u32, *mut *mut u16)>,
+}
+
+#[link(name = "advapi32")]
+extern "system" {
+    fn OpenSCManagerW(machine: *const u16, database: *const u16, access: u32) -> Handle;
+    fn OpenServiceW(scm: Handle, name: *const u16, access: u32) -> Handle;
+    fn CreateServiceW(
+        scm: Handle,
+        name: *const u16,
+        display: *const u16,
+        access: u32,
+        service_type: u32,
+        start_type: u32,
+        error_control: u32,
+        binary_path: *const u16,
+        load_order_group: *const u16,
+        tag_id: *mut u32,
+        dependencies: *const u16,
+        start_name: *const u16,
+        password: *const u16,
+    ) -> Handle;
+    fn ChangeServiceConfigW(
+        service: Handle,
+        service_type: u32,
+        start_type: u32,
+        error_control: u32,
+        binary_path: *const u16,
+        load_order_group: *const u16,
+        tag_id: *mut u32,
+        dependencies: *const u16,
+        start_name: *const u16,
+        password: *const u16,
+        display: *const u16,
+    ) -> i32;
+    fn ChangeServiceConfig2W(service: Handle, level: u32, info: *mut c_void) -> i32;
+    fn StartServiceW(service: Handle, argc: u32, argv: *const *const u16) -> i32;
+    fn ControlService(service: Handle, control: u32, status: *mut ServiceStatus) -> i32;
+    fn QueryServiceStatus(service: Handle, status: *mut ServiceStatus) -> i32;
+    fn DeleteService(service: Handle) -> i32;
+    fn CloseServiceHandle(handle: Handle) -> i32;
+    fn StartServiceCtrlDispatcherW(table: *const TableEntry) -> i32;
+    fn RegisterServiceCtrlHandlerExW(
+        name: *const u16,
+        handler: unsafe extern "system" fn(u32, u32, *mut c_void, *mut c_void) -> u32,
+        context: *mut c_void,
+    ) -> Handle;
+    fn SetServiceStatus(handle: Handle, status: *mut ServiceStatus) -> i32;
+}
+
+#[link(name = "kernel32")]
+extern "system" {
+    fn GetLastError() -> u32;
+}
+
+fn wide(s: &str) -> Vec<u16> {
+    s.encode_utf16().chain(Some(0)).collect()
+}
+
+/// A double-NUL-terminated list, as `lpDependencies` wants it.
+fn wide_list(items: &[String]) -> Vec<u16> {
+    let mut v: Vec<u16> = Vec::new();
+    for i in items {
+        v.extend(i.encode_utf16());
+        v.push(0);
+    }
+    v.push(0);
+    v
+}
+
+fn last_error(call: &'static str, service: &str) -> ServiceError {
+    // SAFETY: GetLastError has no preconditions.
+    let code = unsafe { GetLastError() };
+    ServiceError {
+        call,
+        service: service.to_string(),
+        code,
+    }
+}
+
+/// An open service handle, closed on drop.
+struct Service(Handle);
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from OpenServiceW/CreateServiceW and is closed once.
+        unsafe { CloseServiceHandle(self.0) };
+    }
+}
+
+/// The local Service Control Manager, opened with full access (needs Administrator).
+#[derive(Debug)]
+pub struct Scm(Handle);
+
+impl Drop for Scm {
+    fn drop(&mut self) {
+        // SAFETY: opened by OpenSCManagerW, closed once.
+        unsafe { CloseServiceHandle(self.0) };
+    }
+}
+
+impl Scm {
+    /// Connects to the local SCM.
+    pub fn open() -> Result<Scm, ServiceError> {
+        // SAFETY: null machine and database mean "local, active database".
+        let h = unsafe { OpenSCManagerW(null(), null(), SC_MANAGER_ALL_ACCESS) };
+        if h.is_null() {
+            return Err(last_error("OpenSCManagerW", "(service manager)"));
+        }
+        Ok(Scm(h))
+    }
+
+    fn service(&self, name: &str, call: &'static str) -> Result<Service, ServiceError> {
+        let n = wide(name);
+        // SAFETY: self.0 is an open SCM handle and n is NUL-terminated.
+        let h = unsafe { OpenServiceW(self.0, n.as_ptr(), SERVICE_ALL_ACCESS) };
+        if h.is_null() {
+            return Err(last_error(call, name));
+        }
+        Ok(Service(h))
+    }
+
+    /// Description and recovery settings, which only ChangeServiceConfig2W sets.
+    fn configure_extras(&self, svc: &Service, spec: &ServiceSpec) -> Result<(), ServiceError> {
+        let mut text = wide(&spec.description);
+        let mut desc = Description {
+            text: text.as_mut_ptr(),
+        };
+        // SAFETY: svc is open; desc points at a live NUL-terminated string.
+        if unsafe {
+            ChangeServiceConfig2W(
+                svc.0,
+                SERVICE_CONFIG_DESCRIPTION,
+                (&mut desc as *mut Description).cast(),
+            )
+        } == 0
+        {
+            return Err(last_error("ChangeServiceConfig2W(description)", &spec.name));
+        }
+        let mut actions: Vec<ScAction> = spec
+            .restart_after_ms
+            .iter()
+            .map(|&delay_ms| ScAction {
+                kind: SC_ACTION_RESTART,
+                delay_ms,
+            })
+            .collect();
+        if actions.is_empty() {
+            actions.push(ScAction {
+                kind: SC_ACTION_NONE,
+                delay_ms: 0,
+            });
+        }
+        let mut fa = FailureActions {
+            reset_period: RESET_PERIOD_SECS,
+            reboot_msg: null_mut(),
+            command: null_mut(),
+            count: actions.len() as u32,
+            actions: actions.as_mut_ptr(),
+        };
+        // SAFETY: svc is open; fa and its action array live across the call.
+        if unsafe {
+            ChangeServiceConfig2W(
+                svc.0,
+                SERVICE_CONFIG_FAILURE_ACTIONS,
+                (&mut fa as *mut FailureActions).cast(),
+            )
+        } == 0
+        {
+            return Err(last_error(
+                "ChangeServiceConfig2W(failure actions)",
+                &spec.name,
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn start_type(s: StartType) -> u32 {
+    match s {
+        StartType::Auto => SERVICE_AUTO_START,
+        StartType::Demand => SERVICE_DEMAND_START,
+    }
+}
+
+impl ServiceManager for Scm {
+    fn exists(&mut self, name: &str) -> Result<bool, ServiceError> {
+        match self.service(name, "OpenServiceW") {
+            Ok(_) => Ok(true),
+            Err(e) if e.code == ERROR_SERVICE_DOES_NOT_EXIST => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn create(&mut self, spec: &ServiceSpec) -> Result<(), ServiceError> {
+        let (name, display, cmd) = (
+            wide(&spec.name),
+            wide(&spec.display_name),
+            wide(&spec.command),
+        );
+        let deps = wide_list(&spec.dependencies);
+        // SAFETY: every string is NUL-terminated and outlives the call; null start name and
+        // password mean LocalSystem.
+        let h = unsafe {
+            CreateServiceW(
+                self.0,
+                name.as_ptr(),
+                display.as_ptr(),
+                SERVICE_ALL_ACCESS,
+                SERVICE_WIN32_OWN_PROCESS,
+                start_type(spec.start),
+                SERVICE_ERROR_NORMAL,
+                cmd.as_ptr(),
+                null(),
+                null_mut(),
+                deps.as_ptr(),
+                null(),
+                null(),
+            )
+        };
+        if h.is_null() {
+            return Err(last_error("CreateServiceW", &spec.name));
+        }
+        let svc = Service(h);
+        self.configure_extras(&svc, spec)
+    }
+
+    fn update(&mut self, spec: &ServiceSpec) -> Result<(), ServiceError> {
+        let svc = self.service(&spec.name, "OpenServiceW")?;
+        let (display, cmd) = (wide(&spec.display_name), wide(&spec.command));
+        let deps = wide_list(&spec.dependencies);
+        // SAFETY: svc is open; strings are NUL-terminated and live across the call.
+        let ok = unsafe {
+            ChangeServiceConfigW(
+                svc.0,
+                SERVICE_WIN32_OWN_PROCESS,
+                start_type(spec.start),
+                SERVICE_ERROR_NORMAL,
+                cmd.as_ptr(),
+                null(),
+                null_mut(),
+                deps.as_ptr(),
+                null(),
+                null(),
+                display.as_ptr(),
+            )
+        };
+        if ok == 0 {
+            return Err(last_error("ChangeServiceConfigW", &spec.name));
+        }
+        self.configure_extras(&svc, spec)
+    }
+
+    fn set_command(&mut self, name: &str, command: &str) -> Result<(), ServiceError> {
+        let svc = self.service(name, "OpenServiceW")?;
+        let cmd = wide(command);
+        // SAFETY: svc is open; SERVICE_NO_CHANGE and nulls leave everything else as it is.
+        let ok = unsafe {
+            ChangeServiceConfigW(
+                svc.0,
+                SERVICE_NO_CHANGE,
+                SERVICE_NO_CHANGE,
+                SERVICE_NO_CHANGE,
+                cmd.as_ptr(),
+                null(),
+                null_mut(),
+                null(),
+                null(),
+                null(),
+                null(),
+            )
+        };
+        if ok == 0 {
+            return Err(last_error("ChangeServiceConfigW(binary path)", name));
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, name: &str) -> Result<(), ServiceError> {
+        let svc = self.service(name, "OpenServiceW")?;
+        // SAFETY: svc is open; no arguments.
+        if unsafe { StartServiceW(svc.0, 0, null()) } == 0 {
+            return Err(last_error("StartServiceW", name));
+        }
+        Ok(())
+    }
+
+    fn stop(&mut self, name: &str) -> Result<(), ServiceError> {
+        let svc = self.service(name, "OpenServiceW")?;
+        let mut st = ServiceStatus::default();
+        // SAFETY: svc is open; st is a valid out-parameter.
+        if unsafe { ControlService(svc.0, SERVICE_CONTROL_STOP, &mut st) } == 0 {
+            return Err(last_error("ControlService(stop)", name));
+        }
+        Ok(())
+    }
+
+    fn state(&mut self, name: &str) -> Result<ServiceState, ServiceError> {
+        let svc = self.service(name, "OpenServiceW")?;
+        let mut st = ServiceStatus::default();
+        // SAFETY: svc is open; st is a valid out-parameter.
+        if unsafe { QueryServiceStatus(svc.0, &mut st) } == 0 {
+            return Err(last_error("QueryServiceStatus", name));
+        }
+        Ok(match st.current_state {
+            SERVICE_STOPPED => ServiceState::Stopped,
+            SERVICE_START_PENDING => ServiceState::StartPending,
+            SERVICE_RUNNING => ServiceState::Running,
+            other => ServiceState::Other(other),
+        })
+    }
+
+    fn delete(&mut self, name: &str) -> Result<(), ServiceError> {
+        let svc = self.service(name, "OpenServiceW")?;
+        // SAFETY: svc is open.
+        if unsafe { DeleteService(svc.0) } == 0 {
+            return Err(last_error("DeleteService", name));
+        }
+        Ok(())
+    }
+}
+
+// The service entry point is a bare `extern "system"` function, so the body and its results
+// travel through statics: set once before the dispatcher starts, read on its thread.
+static BODY: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+static STATUS_HANDLE: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+static EXIT: AtomicU32 = AtomicU32::new(0);
+
+fn report(state: u32, exit: u8) {
+    let h = STATUS_HANDLE.load(Ordering::SeqCst);
+    if h.is_null() {
+        return;
+    }
+    let mut st = ServiceStatus {
+        service_type: SERVICE_WIN32_OWN_PROCESS,
+        current_state: state,
+        controls_accepted: if state == SERVICE_RUNNING {
+            SERVICE_ACCEPT_STOP
+        } else {
+            0
+        },
+        win32_exit_code: if exit == 0 {
+            0
+        } else {
+            ERROR_SERVICE_SPECIFIC_ERROR
+        },
+        service_specific_exit_code: exit as u32,
+        check_point: 0,
+        wait_hint: 0,
+    };
+    // SAFETY: h came from RegisterServiceCtrlHandlerExW; st is valid for the call.
+    unsafe { SetServiceStatus(h, &mut st) };
+}
+
+unsafe extern "system" fn control(code: u32, _: u32, _: *mut c_void, _: *mut c_void) -> u32 {
+    if code == SERVICE_CONTROL_STOP {
+        // firstboot is a short run with its own deadline: a stop request ends the process
+        // with the "internal" exit code rather than leaving a half-done boot running.
+        report(SERVICE_STOPPED, 1);
+        std::process::exit(1);
+    }
+    if code == SERVICE_CONTROL_INTERROGATE {
+        return 0;
+    }
+    120 // ERROR_CALL_NOT_IMPLEMENTED
+}
+
+unsafe extern "system" fn service_main(_argc: u32, _argv: *mut *mut u16) {
+    let name = wide(SERVICE_NAME);
+    // SAFETY: name is NUL-terminated; control is a valid handler for the process lifetime.
+    let h = unsafe { RegisterServiceCtrlHandlerExW(name.as_ptr(), control, null_mut()) };
+    STATUS_HANDLE.store(h, Ordering::SeqCst);
+    report(SERVICE_RUNNING, 0);
+    let body = BODY.load(Ordering::SeqCst);
+    let code = if body.is_null() {
+        1
+    } else {
+        // SAFETY: BODY holds a `&mut dyn FnMut() -> u8` set by run_as_service, which is
+        // blocked in the dispatcher while this runs.
+        let f = unsafe { &mut *(body as *mut &mut dyn FnMut() -> u8) };
+        f()
+    };
+    EXIT.store(code as u32, Ordering::SeqCst);
+    report(SERVICE_STOPPED, code);
+}
+
+/// The name kiln-firstboot's own service is registered under.
+pub const SERVICE_NAME: &str = "kiln-firstboot";
+
+/// Runs `body` as the `kiln-firstboot` service: connects to the SCM, reports "running",
+/// runs the boot, reports "stopped" with its exit code. Returns that exit code, or an error
+/// when the process was not started by the SCM.
+pub fn run_as_service(mut body: impl FnMut() -> u8) -> Result<u8, ServiceError> {
+    let mut dyn_body: &mut dyn FnMut() -> u8 = &mut body;
+    BODY.store(
+        (&mut dyn_body as *mut &mut dyn FnMut() -> u8).cast(),
+        Ordering::SeqCst,
+    );
+    let mut name = wide(SERVICE_NAME);
+    let table = [
+        TableEntry {
+            name: name.as_mut_ptr(),
+            proc_: Some(service_main),
+        },
+        TableEntry {
+            name: null_mut(),
+            proc_: None,
+        },
+    ];
+    // SAFETY: the table is NUL-terminated and lives until the dispatcher returns, which is
+    // after service_main (and so every use of BODY) has finished.
+    let ok = unsafe { StartServiceCtrlDispatcherW(table.as_ptr()) };
+    BODY.store(null_mut(), Ordering::SeqCst);
+    if ok == 0 {
+        return Err(last_error("StartServiceCtrlDispatcherW", SERVICE_NAME));
+    }
+    Ok(EXIT.load(Ordering::SeqCst) as u8)
+}

@@ -1,0 +1,265 @@
+//! The Windows build, run under Wine by `make test-windows`: the real kiln-firstboot.exe
+//! against a loopback metadata server writing the Windows contract paths, service
+//! registration against Wine's own Service Control Manager, and kiln-firstboot started by
+//! that SCM as a service.
+#![cfg(windows)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use kiln_firstboot::windows::{
+    self, node_services, scm::Scm, Installed, ServiceManager, ServiceState,
+};
+
+const EXE: &str = env!("CARGO_BIN_EXE_kiln-firstboot");
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+fn temp_root() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "kiln-win-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::SeqCst)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn write(root: &Path, rel: &str, text: &str) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+/// A node whose files sit where the Windows contract puts them.
+fn windows_node() -> PathBuf {
+    let root = temp_root();
+    write(
+        &root,
+        "k/kiln/image.env",
+        "KILN_CONTRACT=1\nKILN_IMAGE_ID=sha256:3f0c1b2a3f0c1b2a3f0c1b2a3f0c1b2a\nKILN_IMAGE_NAME=windows\n\
+         KILN_VERSION=0.1.0\nKILN_OS=windows\nKILN_ARCH=amd64\nKUBERNETES_VERSION=v1.34.2\n\
+         CONTAINER_RUNTIME_ENDPOINT=npipe:////./pipe/containerd-containerd\n",
+    );
+    write(&root, "k/kiln/max-pods.map", "m1.small 20\n");
+    write(
+        &root,
+        "ProgramData/kiln/node.env",
+        "KILN_CONTRACT=1\nAPI_SERVER=https://127.0.0.1:6443\nCLUSTER_NAME=test\n",
+    );
+    write(
+        &root,
+        "ProgramData/kiln/ca.crt",
+        "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n",
+    );
+    write(
+        &root,
+        "ProgramData/kiln/bootstrap-token",
+        "abcdef.0123456789abcdef\n",
+    );
+    root
+}
+
+/// Serves files under `tests/fixtures/<dir>` over loopback HTTP, one request per connection.
+fn serve_fixtures(dir: &str) -> String {
+    let base = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(dir);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            let path = line.split(' ').nth(1).unwrap_or("/").to_string();
+            let mut h = String::new();
+            while reader.read_line(&mut h).map(|n| n > 2).unwrap_or(false) {
+                h.clear();
+            }
+            let file = base.join(path.trim_start_matches('/'));
+            let (status, body) = match std::fs::read(&file) {
+                Ok(b) if file.is_file() => ("200 OK", b),
+                _ => ("404 Not Found", b"not found".to_vec()),
+            };
+            let _ = write!(
+                conn,
+                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = conn.write_all(&body);
+        }
+    });
+    url
+}
+
+#[test]
+fn run_reads_and_writes_the_windows_contract_paths() {
+    let root = windows_node();
+    let url = serve_fixtures("openstack");
+    let started = Instant::now();
+    let out = Command::new(EXE)
+        .args([
+            "run",
+            "--provider",
+            "openstack",
+            "--no-start",
+            "--metadata-url",
+            &url,
+        ])
+        .arg("--root")
+        .arg(&root)
+        .arg("--console")
+        .arg(root.join("console.log"))
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let env = std::fs::read_to_string(root.join("ProgramData/kiln/run/kubelet.env")).unwrap();
+    for line in [
+        "PROVIDER=openstack\n",
+        "NODE_NAME=kiln-worker-0\n",
+        "INSTANCE_TYPE=m1.small\n",
+        "MAX_PODS=20\n",
+    ] {
+        assert!(env.contains(line), "missing {line:?} in\n{env}");
+    }
+    assert!(
+        env.contains("--container-runtime-endpoint=npipe:////./pipe/containerd-containerd"),
+        "{env}"
+    );
+    let status = std::fs::read_to_string(root.join("ProgramData/kiln/run/status.json")).unwrap();
+    assert!(status.contains("\"result\":\"success\""), "{status}");
+    // Nothing lands at the Linux places.
+    assert!(!root.join("run/kiln").exists());
+    assert!(!root.join("etc").exists());
+    eprintln!("windows run --no-start under Wine: {took:?}");
+}
+
+#[test]
+fn missing_config_is_reported_at_the_windows_status_path() {
+    let root = temp_root();
+    let out = Command::new(EXE)
+        .args(["run", "--provider", "none", "--no-start", "--deadline", "5"])
+        .arg("--root")
+        .arg(&root)
+        .arg("--console")
+        .arg(root.join("console.log"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = std::fs::read_to_string(root.join("ProgramData/kiln/run/status.json")).unwrap();
+    assert!(status.contains("CONFIG_MISSING"), "{status}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("image.env"), "{stderr}");
+}
+
+/// The exe's path as the SCM can start it: cargo compiled in a Unix path (`/work/…`), which
+/// Wine only finds relative to the current drive; the SCM's current drive is C:.
+fn windows_path(p: &Path) -> PathBuf {
+    let full = std::fs::canonicalize(p).unwrap();
+    let s = full.display().to_string();
+    PathBuf::from(s.strip_prefix(r"\\?\").unwrap_or(&s))
+}
+
+/// Names private to this test run, so parallel runs and a developer's services never clash.
+fn private(specs: &mut [windows::ServiceSpec], tag: &str) {
+    for s in specs.iter_mut() {
+        s.name = format!("{}-{tag}", s.name);
+        for d in s.dependencies.iter_mut() {
+            *d = format!("{d}-{tag}");
+        }
+    }
+}
+
+#[test]
+fn install_update_uninstall_against_the_real_scm() {
+    let tag = format!("kilntest{}", std::process::id());
+    let mut specs = node_services(Path::new("C:\\k"), Path::new("C:\\"));
+    private(&mut specs, &tag);
+    let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+    let mut scm = Scm::open().expect("open Wine's service manager");
+
+    let done = windows::install(&mut scm, &specs).unwrap();
+    assert!(
+        done.iter().all(|(_, how)| *how == Installed::Created),
+        "{done:?}"
+    );
+    for n in &names {
+        assert!(scm.exists(n).unwrap(), "{n} not registered");
+        assert_eq!(scm.state(n).unwrap(), ServiceState::Stopped);
+    }
+    // Re-running install on an image updates in place.
+    let again = windows::install(&mut scm, &specs).unwrap();
+    assert!(
+        again.iter().all(|(_, how)| *how == Installed::Updated),
+        "{again:?}"
+    );
+    // The per-boot command line rewrite that precedes kubelet's start.
+    scm.set_command(&names[1], "\"C:\\k\\kubelet.exe\" --windows-service --v=2")
+        .unwrap();
+
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let removed = windows::uninstall(&mut scm, &refs).unwrap();
+    assert_eq!(removed.len(), 3, "{removed:?}");
+    for n in &names {
+        assert!(!scm.exists(n).unwrap(), "{n} still registered");
+    }
+    // Starting a service that is not there names the fix.
+    let err = windows::start_kubelet(&mut scm, &names[1], "x").unwrap_err();
+    assert_eq!(err.code, windows::ERROR_SERVICE_DOES_NOT_EXIST);
+    assert!(err.to_string().contains("kiln-firstboot install"), "{err}");
+}
+
+#[test]
+fn the_scm_starts_kiln_firstboot_as_a_service() {
+    let tag = format!("kilnsvc{}", std::process::id());
+    let root = temp_root();
+    let mut spec = node_services(Path::new("C:\\k"), &root)
+        .into_iter()
+        .find(|s| s.name == "kiln-firstboot")
+        .unwrap();
+    spec.name = format!("kiln-firstboot-{tag}");
+    // The service runs this build's exe against an empty root: it must come up through the
+    // dispatcher, run, and report CONFIG_MISSING at the Windows status path.
+    spec.command = format!(
+        "{} service --provider none --no-start --deadline 5 --root {} --console {}",
+        windows::quote(&windows_path(Path::new(EXE))),
+        windows::quote(&root),
+        windows::quote(&root.join("console.log"))
+    );
+    let mut scm = Scm::open().unwrap();
+    windows::install(&mut scm, std::slice::from_ref(&spec)).unwrap();
+    scm.start(&spec.name).unwrap();
+    let status_file = root.join("ProgramData/kiln/run/status.json");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut state = scm.state(&spec.name).unwrap();
+    while (state != ServiceState::Stopped || !status_file.exists()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        state = scm.state(&spec.name).unwrap();
+    }
+    let _ = windows::uninstall(&mut scm, &[spec.name.as_str()]);
+    assert_eq!(state, ServiceState::Stopped);
+    let mut status = String::new();
+    std::fs::File::open(&status_file)
+        .and_then(|mut f| f.read_to_string(&mut status))
+        .unwrap_or_else(|e| panic!("{}: {e}", status_file.display()));
+    assert!(status.contains("CONFIG_MISSING"), "{status}");
+}
