@@ -19,11 +19,18 @@ const EXE: &str = env!("CARGO_BIN_EXE_kiln-firstboot");
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 fn temp_root() -> PathBuf {
+    // Wine reuses small process ids from run to run: the time keeps names apart, and a
+    // leftover of an earlier run is removed rather than read.
     let dir = std::env::temp_dir().join(format!(
-        "kiln-win-{}-{}",
+        "kiln-win-{}-{}-{}",
         std::process::id(),
-        SEQ.fetch_add(1, Ordering::SeqCst)
+        SEQ.fetch_add(1, Ordering::SeqCst),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
     ));
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }

@@ -131,9 +131,10 @@ pub const ERROR_SERVICE_DOES_NOT_EXIST: u32 = 1060;
 pub const ERROR_SERVICE_NOT_ACTIVE: u32 = 1062;
 
 /// Quotes a path for a service command line, so `C:\Program Files\…` works. A trailing
-/// backslash is doubled: Windows' argument rules read `\"` as a literal quote.
+/// backslash is doubled: Windows' argument rules read `\"` as a literal quote. Forward
+/// slashes (from joins made on a Unix build host) become backslashes.
 pub fn quote(path: &Path) -> String {
-    let p = path.display().to_string();
+    let p = path.display().to_string().replace('/', "\\");
     if p.ends_with('\\') {
         format!("\"{p}\\\"")
     } else {
