@@ -1,7 +1,7 @@
 //! Windows nodes: where the contract's files live on Windows, which services a node has, and
 //! how they are registered, updated and started. The plans here are plain data run against
 //! a small [`ServiceManager`] trait, so the same sequence is tested against Wine's real
-//! Service Control Manager ([`scm::Scm`], Windows only) and against a recorder anywhere.
+//! Service Control Manager (`scm::Scm`, Windows only) and against a recorder anywhere.
 
 #[cfg(windows)]
 pub mod scm;
