@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# kiln render (issue #7): user-data size per provisioner, plain and gzip, against EC2's
+# 16384-byte limit, side by side with the usual hand-written baseline (a bash script that
+# writes the same /etc/kiln/ files with here-docs and chmod) built in the same run; and the
+# render time per provisioner with hyperfine.
+#
+#   bench/render.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+kiln=${KILN_BIN:-$root/target/release/kiln}
+[ -x "$kiln" ] || cargo build -q --release -p kiln
+work=$(mktemp -d "${TMPDIR:-/tmp}/kiln-bench-render.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# Two nodes: the docs example (token) and a heavier one (a 3-certificate CA bundle and a
+# kubelet config override), to see what grows.
+cp docs/examples/render/node.toml docs/examples/render/ca.crt "$work/"
+mkdir -p "$work/heavy"
+for i in 1 2 3; do
+  openssl req -x509 -nodes -days 2 -subj "/CN=ca-$i" -newkey rsa:2048 \
+    -keyout /dev/null -out "$work/heavy/ca-$i.crt" 2>/dev/null
+done
+cat "$work"/heavy/ca-*.crt > "$work/heavy/ca.crt"
+{
+  echo "apiVersion: kubelet.config.k8s.io/v1beta1"
+  echo "kind: KubeletConfiguration"
+  echo "cgroupDriver: systemd"
+  for i in $(seq 1 60); do echo "# tuning note $i: evictionHard and friends would go here"; done
+} > "$work/heavy/kubelet.yaml"
+cat > "$work/heavy/node.toml" <<'TOML'
+api_server = "https://api.prod-eu1.example.internal:6443"
+cluster_name = "prod-eu1"
+[ca]
+file = "ca.crt"
+[bootstrap]
+token = "07401b.f395accd246ae52d"
+[node]
+labels = { "node.kubernetes.io/role" = "worker", tier = "web", zone-class = "fast" }
+taints = [{ key = "dedicated", value = "web", effect = "NoSchedule" }]
+[kubelet]
+extra_args = ["--v=2", "--image-gc-high-threshold=80"]
+config_file = "kubelet.yaml"
+[proxy]
+https = "http://proxy.internal:3128"
+no_proxy = ["10.0.0.0/8", ".svc", ".cluster.local"]
+TOML
+
+# The baseline: what people write by hand, from the same files kiln writes.
+bash_baseline() { # tree_dir -> script on stdout
+  local tree=$1
+  echo '#!/bin/bash'
+  echo 'set -euo pipefail'
+  echo 'mkdir -p /etc/kiln'
+  for f in "$tree"/etc/kiln/*; do
+    n=$(basename "$f")
+    mode=$(stat -c %a "$f")
+    echo "cat > /etc/kiln/$n <<'KILN_EOF'"
+    cat "$f"
+    echo "KILN_EOF"
+    echo "chmod $mode /etc/kiln/$n"
+  done
+}
+
+size() { stat -c %s "$1"; }
+gz() { gzip -9n -c "$1" | wc -c; }
+pct() { echo $(( $1 * 100 / 16384 ))%; }
+
+printf '%-8s %-12s %8s %8s %8s %9s\n' node format bytes gzip "EC2 %" "vs bash"
+for node in example heavy; do
+  dir=$work; [ "$node" = heavy ] && dir=$work/heavy
+  "$kiln" -q render -p files "$dir/node.toml" -o "$dir/tree"
+  bash_baseline "$dir/tree" > "$dir/baseline.sh"
+  b=$(size "$dir/baseline.sh")
+  printf '%-8s %-12s %8d %8d %8s %9s\n' "$node" "bash+heredoc" "$b" "$(gz "$dir/baseline.sh")" "$(pct "$b")" "1.00x"
+  for p in cloud-init ignition windows; do
+    "$kiln" -q render -p "$p" "$dir/node.toml" -o "$dir/$p"
+    s=$(size "$dir/$p")
+    printf '%-8s %-12s %8d %8d %8s %9s\n' "$node" "$p" "$s" "$(gz "$dir/$p")" "$(pct "$s")" \
+      "$(python3 -c "print(f'{$s/$b:.2f}x')")"
+  done
+done
+
+echo
+echo "render time (hyperfine, example node):"
+hyperfine -N --warmup 5 --runs "${RUNS:-50}" --style basic \
+  -n "render cloud-init (-o, fsync)" "$kiln -q render -p cloud-init $work/node.toml -o $work/ud" \
+  -n "render ignition (-o, fsync)" "$kiln -q render -p ignition $work/node.toml -o $work/ign" \
+  -n "render --check" "$kiln -q render --check $work/ud" 2>&1 | grep -E 'Time|Benchmark' || true
