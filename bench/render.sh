@@ -66,7 +66,7 @@ size() { stat -c %s "$1"; }
 gz() { gzip -9n -c "$1" | wc -c; }
 pct() { echo $(( $1 * 100 / 16384 ))%; }
 
-printf '%-8s %-12s %8s %8s %8s %9s\n' node format bytes gzip "EC2 %" "vs bash"
+printf '%-8s %-12s %8s %8s %8s %9s\n' node format bytes "gzip" "EC2 %" "vs bash"
 for node in example heavy; do
   dir=$work; [ "$node" = heavy ] && dir=$work/heavy
   "$kiln" -q render -p files "$dir/node.toml" -o "$dir/tree"
@@ -75,8 +75,10 @@ for node in example heavy; do
   printf '%-8s %-12s %8d %8d %8s %9s\n' "$node" "bash+heredoc" "$b" "$(gz "$dir/baseline.sh")" "$(pct "$b")" "1.00x"
   for p in cloud-init ignition windows; do
     "$kiln" -q render -p "$p" "$dir/node.toml" -o "$dir/$p"
+    "$kiln" -q render -p "$p" --gzip "$dir/node.toml" -o "$dir/$p.gz"
     s=$(size "$dir/$p")
-    printf '%-8s %-12s %8d %8d %8s %9s\n' "$node" "$p" "$s" "$(gz "$dir/$p")" "$(pct "$s")" \
+    # kiln's own --gzip (whole payload, or per file for Ignition) in the gzip column.
+    printf '%-8s %-12s %8d %8d %8s %9s\n' "$node" "$p" "$s" "$(size "$dir/$p.gz")" "$(pct "$s")" \
       "$(python3 -c "print(f'{$s/$b:.2f}x')")"
   done
 done
