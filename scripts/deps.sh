@@ -17,7 +17,7 @@ base=(
   squashfs-tools zstd tar gzip unzip file xz-utils
   systemd systemd-container
   hyperfine valgrind time
-  minisign openssl
+  minisign openssl python3 bc
   cloud-init ignition python3-venv   # real validators of `kiln render` output (docs/render.md)
   busybox-static cpio kmod e2fsprogs
   musl-tools

@@ -219,6 +219,19 @@ pub async fn fetch_all(
         let transferred = transferred.clone();
         async move {
             let r = fetch_one(&client, store, a, sources, opts, &*reporter, &transferred).await;
+            // Index records are written as each artifact lands, overlapping other downloads.
+            let r = match r {
+                Ok(o) => {
+                    let st = store.clone();
+                    let art = a.clone();
+                    match tokio::task::spawn_blocking(move || st.record(&art)).await {
+                        Ok(Ok(())) => Ok(o),
+                        Ok(Err(e)) => Err(AttemptError::Store(e)),
+                        Err(e) => Err(AttemptError::Fatal(format!("index task failed: {e}"))),
+                    }
+                }
+                Err(e) => Err(e),
+            };
             (a.id(), r)
         }
     }))
@@ -254,9 +267,6 @@ pub async fn fetch_all(
             failures,
             wrong_bytes,
         });
-    }
-    for a in artifacts {
-        store.record(a)?;
     }
     Ok(summary)
 }
@@ -409,7 +419,15 @@ async fn copy_from_dir(
             bytes: partial.len(),
         });
     }
-    commit(partial, &path.display().to_string())
+    commit_off_thread(partial, path.display().to_string()).await
+}
+
+/// fsync of a large blob can take a while: do it on the blocking pool so the runtime's few
+/// worker threads keep other downloads moving.
+async fn commit_off_thread(partial: Partial, from: String) -> Result<(), AttemptError> {
+    tokio::task::spawn_blocking(move || commit(partial, &from))
+        .await
+        .unwrap_or_else(|e| Err(AttemptError::Fatal(format!("commit task failed: {e}"))))
 }
 
 fn write_chunk(partial: &mut Partial, bytes: &[u8], from: String) -> Result<(), AttemptError> {
@@ -460,7 +478,7 @@ async fn fetch_url(
         let resumed = *resumed.get_or_insert(partial.len());
         let result =
             match attempt_once(client, &mut partial, url, opts, reporter, transferred).await {
-                Ok(()) => commit(partial, url),
+                Ok(()) => commit_off_thread(partial, url.to_string()).await,
                 Err(e) => Err(e),
             };
         match result {
