@@ -17,10 +17,10 @@ use super::Global;
 /// Provisioner names on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ProvisionerArg {
-    /// `#cloud-config` with write_files only.
+    /// `#cloud-config` that only writes files (write_files; runs nothing).
     #[value(name = "cloud-init")]
     CloudInit,
-    /// Ignition spec 3.4.0 JSON with data: URLs.
+    /// Ignition JSON (spec 3.4.0, see --ignition-spec) with data: URLs.
     Ignition,
     /// PowerShell user data for cloudbase-init / EC2Launch.
     Windows,
