@@ -124,8 +124,8 @@ pub fn run(args: RenderArgs, global: &Global) -> anyhow::Result<ExitCode> {
         }
     }
     if !global.quiet {
-        // Keep stdout clean for the payload when it went there.
-        let to_stdout = args.output.as_ref().is_some_and(|p| p.as_os_str() != "-");
+        // The report may use stdout only when the payload went to a file.
+        let report_to_stdout = args.output.as_ref().is_some_and(|p| p.as_os_str() != "-");
         let gzipped_len = (!args.gzip && provisioner.accepts_gzip())
             .then(|| {
                 render::render_payload(
@@ -149,7 +149,7 @@ pub fn run(args: RenderArgs, global: &Global) -> anyhow::Result<ExitCode> {
             args.gzip,
             global.json,
         )?;
-        if to_stdout {
+        if report_to_stdout {
             std::io::stdout().write_all(&report)?;
         } else {
             std::io::stderr().write_all(&report)?;
