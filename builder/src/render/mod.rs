@@ -330,6 +330,11 @@ pub fn contract_problems(files: &[NodeFile]) -> Vec<String> {
     if !has("ca.crt") {
         problems.push(format!("{LINUX_DIR}/ca.crt: missing (required)"));
     }
+    for file in files {
+        if let Err(e) = content_problem(file) {
+            problems.push(format!("{}: {e}", file.linux_path()));
+        }
+    }
     let credentials: Vec<&str> = [
         "bootstrap-kubeconfig",
         "bootstrap-token",
@@ -355,6 +360,56 @@ pub fn contract_problems(files: &[NodeFile]) -> Vec<String> {
         ));
     }
     problems
+}
+
+/// Checks one contract file's contents against its format; secrets are described, not shown.
+fn content_problem(file: &NodeFile) -> Result<(), String> {
+    let text = || std::str::from_utf8(&file.contents).map_err(|_| "not UTF-8 text".to_string());
+    let yaml_kind = |kind: &str, api: &str| -> Result<(), String> {
+        let doc: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&file.contents)
+            .map_err(|e| format!("expected YAML with kind: {kind}, found invalid YAML ({e})"))?;
+        let found = doc.get("kind").and_then(|v| v.as_str()).unwrap_or("");
+        let found_api = doc.get("apiVersion").and_then(|v| v.as_str()).unwrap_or("");
+        if found != kind || !found_api.starts_with(api) {
+            return Err(format!(
+                "expected kind: {kind} (apiVersion {api}…), found kind {found:?}, apiVersion {found_api:?}"
+            ));
+        }
+        Ok(())
+    };
+    match file.name.as_str() {
+        "ca.crt" => {
+            let ders = kubeadm::pem_certificates(text()?)
+                .map_err(|e| format!("expected a PEM certificate bundle: {e}"))?;
+            for der in ders {
+                kubeadm::spki_sha256(&der)
+                    .map_err(|e| format!("a certificate does not parse: {e}"))?;
+            }
+            Ok(())
+        }
+        "bootstrap-token" => {
+            let t = text()?.trim();
+            let ok = t.len() == 23
+                && t.split_once('.').is_some_and(|(a, b)| {
+                    a.len() == 6
+                        && b.len() == 16
+                        && (a.bytes().chain(b.bytes()))
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+                });
+            if ok {
+                Ok(())
+            } else {
+                Err(format!(
+                    "expected one line [a-z0-9]{{6}}.[a-z0-9]{{16}}, found {} bytes that do not match (not shown)",
+                    t.len()
+                ))
+            }
+        }
+        "bootstrap-kubeconfig" => yaml_kind("Config", "v1"),
+        "kubeadm-join.yaml" => yaml_kind("JoinConfiguration", "kubeadm.k8s.io/"),
+        "kubelet-config.yaml" => yaml_kind("KubeletConfiguration", "kubelet.config.k8s.io/"),
+        _ => Ok(()),
+    }
 }
 
 /// Compresses deterministically: no file name, no timestamp, fixed level.
@@ -416,6 +471,8 @@ fn set_mode(_file: &std::fs::File, _mode: u32) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    const EXAMPLE_CA: &str = include_str!("../../../docs/examples/render/ca.crt");
+
     fn file(name: &str, mode: u32, contents: &str) -> NodeFile {
         NodeFile {
             name: name.into(),
@@ -437,10 +494,42 @@ mod tests {
         let env = "KILN_CONTRACT=1\nAPI_SERVER=https://a:6443\nCLUSTER_NAME=c\n";
         let ok = vec![
             file("node.env", 0o644, env),
-            file("ca.crt", 0o644, "pem"),
+            file("ca.crt", 0o644, EXAMPLE_CA),
             file("bootstrap-token", 0o600, "abcdef.0123456789abcdef\n"),
         ];
-        assert!(contract_problems(&ok).is_empty());
+        assert!(
+            contract_problems(&ok).is_empty(),
+            "{:?}",
+            contract_problems(&ok)
+        );
+
+        // Contents are checked too, and a bad token is described, not shown.
+        let mut bad = ok.clone();
+        bad[1] = file(
+            "ca.crt",
+            0o644,
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        );
+        bad[2] = file("bootstrap-token", 0o600, "Secret.Value\n");
+        let p = contract_problems(&bad);
+        assert!(
+            p.iter()
+                .any(|m| m.starts_with("/etc/kiln/ca.crt: a certificate does not parse")),
+            "{p:?}"
+        );
+        assert!(
+            p.iter()
+                .any(|m| m.contains("found 12 bytes that do not match (not shown)")),
+            "{p:?}"
+        );
+        assert!(!p.iter().any(|m| m.contains("Secret")), "{p:?}");
+        let join = file("kubeadm-join.yaml", 0o600, "apiVersion: v1\nkind: Config\n");
+        let p = contract_problems(std::slice::from_ref(&join));
+        assert!(
+            p.iter()
+                .any(|m| m.contains("expected kind: JoinConfiguration")),
+            "{p:?}"
+        );
 
         let mut world_readable = ok.clone();
         world_readable[2].mode = 0o644;
@@ -454,7 +543,8 @@ mod tests {
         two.push(file("bootstrap-kubeconfig", 0o600, "x"));
         let p = contract_problems(&two);
         assert!(
-            p[0].contains("found bootstrap-kubeconfig, bootstrap-token"),
+            p.iter()
+                .any(|m| m.contains("found bootstrap-kubeconfig, bootstrap-token")),
             "{p:?}"
         );
 
