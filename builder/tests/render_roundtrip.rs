@@ -224,3 +224,47 @@ fn docs_examples_are_current() {
         );
     }
 }
+
+#[test]
+fn firstboot_reads_the_kubeconfig_and_kubelet_config_variants() {
+    let dir = node_dir(
+        "api_server = \"https://api.example.internal\"\ncluster_name = \"c1\"\n\
+         [ca]\nfile = \"ca.crt\"\n[bootstrap]\nkubeconfig_file = \"bootstrap.kubeconfig\"\n\
+         [kubelet]\nconfig_file = \"kubelet.yaml\"\n",
+    );
+    std::fs::write(
+        dir.path().join("bootstrap.kubeconfig"),
+        "apiVersion: v1\nkind: Config\nclusters: []\nusers: []\ncontexts: []\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("kubelet.yaml"),
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n",
+    )
+    .unwrap();
+    let tree = dir.path().join("tree");
+    run(kiln()
+        .args(["render", "-p", "files"])
+        .arg(dir.path().join("node.toml"))
+        .arg("-o")
+        .arg(&tree));
+    let image = tree.join("usr/lib/kiln");
+    std::fs::create_dir_all(&image).unwrap();
+    std::fs::write(
+        image.join("image.env"),
+        "KILN_CONTRACT=1\nKILN_IMAGE_ID=sha256:00\nKILN_IMAGE_NAME=t\nKILN_VERSION=0.1.0\n\
+         KILN_OS=linux\nKILN_ARCH=amd64\nKUBERNETES_VERSION=v1.34.1\n",
+    )
+    .unwrap();
+    let config = kiln_firstboot::config::load(&tree, None).unwrap();
+    assert_eq!(
+        config.credential,
+        kiln_firstboot::config::Credential::Kubeconfig
+    );
+    assert_eq!(config.kubelet_config, "/etc/kiln/kubelet-config.yaml");
+    assert_eq!(config.provider, "auto");
+    assert_eq!(
+        config.node_value("API_SERVER"),
+        "https://api.example.internal"
+    );
+}
