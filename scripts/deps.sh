@@ -25,7 +25,7 @@ base=(
 # The release kiln-firstboot is built by Debian's rustc with `-Z build-std` for musl
 # (scripts/build-firstboot.sh, docs/building.md): rustup's toolchains have no rust-src.
 firstboot=(rustc-web cargo-web rust-web-src musl-tools)
-qemu=(busybox-static cpio kmod e2fsprogs squashfs-tools erofs-utils debootstrap zstd)
+qemu=(busybox-static cpio kmod e2fsprogs squashfs-tools erofs-utils debootstrap zstd dosfstools mtools openssl util-linux)
 windows=(rustc-web cargo-web rust-web-src gcc-mingw-w64-x86-64 wine64 wine)
 
 want=("${base[@]}" "${firstboot[@]}")

@@ -55,7 +55,9 @@ resolve_initramfs() {
 
 # base key: suite + package set + the recipe, and the kernel whose modules it carries.
 base_packages=systemd-sysv,udev,dbus,kmod,iproute2,ca-certificates
-cloudinit_packages=$base_packages,cloud-init,isc-dhcp-client
+# debootstrap does not resolve virtual packages: python3-cryptography needs the
+# python3-cffi-backend-api-* that python3-cffi-backend provides, so it is named here.
+cloudinit_packages=$base_packages,cloud-init,isc-dhcp-client,python3-cffi-backend
 resolve_base() {
   local variant=$1 pkgs=$2
   resolve_kernel
@@ -158,6 +160,11 @@ configure_base() {
     "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/locale/*
 }
 
+# Leftovers of killed or failed builds; called under the lock, so none is running.
+clean_stale() {
+  "${SUDO[@]}" rm -rf "$cache"/*/*.tmp.*
+}
+
 build_base() {
   local variant=$1 pkgs=$2
   resolve_base "$variant" "$pkgs"
@@ -191,11 +198,11 @@ print_env() {
 cmd=${1:-all}
 case "$cmd" in
   env) print_env ;;
-  kernel) with_lock; build_kernel ;;
+  kernel) with_lock; clean_stale; build_kernel ;;
   initramfs) with_lock; build_initramfs ;;
   base) with_lock; build_base base "$base_packages" ;;
-  base-cloudinit) with_lock; build_base base-cloudinit "$cloudinit_packages" ;;
-  all) with_lock; build_kernel; build_initramfs; build_base base "$base_packages" ;;
+  base-cloudinit) with_lock; clean_stale; build_base base-cloudinit "$cloudinit_packages" ;;
+  all) with_lock; clean_stale; build_kernel; build_initramfs; build_base base "$base_packages" ;;
   *) die "unknown command '$cmd' (expected: all, kernel, initramfs, base, base-cloudinit, env)" ;;
 esac
 if [ "$cmd" != env ]; then print_env; fi

@@ -73,6 +73,16 @@ impl Root {
         Ok(())
     }
 
+    /// Masks a unit (a link to /dev/null in /etc/systemd/system), as `systemctl mask` does.
+    pub fn mask(&self, unit: &str) -> Result<()> {
+        let link = self.dir.join("etc/systemd/system").join(unit);
+        if let Some(parent) = link.parent() {
+            std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+        }
+        let _ = std::fs::remove_file(&link);
+        symlink("/dev/null", &link).map_err(io_err(&link))
+    }
+
     /// Builds the ext4 root disk with `free_mib` spare.
     pub fn into_disk(self, image: &Path, free_mib: u64) -> Result<PathBuf> {
         disk::make_ext4(&self.dir, image, "root", free_mib)?;

@@ -8,7 +8,9 @@ pub mod console;
 pub mod disk;
 pub mod guest;
 pub mod metadata;
+pub mod node;
 pub mod relay;
+pub mod scenario;
 pub mod vm;
 
 /// Everything the harness can fail with; each message names the file, command or deadline.

@@ -58,6 +58,14 @@ echo KILN-TEST-MARKER body=$body direct=$direct uptime=$(cut -d' ' -f1 /proc/upt
         line.host_ms,
         line.text
     );
+    let uptime_ms = line
+        .text
+        .rsplit("uptime=")
+        .next()
+        .and_then(|u| u.parse::<f64>().ok())
+        .map(|s| (s * 1000.0) as u64)
+        .unwrap_or(0);
+    eprintln!("KILN-BOOT-BENCH scenario=base-systemd marker_ms={uptime_ms}");
     assert!(line.text.contains("body=probe-ok"), "{}", line.text);
     assert!(line.text.contains("direct=blocked"), "{}", line.text);
     vm.wait_poweroff(Duration::from_secs(60))?;

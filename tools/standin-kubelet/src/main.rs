@@ -401,8 +401,11 @@ fn main() -> ExitCode {
 
     std::thread::sleep(env_ms(&conf, "STANDIN_JOIN_DELAY_MS", 500));
     let cert = root_dir.join("pki").join("kubelet-client-current.pem");
+    // PEM-framed like the real file, because kiln-firstboot checks for a certificate block;
+    // the block's payload is only the base64 of "kiln stand-in kubelet: not a real certificate".
     let pem = format!(
-        "# kiln stand-in kubelet: not a real certificate; written to act out a completed TLS bootstrap against {server}\n"
+        "# kiln stand-in kubelet: not a real certificate; written to act out a completed TLS bootstrap against {server}\n\
+         -----BEGIN CERTIFICATE-----\na2lsbiBzdGFuZC1pbiBrdWJlbGV0OiBub3QgYSByZWFsIGNlcnRpZmljYXRl\n-----END CERTIFICATE-----\n"
     );
     if let Err(e) = write_atomic(&cert, pem.as_bytes()) {
         return command_failed(&format!(

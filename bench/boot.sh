@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Boot times under QEMU (TCG on these machines), side by side in one run:
+#   baseline   the Debian base alone: systemd up, networkd lease, one metadata fetch
+#   scenarios  each kiln boot scenario: boot-to-kubelet-started on the node's clock, and
+#              kiln-firstboot's own share (its config+metadata+write+start-kubelet phases)
+# Prints a table and the ratio of each scenario's kubelet start to the baseline's marker.
+# Not a test: nothing here asserts a time. docs/benchmarks.md records the results.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+make --no-print-directory deps-qemu firstboot >/dev/null
+cargo build --locked -q -p kiln
+fixture=target/fixture-mirror
+[ -d "$fixture/mirror" ] || KILN_BIN=target/debug/kiln scripts/fixture-mirror.sh "$fixture" >/dev/null
+assets=$(qemu-tests/assets/assets.sh all)
+set -a; eval "$assets"; set +a
+export KILN_FIXTURE_MIRROR=$PWD/$fixture
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+cargo nextest run --locked -p kiln-qemu-tests --no-capture --no-fail-fast \
+  --test boot --test scenarios 2>&1 | tee "$out" | grep -E '^(KILN-BOOT-BENCH|        (PASS|FAIL))' || true
+echo
+awk '
+  /^KILN-BOOT-BENCH/ {
+    delete f; for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
+    if (f["scenario"] == "base-systemd") { base = f["marker_ms"]; next }
+    n++; sc[n] = f["scenario"]; res[n] = f["result"]; ks[n] = f["kubelet_started_ms"]; fb[n] = f["firstboot_own_ms"]
+  }
+  END {
+    printf "%-16s %-8s %22s %18s %10s %16s\n", "boot", "result", "kubelet started (ms)", "firstboot own ms", "fb share", "vs base marker"
+    printf "%-16s %-8s %22s %18s %10s %16s\n", "base-systemd", "-", (base == "" ? "?" : base " (marker)"), "-", "-", "1.00x"
+    for (i = 1; i <= n; i++) {
+      share = (ks[i] > 0) ? sprintf("%.1f%%", 100 * fb[i] / ks[i]) : "-"
+      ratio = (base > 0 && ks[i] > 0) ? sprintf("%.2fx", ks[i] / base) : "-"
+      printf "%-16s %-8s %22s %18s %10s %16s\n", sc[i], res[i], ks[i], fb[i], share, ratio
+    }
+  }' "$out"

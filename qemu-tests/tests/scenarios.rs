@@ -1,0 +1,270 @@
+//! The kiln boot scenarios: what kiln baked, booted under QEMU with real systemd, real
+//! containerd and the real kiln-firstboot, asserted on from the serial console.
+//! docs/boot-tests.md says what each proves.
+
+use std::time::Duration;
+
+use kiln_qemu_tests::expect_ok;
+use kiln_qemu_tests::metadata::IMDS_TOKEN;
+use kiln_qemu_tests::node::{boot_rootfs_node, test_instance, timeline, Metadata, NodeBoot};
+use kiln_qemu_tests::scenario::NodeConfig;
+
+fn spec(name: &str, kubelet_mode: &str, metadata: Metadata, deadline: u32) -> NodeBoot {
+    NodeBoot {
+        name: name.into(),
+        kubelet_mode: kubelet_mode.into(),
+        node: NodeConfig {
+            provider: "auto".into(),
+            deadline,
+        },
+        metadata,
+        timeout: Duration::from_secs(420),
+    }
+}
+
+#[test]
+fn ubuntu_aws() {
+    let b = expect_ok(boot_rootfs_node(&spec(
+        "ubuntu_aws",
+        "success",
+        Metadata::Aws,
+        240,
+    )));
+    eprintln!(
+        "ubuntu-aws timeline ({}):\n{}",
+        b.log.display(),
+        timeline(&b)
+    );
+    eprintln!("{}", kiln_qemu_tests::node::bench_line("ubuntu-aws", &b));
+    let o = &b.outcome;
+    let i = test_instance();
+    assert_eq!(o.result(), "success", "status: {}", o.status);
+    assert_eq!(o.status["provider"], "aws", "auto detection from DMI");
+    // kubelet's environment, from IMDSv2 and the baked max-pods table.
+    assert_eq!(
+        o.kubelet_env("NODE_IP").as_deref(),
+        Some(i.local_ipv4.as_str())
+    );
+    let provider_id = format!("aws:///{}/{}", i.zone, i.instance_id);
+    assert_eq!(
+        o.kubelet_env("PROVIDER_ID").as_deref(),
+        Some(provider_id.as_str())
+    );
+    assert_eq!(o.kubelet_env("MAX_PODS").as_deref(), Some("29"));
+    // …and the kubelet that systemd started really got them.
+    let args = o.kubelet_args();
+    for want in [
+        format!("--node-ip={}", i.local_ipv4),
+        format!("--provider-id={provider_id}"),
+        "--max-pods=29".to_string(),
+    ] {
+        assert!(
+            args.iter().any(|a| a == &want),
+            "kubelet args lack {want}: {args:?}"
+        );
+    }
+    assert_eq!(
+        o.units.get("containerd").map(String::as_str),
+        Some("active"),
+        "{:?}",
+        o.units
+    );
+    assert_eq!(
+        o.units.get("kubelet").map(String::as_str),
+        Some("active"),
+        "{:?}",
+        o.units
+    );
+    assert!(
+        o.files
+            .contains_key("/run/cluster-api/bootstrap-success.complete"),
+        "{:?}",
+        o.files.keys()
+    );
+    assert!(!o
+        .files
+        .contains_key("/run/cluster-api/bootstrap-failure.reason"));
+    // IMDSv2: the token PUT came first and every GET carried the token.
+    let first = b
+        .requests
+        .first()
+        .expect("the guest asked the metadata service");
+    assert_eq!(
+        (first.method.as_str(), first.path.as_str()),
+        ("PUT", "/latest/api/token")
+    );
+    for r in b.requests.iter().filter(|r| r.method == "GET") {
+        assert_eq!(
+            r.header("x-aws-ec2-metadata-token"),
+            Some(IMDS_TOKEN),
+            "{r:?}"
+        );
+    }
+}
+
+#[test]
+fn metadata_down() {
+    let deadline = 30;
+    let b = expect_ok(boot_rootfs_node(&spec(
+        "metadata_down",
+        "success",
+        Metadata::Nowhere,
+        deadline,
+    )));
+    eprintln!(
+        "metadata-down timeline ({}):\n{}",
+        b.log.display(),
+        timeline(&b)
+    );
+    eprintln!("{}", kiln_qemu_tests::node::bench_line("metadata-down", &b));
+    let o = &b.outcome;
+    assert_eq!(o.result(), "failure", "status: {}", o.status);
+    assert_eq!(o.reason(), "METADATA_UNREACHABLE", "status: {}", o.status);
+    let (start, end, result) = o.phase("metadata").expect("a metadata phase");
+    assert_eq!(result, "failure");
+    let config_start = o.phase("config").map(|p| p.0).unwrap_or(start);
+    assert!(
+        end - config_start <= u64::from(deadline) * 1000 + 2000,
+        "gave up after {} ms, deadline {deadline} s",
+        end - config_start
+    );
+    assert!(!o
+        .files
+        .contains_key("/run/cluster-api/bootstrap-success.complete"));
+    let failure = &o.files["/run/cluster-api/bootstrap-failure.reason"];
+    assert_eq!(
+        failure.first().map(String::as_str),
+        Some("METADATA_UNREACHABLE")
+    );
+    assert!(o.kubelet_args().is_empty(), "kubelet must not have started");
+}
+
+#[test]
+fn kubelet_x509() {
+    let b = expect_ok(boot_rootfs_node(&spec(
+        "kubelet_x509",
+        "x509",
+        Metadata::Aws,
+        90,
+    )));
+    eprintln!(
+        "kubelet-x509 timeline ({}):\n{}",
+        b.log.display(),
+        timeline(&b)
+    );
+    eprintln!("{}", kiln_qemu_tests::node::bench_line("kubelet-x509", &b));
+    let o = &b.outcome;
+    assert_eq!(o.result(), "failure", "status: {}", o.status);
+    assert_eq!(o.reason(), "API_X509", "status: {}", o.status);
+    let hint = o.status["hint"].as_str().unwrap_or("");
+    assert!(hint.contains("ca.crt"), "hint: {hint}");
+    // The diagnosis is on the console for an operator: the phase line names the reason.
+    assert!(
+        o.phase_lines
+            .iter()
+            .any(|l| l.text.contains("reason=API_X509")),
+        "{:?}",
+        o.phase_lines
+    );
+    assert!(!o
+        .files
+        .contains_key("/run/cluster-api/bootstrap-success.complete"));
+    assert_eq!(
+        o.units.get("containerd").map(String::as_str),
+        Some("active")
+    );
+}
+
+#[test]
+fn flatcar_sysext() {
+    let mut s = spec(
+        "flatcar_sysext",
+        "success",
+        Metadata::FwCfg(kiln_qemu_tests::node::fw_cfg_entries()),
+        240,
+    );
+    s.node.provider = "auto".into();
+    let (b, ext) = expect_ok(kiln_qemu_tests::node::boot_sysext_node(&s));
+    eprintln!(
+        "flatcar-sysext timeline ({}):\n{}",
+        b.log.display(),
+        timeline(&b)
+    );
+    eprintln!(
+        "{}",
+        kiln_qemu_tests::node::bench_line("flatcar-sysext", &b)
+    );
+    let o = &b.outcome;
+    assert_eq!(o.result(), "success", "status: {}", o.status);
+    assert_eq!(
+        o.status["provider"], "qemu",
+        "auto detection: QEMU DMI + fw_cfg entries"
+    );
+    // systemd-sysext really merged the extension at boot.
+    assert!(
+        b.lines
+            .iter()
+            .any(|l| l.text.contains("Merge System Extension Images")
+                || l.text.contains("systemd-sysext")),
+        "no systemd-sysext on the console"
+    );
+    let i = test_instance();
+    assert_eq!(o.kubelet_env("NODE_IP").as_deref(), Some("10.0.4.9"));
+    let provider_id = format!("kiln://qemu/{}", i.instance_id);
+    assert_eq!(
+        o.kubelet_env("PROVIDER_ID").as_deref(),
+        Some(provider_id.as_str())
+    );
+    assert_eq!(o.kubelet_env("MAX_PODS").as_deref(), Some("29"));
+    let args = o.kubelet_args();
+    for want in [
+        "--node-ip=10.0.4.9".to_string(),
+        format!("--provider-id={provider_id}"),
+        "--max-pods=29".into(),
+    ] {
+        assert!(
+            args.iter().any(|a| a == &want),
+            "kubelet args lack {want}: {args:?}"
+        );
+    }
+    assert_eq!(
+        o.units.get("containerd").map(String::as_str),
+        Some("active"),
+        "{:?}",
+        o.units
+    );
+    assert!(o
+        .files
+        .contains_key("/run/cluster-api/bootstrap-success.complete"));
+    assert!(ext.ends_with(".raw"), "{ext}");
+}
+
+#[test]
+fn cloud_init() {
+    let (b, user_data) = expect_ok(kiln_qemu_tests::node::boot_cloudinit_node(&spec(
+        "cloud_init",
+        "success",
+        Metadata::Aws,
+        240,
+    )));
+    eprintln!(
+        "cloud-init timeline ({}):\n{}",
+        b.log.display(),
+        timeline(&b)
+    );
+    eprintln!("{}", kiln_qemu_tests::node::bench_line("cloud-init", &b));
+    assert!(user_data.starts_with("#cloud-config"), "{user_data}");
+    let o = &b.outcome;
+    assert_eq!(o.result(), "success", "status: {}", o.status);
+    // cloud-init itself ran on this boot (its own console banner) and wrote /etc/kiln/.
+    assert!(
+        b.lines
+            .iter()
+            .any(|l| l.text.contains("Cloud-init v.") && l.text.contains("running 'init")),
+        "no cloud-init run on the console"
+    );
+    assert_eq!(o.kubelet_env("MAX_PODS").as_deref(), Some("29"));
+    assert!(o
+        .files
+        .contains_key("/run/cluster-api/bootstrap-success.complete"));
+}
