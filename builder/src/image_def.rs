@@ -396,10 +396,10 @@ impl ImageDef {
                 ));
             }
         }
-        if !self.kubernetes.version.starts_with('v') || !is_token(&self.kubernetes.version) {
+        if !is_token(&self.kubernetes.version) {
             return Err(self.invalid(
                 "kubernetes.version",
-                "a version like v1.34.2",
+                "a version like v1.34.2 (the lock's kubelet version)",
                 &self.kubernetes.version,
             ));
         }

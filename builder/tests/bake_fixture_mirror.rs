@@ -1,0 +1,129 @@
+//! The shipped definitions bake from the shared fixture mirror (`scripts/fixture-mirror.sh`):
+//! a signed lock verified with the fixture key, real Debian containerd/runc/CNI binaries in
+//! upstream layouts passing the inspection gate, and the workspace's stand-in kubelet.
+//!
+//! The fixture has no crictl and no Windows or arm64 kubelet, and its kubelet version is
+//! `1.34.1-standin`: the test adapts copies of the definitions to that (and says so).
+
+mod bake_support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use bake_support::*;
+
+fn build_fixture(out: &Path) {
+    let root = repo();
+    let kubelet = root.join("target/release/kubelet");
+    let kubelet = if kubelet.is_file() {
+        kubelet
+    } else {
+        PathBuf::from("/bin/true")
+    };
+    let o = Command::new(root.join("scripts/fixture-mirror.sh"))
+        .arg(out)
+        .env("KILN_BIN", env!("CARGO_BIN_EXE_kiln"))
+        .env("KUBELET_BIN", kubelet)
+        .output()
+        .unwrap();
+    ok(&o, "scripts/fixture-mirror.sh");
+}
+
+/// A copy of `images/<name>` adapted to the fixture lock.
+fn adapt(name: &str, dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(repo().join("images").join(name)).unwrap();
+    let text = text
+        .replace("version = \"v1.34.1\"", "version = \"1.34.1-standin\"")
+        .replace("[[artifact]]\nname = \"crictl\"\n", "");
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn flatcar_and_ubuntu_bake_from_the_fixture_mirror() {
+    let d = tempfile::tempdir().unwrap();
+    let fx = d.path().join("fx");
+    build_fixture(&fx);
+    let firstboot = repo().join("target/firstboot/kiln-firstboot");
+    let firstboot = if firstboot.is_file() {
+        firstboot
+    } else {
+        PathBuf::from("/bin/true")
+    };
+    for (image, format, main, base) in [
+        (
+            "flatcar.toml",
+            "sysext",
+            "kubernetes-1.34.1-standin-x86-64.raw",
+            "flatcar-1.34.1-standin-amd64",
+        ),
+        (
+            "ubuntu.toml",
+            "rootfs",
+            "ubuntu-1.34.1-standin-amd64.tar.zst",
+            "ubuntu-1.34.1-standin-amd64",
+        ),
+    ] {
+        let def = adapt(image, d.path());
+        let out = d.path().join(format);
+        let r = kiln()
+            .arg("bake")
+            .arg(&def)
+            .args(["--format", format, "--arch", "amd64", "--out"])
+            .arg(&out)
+            .arg("--lock")
+            .arg(fx.join("artifacts.lock"))
+            .arg("--trusted-key")
+            .arg(fx.join("keys/fixture.pub"))
+            .arg("--store")
+            .arg(fx.join("mirror"))
+            .arg("--firstboot")
+            .arg(&firstboot)
+            .output()
+            .unwrap();
+        ok(&r, &format!("bake {image} from the fixture mirror"));
+        assert!(out.join(main).is_file(), "{main}");
+        // containerd's config follows the fixture's (Debian) containerd version.
+        let m: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(out.join(format!("{base}.manifest.json"))).unwrap(),
+        )
+        .unwrap();
+        let ctd = m["artifacts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["name"] == "containerd")
+            .unwrap();
+        let cfg = m["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == "usr/lib/kiln/containerd/config.toml")
+            .unwrap();
+        assert_eq!(
+            cfg["origin"]["config"]["lock.containerd.version"],
+            ctd["version"]
+        );
+    }
+    // Without the fixture key the signed lock is refused: exit 3.
+    let r = kiln()
+        .arg("bake")
+        .arg(adapt("ubuntu.toml", d.path()))
+        .args(["--format", "rootfs", "--out"])
+        .arg(d.path().join("nokey"))
+        .arg("--lock")
+        .arg(fx.join("artifacts.lock"))
+        .arg("--store")
+        .arg(fx.join("mirror"))
+        .arg("--firstboot")
+        .arg(&firstboot)
+        .output()
+        .unwrap();
+    assert_eq!(
+        r.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+}
