@@ -7,8 +7,8 @@
 #           `tar -I 'zstd -T0'` packing the same tree;
 #   memory: peak RSS of both bakes (GNU time), with >= 500 MiB of inputs.
 #
-# Inputs: a store and an unsigned lock whose artifacts are big ELF files (a real ELF header
-# followed by real machine code from this machine's libraries), in upstream layouts.
+# Inputs: a store and an unsigned lock whose artifacts are big ELF files (a whole real ELF,
+# git, with real machine code from this machine's libraries appended), in upstream layouts.
 # Env: KILN (default target/release/kiln), RUNS (default 3), SIZE_MIB (default 520).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,11 +27,15 @@ pool=$W/pool
 find /usr/lib/x86_64-linux-gnu /usr/bin /usr/libexec -type f -size +200k 2>/dev/null | sort |
   head -400 | xargs cat > "$pool" 2>/dev/null || true
 pool_size=$(stat -c %s "$pool")
-mk_elf() { # name size_mib: a real ELF header (git's) then machine code from the pool
+[ "$pool_size" -gt $(( 300 * 1048576 )) ] || { echo "bench/bake.sh: only $pool_size bytes of machine code found" >&2; exit 1; }
+git_size=$(stat -c %s /usr/bin/git)
+mk_elf() { # name size_mib: a whole real ELF (git) with machine code from the pool appended
   local out=$1 mib=$2 off=$(( ($RANDOM * 4096) % (pool_size / 2) ))
-  { head -c 4096 /usr/bin/git; tail -c +"$off" "$pool" | head -c $(( mib * 1048576 - 4096 )); } > "$out"
+  local rest=$(( mib * 1048576 - git_size )); [ "$rest" -gt 0 ] || rest=1
+  # head closes the pipe early on purpose: SIGPIPE upstream is expected.
+  { cat /usr/bin/git; tail -c +"$off" "$pool" | head -c "$rest" || true; } > "$out"
 }
-scale() { echo $(( $1 * SIZE_MIB / 520 )); }
+scale() { local m=$(( $1 * SIZE_MIB / 520 )); echo $(( m < 1 ? 1 : m )); }
 a=$W/art; mkdir -p "$a/ctd/bin" "$a/cni" "$a/crictl"
 mk_elf "$a/kubelet" "$(scale 110)"; mk_elf "$a/kubeadm" "$(scale 75)"; mk_elf "$a/kubectl" "$(scale 60)"
 mk_elf "$a/runc.amd64" "$(scale 12)"

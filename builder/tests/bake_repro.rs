@@ -27,17 +27,18 @@ fn shuffled_definition(src: &Path, dir: &Path) -> PathBuf {
 }
 
 /// How one bake runs: umask, compression threads, SOURCE_DATE_EPOCH.
-struct Env<'a>(&'a str, &'a str, &'a str);
+/// And the bake cache argument (`--cache DIR` or `--no-cache`).
+struct Env<'a>(&'a str, &'a str, &'a str, &'a str);
 
 fn bake_in(fx: &Fixture, lock: &Path, image: &Path, format: &str, out: &Path, env: Env<'_>) {
-    let Env(umask, threads, epoch) = env;
+    let Env(umask, threads, epoch, cache) = env;
     let fb = if format == "windows" {
         &fx.firstboot_exe
     } else {
         &fx.firstboot
     };
     let script = format!(
-        "umask {umask} && exec \"$0\" bake \"$1\" --format {format} --arch amd64 --out \"$2\" --lock \"$3\" --allow-unsigned --store \"$4\" --firstboot \"$5\" --threads {threads}"
+        "umask {umask} && exec \"$0\" bake \"$1\" --format {format} --arch amd64 --out \"$2\" --lock \"$3\" --allow-unsigned --store \"$4\" --firstboot \"$5\" --threads {threads} $6"
     );
     let r = Command::new("sh")
         .arg("-c")
@@ -48,6 +49,7 @@ fn bake_in(fx: &Fixture, lock: &Path, image: &Path, format: &str, out: &Path, en
         .arg(lock)
         .arg(&fx.store)
         .arg(fb)
+        .arg(cache)
         .env("SOURCE_DATE_EPOCH", epoch)
         .output()
         .unwrap();
@@ -86,13 +88,15 @@ fn check_format(image: &str, format: &str) {
 
     let a = d.join("a/out");
     let b = d.join("somewhere/else/out");
+    // The first bake fills a cold bake cache, the second reads it warm.
+    let cache = format!("--cache {}", d.join("cache").display());
     bake_in(
         &fx,
         &fx.lock,
         &def,
         format,
         &a,
-        Env("022", "1", "1704067200"),
+        Env("022", "1", "1704067200", &cache),
     );
     bake_in(
         &fx,
@@ -100,7 +104,11 @@ fn check_format(image: &str, format: &str) {
         &def2,
         format,
         &b,
-        Env("077", "2", "1704067200"),
+        Env("077", "2", "1704067200", &cache),
+    );
+    assert!(
+        std::fs::read_dir(d.join("cache")).unwrap().count() > 0,
+        "cache not filled"
     );
     let (oa, ob) = (outputs(&a), outputs(&b));
     assert!(oa.len() >= 3, "{oa:?}");
@@ -114,7 +122,7 @@ fn check_format(image: &str, format: &str) {
         &def,
         format,
         &c,
-        Env("022", "0", "1700000000"),
+        Env("022", "0", "1700000000", "--no-cache"),
     );
     let oc = outputs(&c);
     let main_a = &oa
@@ -166,7 +174,7 @@ fn source_date_epoch_lands_in_the_listing() {
         &repo().join("images/ubuntu.toml"),
         "rootfs",
         &out,
-        Env("022", "0", "1700000000"),
+        Env("022", "0", "1700000000", "--no-cache"),
     );
     let list = Command::new("tar")
         .env("TZ", "UTC")

@@ -63,6 +63,8 @@ pub struct Extracted {
     pub size: u64,
     /// Lowercase hex sha256.
     pub sha256: String,
+    /// Lowercase hex SHA1 (the SBOM needs it).
+    pub sha1: String,
 }
 
 pub use crate::lock::member_key;
@@ -109,10 +111,11 @@ fn link_escapes(entry: &str, target: &str) -> bool {
     false
 }
 
-/// Copies `r` into a new file at `out`, hashing as it goes.
-fn copy_hashed(r: &mut impl Read, out: &Path) -> io::Result<(u64, String)> {
+/// Copies `r` into a new file at `out`, hashing (sha256, SHA1) as it goes.
+fn copy_hashed(r: &mut impl Read, out: &Path) -> io::Result<(u64, String, String)> {
     let mut f = BufWriter::with_capacity(1 << 20, File::create(out)?);
     let mut h = Sha256::new();
+    let mut h1 = sha1::Sha1::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut n = 0u64;
     loop {
@@ -121,11 +124,12 @@ fn copy_hashed(r: &mut impl Read, out: &Path) -> io::Result<(u64, String)> {
             break;
         }
         h.update(&buf[..k]);
+        h1.update(&buf[..k]);
         f.write_all(&buf[..k])?;
         n += k as u64;
     }
     f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-    Ok((n, hex::encode(h.finalize())))
+    Ok((n, hex::encode(h.finalize()), hex::encode(h1.finalize())))
 }
 
 /// Takes `wanted` members (lock `from` paths) out of `archive` into `out_dir`, the i-th
@@ -161,13 +165,14 @@ pub fn extract_members(
             return Err(hostile(name, "wanted member appears twice"));
         }
         let out = out_dir.join(format!("member-{i}"));
-        let (size, sha256) = copy_hashed(&mut ReadRef(r), &out).map_err(io_err(&out))?;
+        let (size, sha256, sha1) = copy_hashed(&mut ReadRef(r), &out).map_err(io_err(&out))?;
         got.insert(
             key.to_string(),
             Extracted {
                 path: out,
                 size,
                 sha256,
+                sha1,
             },
         );
         Ok(())

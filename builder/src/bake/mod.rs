@@ -5,6 +5,7 @@
 
 pub mod extract;
 pub mod manifest;
+pub mod prepare;
 pub mod render;
 pub mod rootfs;
 pub mod sbom;
@@ -58,6 +59,16 @@ pub enum BakeError {
         /// What the definition needs.
         expected: String,
         /// What the lock or blob holds.
+        found: String,
+    },
+    /// A store blob does not hold the bytes the lock names.
+    #[error("artifact {name}: expected {expected}, found {found}")]
+    Blob {
+        /// The artifact and blob path.
+        name: String,
+        /// The lock's digest.
+        expected: String,
+        /// What the blob hashes to.
         found: String,
     },
     /// A binary failed the inspection gate.
@@ -197,6 +208,8 @@ pub enum Node {
         size: u64,
         /// Lowercase hex sha256.
         sha256: String,
+        /// Lowercase hex SHA1 (for the SBOM).
+        sha1: String,
     },
     /// A symbolic link.
     Symlink(String),
@@ -268,6 +281,8 @@ pub struct BakeRequest<'a> {
     pub work: &'a Path,
     /// The inspection gate every binary passes.
     pub gate: &'a Gate<'a>,
+    /// The bake cache (extracted members, hashes); `None` extracts into `work` every time.
+    pub cache: Option<&'a Path>,
 }
 
 impl std::fmt::Debug for BakeRequest<'_> {
@@ -422,6 +437,7 @@ impl Layer {
     fn add_text(&mut self, path: &str, text: String, origin: Origin) -> Result<(), BakeError> {
         let bytes = text.into_bytes();
         let sha256 = hex::encode(Sha256::digest(&bytes));
+        let sha1 = hex::encode(sha1::Sha1::digest(&bytes));
         let size = bytes.len() as u64;
         self.add(
             path,
@@ -430,6 +446,7 @@ impl Layer {
                 mode: 0o644,
                 size,
                 sha256,
+                sha1,
             },
             origin,
         )
@@ -450,8 +467,10 @@ impl Layer {
         let mut versions = BTreeMap::new();
         let mut lock_keys = keys.clone();
 
-        // Artifacts, in definition order; each member passes the gate first.
-        for (ai, p) in def.artifacts.iter().enumerate() {
+        // Artifacts, in definition order: checked here, then prepared in parallel (extract,
+        // hash, gate), then placed in order.
+        let mut planned: Vec<(&ArtifactInput, Vec<&MemberMap>, String)> = Vec::new();
+        for p in def.artifacts.iter() {
             let a = req
                 .artifacts
                 .iter()
@@ -497,59 +516,7 @@ impl Layer {
                 });
             }
             let prefix = def.prefix_of(p);
-            let files: Vec<(String, PathBuf, u64, String, String)> = match a.kind {
-                InputKind::Binary => {
-                    let m = members[0];
-                    let size = std::fs::metadata(&a.blob).map_err(io_err(&a.blob))?.len();
-                    vec![(
-                        m.to.clone(),
-                        a.blob.clone(),
-                        size,
-                        a.sha256.clone(),
-                        m.from.clone(),
-                    )]
-                }
-                InputKind::Archive(kind) => {
-                    let dir = req.work.join(format!("extract-{ai}"));
-                    std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
-                    let wanted: Vec<String> = members.iter().map(|m| m.from.clone()).collect();
-                    let got = extract::extract_members(&a.blob, kind, &wanted, &dir)?;
-                    members
-                        .iter()
-                        .map(|m| {
-                            let e = &got[extract::member_key(&m.from)];
-                            (
-                                m.to.clone(),
-                                e.path.clone(),
-                                e.size,
-                                e.sha256.clone(),
-                                m.from.clone(),
-                            )
-                        })
-                        .collect()
-                }
-            };
-            for (to, path, size, sha256, from) in files {
-                let label = format!("{} {} member {}", a.name, a.version, from);
-                (req.gate)(&path, &label).map_err(|why| BakeError::Inspect {
-                    what: label.clone(),
-                    path: path.clone(),
-                    why,
-                })?;
-                layer.add(
-                    &format!("{prefix}/{to}"),
-                    Node::File {
-                        data: Data::File(path),
-                        mode: 0o755,
-                        size,
-                        sha256,
-                    },
-                    Origin::Artifact {
-                        name: a.name.clone(),
-                        member: from,
-                    },
-                )?;
-            }
+            planned.push((a, members, prefix));
             if let Some(k) = p.version_env_key() {
                 versions.insert(k, a.version.clone());
             }
@@ -562,8 +529,52 @@ impl Layer {
             });
         }
 
+        let prepared: Vec<Result<Vec<prepare::Prepared>, BakeError>> = std::thread::scope(|sc| {
+            let handles: Vec<_> = planned
+                .iter()
+                .enumerate()
+                .map(|(ai, (a, members, _))| {
+                    sc.spawn(move || {
+                        let work = req.work.join(format!("extract-{ai}"));
+                        let files = prepare::prepare(a, members, req.cache, &work)?;
+                        for f in &files {
+                            let label = format!("{} {} member {}", a.name, a.version, f.from);
+                            (req.gate)(&f.path, &label).map_err(|why| BakeError::Inspect {
+                                what: label.clone(),
+                                path: f.path.clone(),
+                                why,
+                            })?;
+                        }
+                        Ok(files)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("artifact preparation panicked"))
+                .collect()
+        });
+        for ((a, _, prefix), files) in planned.iter().zip(prepared) {
+            for f in files? {
+                layer.add(
+                    &format!("{prefix}/{}", f.to),
+                    Node::File {
+                        data: Data::File(f.path),
+                        mode: 0o755,
+                        size: f.size,
+                        sha256: f.sha256,
+                        sha1: f.sha1,
+                    },
+                    Origin::Artifact {
+                        name: a.name.clone(),
+                        member: f.from,
+                    },
+                )?;
+            }
+        }
+
         // kiln-firstboot, hashed and gated like any artifact.
-        let (fb_size, fb_sha) = sha256_file(req.firstboot)?;
+        let (fb_size, fb_sha, fb_sha1) = prepare::hash_file(req.firstboot)?;
         (req.gate)(req.firstboot, "kiln-firstboot").map_err(|why| BakeError::Inspect {
             what: "kiln-firstboot".into(),
             path: req.firstboot.to_path_buf(),
@@ -580,6 +591,7 @@ impl Layer {
                 mode: 0o755,
                 size: fb_size,
                 sha256: fb_sha.clone(),
+                sha1: fb_sha1,
             },
             Origin::Artifact {
                 name: "kiln-firstboot".into(),
@@ -664,6 +676,7 @@ impl Layer {
                 }
                 let name = format!("{dir}/ca-{ci}.crt");
                 let sha256 = hex::encode(Sha256::digest(&pem));
+                let sha1 = hex::encode(sha1::Sha1::digest(&pem));
                 let size = pem.len() as u64;
                 self.add(
                     &name,
@@ -672,6 +685,7 @@ impl Layer {
                         mode: 0o644,
                         size,
                         sha256,
+                        sha1,
                     },
                     config_origin(keys, &["containerd.registry"]),
                 )?;

@@ -1,12 +1,9 @@
 //! The SBOM of a layer: SPDX 2.3 JSON. One package per artifact (with its upstream URL,
 //! version and download sha256), one package for the layer, and every regular file with its
-//! SHA1 (SPDX requires it) and sha256, linked to the artifact it came from.
-
-use std::io::Read;
+//! SHA1 (SPDX requires it) and sha256, linked to the artifact it came from. The hashes are
+//! the ones computed while preparing the layer; nothing is read again here.
 
 use serde_json::{json, Value};
-use sha1::Sha1;
-use sha2::{Digest, Sha256};
 
 use super::{civil, BakeError, Layer, Node, Origin};
 
@@ -20,45 +17,6 @@ fn spdx_id(s: &str) -> String {
             }
         })
         .collect()
-}
-
-/// SHA1 of a file's bytes, re-checking the sha256 the layer recorded (store blobs are
-/// trusted from the lock until here).
-fn sha1_of(
-    layer: &Layer,
-    path: &str,
-    data: &super::Data,
-    want_sha256: &str,
-) -> Result<String, BakeError> {
-    let mut r = data.open()?;
-    let mut h1 = Sha1::new();
-    let mut h2 = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let src = match data {
-        super::Data::File(p) => p.display().to_string(),
-        super::Data::Inline(_) => "kiln's rendering".into(),
-    };
-    loop {
-        let n = r.read(&mut buf).map_err(|e| BakeError::Io {
-            path: src.clone().into(),
-            source: e,
-        })?;
-        if n == 0 {
-            break;
-        }
-        h1.update(&buf[..n]);
-        h2.update(&buf[..n]);
-    }
-    let got = hex::encode(h2.finalize());
-    if got != want_sha256 {
-        return Err(BakeError::Artifact {
-            image: layer.name.clone(),
-            name: format!("/{path} (from {src})"),
-            expected: format!("sha256 {want_sha256} (the lock's or the extraction's)"),
-            found: format!("sha256 {got}: the input changed during the bake or the store is corrupt (run `kiln mirror verify`)"),
-        });
-    }
-    Ok(hex::encode(h1.finalize()))
 }
 
 /// Renders the SPDX document for `layer`.
@@ -104,14 +62,13 @@ pub fn spdx_json(layer: &Layer) -> Result<String, BakeError> {
     }
     let mut files = Vec::new();
     for (i, (path, e)) in layer.entries.iter().enumerate() {
-        let Node::File { data, sha256, .. } = &e.node else {
+        let Node::File { sha256, sha1, .. } = &e.node else {
             continue;
         };
         let id = format!(
             "SPDXRef-File-{i}-{}",
             spdx_id(path.rsplit('/').next().unwrap_or(path))
         );
-        let sha1 = sha1_of(layer, path, data, sha256)?;
         let comment = match &e.origin {
             Origin::Artifact { name, member } => {
                 let v = layer

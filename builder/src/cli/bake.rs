@@ -43,6 +43,13 @@ pub struct BakeArgs {
     /// Compression threads (0: all cores). Never changes the output bytes.
     #[arg(long, default_value_t = 0)]
     pub threads: u32,
+    /// Bake cache: extracted archive members and hashes, keyed by content, so re-baking from
+    /// a warm mirror skips decompression and hashing. Default: `$XDG_CACHE_HOME/kiln/bake`.
+    #[arg(long, env = "KILN_BAKE_CACHE")]
+    pub cache: Option<PathBuf>,
+    /// Do not use or fill the bake cache.
+    #[arg(long, conflicts_with = "cache")]
+    pub no_cache: bool,
     /// The mksquashfs binary (sysext only).
     #[arg(long, default_value = "mksquashfs")]
     pub mksquashfs: PathBuf,
@@ -75,7 +82,9 @@ fn classify(e: &anyhow::Error) -> u8 {
         if let Some(b) = cause.downcast_ref::<bake::BakeError>() {
             use bake::BakeError as B;
             return match b {
-                B::Inspect { .. } | B::Extract(bake::extract::ExtractError::Hostile { .. }) => {
+                B::Inspect { .. }
+                | B::Blob { .. }
+                | B::Extract(bake::extract::ExtractError::Hostile { .. }) => {
                     crate::cli::exit::VERIFY
                 }
                 B::Artifact { found, .. } if found.starts_with("sha256 ") => {
@@ -110,7 +119,18 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
         .tempdir_in(&a.out)
         .with_context(|| format!("creating a scratch directory in {}", a.out.display()))?;
     let gate = bake::inspect_gate(def.os, arch);
+    let cache = if a.no_cache {
+        None
+    } else {
+        a.cache.clone().or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                .map(|c| c.join("kiln/bake"))
+        })
+    };
     let req = BakeRequest {
+        cache: cache.as_deref(),
         def: &def,
         arch,
         format,

@@ -371,6 +371,8 @@ pub fn bake_cli(
         .arg(&fx.store)
         .arg("--firstboot")
         .arg(fb)
+        .arg("--cache")
+        .arg(fx.dir.path().join("bake-cache"))
         .args(extra)
         .env("SOURCE_DATE_EPOCH", "1704067200");
     c.output().unwrap()
