@@ -90,7 +90,7 @@ FIXTURE_MIRROR := target/fixture-mirror
 
 qemu-test: deps-qemu firstboot ## boot tests: QEMU boots what kiln baked (docs/boot-tests.md)
 	$(CARGO) build --locked -p kiln
-	[ -d $(FIXTURE_MIRROR)/mirror ] || KILN_BIN=target/debug/kiln scripts/fixture-mirror.sh $(FIXTURE_MIRROR)
+	qemu-tests/assets/fixture.sh $(FIXTURE_MIRROR)
 	assets=$$($(QEMU_ASSETS) all); set -a; eval "$$assets"; set +a; \
 	  KILN_FIXTURE_MIRROR=$(CURDIR)/$(FIXTURE_MIRROR) \
 	  $(CARGO) nextest run -p kiln-qemu-tests --all-targets --locked --no-fail-fast

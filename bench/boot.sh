@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 make --no-print-directory deps-qemu firstboot >/dev/null
 cargo build --locked -q -p kiln
 fixture=target/fixture-mirror
-[ -d "$fixture/mirror" ] || KILN_BIN=target/debug/kiln scripts/fixture-mirror.sh "$fixture" >/dev/null
+qemu-tests/assets/fixture.sh "$fixture"
 assets=$(qemu-tests/assets/assets.sh all)
 set -a; eval "$assets"; set +a
 export KILN_FIXTURE_MIRROR=$PWD/$fixture

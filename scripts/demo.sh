@@ -25,9 +25,7 @@ echo "$assets" | sed 's/^/  /'
 
 fixture=${KILN_FIXTURE_MIRROR:-target/fixture-mirror}
 step "offline fixture mirror ($fixture)"
-if [ ! -d "$fixture/mirror" ] || [ ! -f "$fixture/artifacts.lock" ]; then
-  KILN_BIN=target/debug/kiln scripts/fixture-mirror.sh "$fixture"
-fi
+qemu-tests/assets/fixture.sh "$fixture"
 target/debug/kiln mirror verify "$fixture/mirror" --trusted-key "$fixture/keys/fixture.pub"
 export KILN_FIXTURE_MIRROR=$(cd "$fixture" && pwd)
 

@@ -67,32 +67,26 @@ fn find_tools() -> Result<Tools> {
         ws.join("target/firstboot/kiln-firstboot"),
         "build it with `make firstboot`",
     )?;
-    let fixture = std::env::var_os("KILN_FIXTURE_MIRROR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| ws.join("target/fixture-mirror"));
+    // `make qemu-test` makes the mirror first and names it; otherwise make or refresh the
+    // default one (the script hashes its inputs and takes a lock, so this is cheap and safe
+    // from parallel test processes).
+    let fixture = match std::env::var_os("KILN_FIXTURE_MIRROR") {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            let dir = ws.join("target/fixture-mirror");
+            run(Command::new(ws.join("qemu-tests/assets/fixture.sh"))
+                .arg(&dir)
+                .env("KILN_BIN", &kiln)
+                .current_dir(&ws))?;
+            dir
+        }
+    };
     if !fixture.join("mirror").is_dir() || !fixture.join("artifacts.lock").is_file() {
-        let script = ws.join("scripts/fixture-mirror.sh");
-        if !script.is_file() {
-            return Err(Error::Missing {
-                what: format!("the fixture mirror generator {}", script.display()),
-                hint: "it comes with the supply-chain issue (#5)".into(),
-            });
-        }
-        let lock = fixture.with_extension("lock");
-        if let Some(parent) = fixture.parent() {
-            std::fs::create_dir_all(parent).map_err(io_err(parent))?;
-        }
-        // flock(1) serialises parallel test processes; the second finds the mirror made.
-        let sh = format!(
-            "[ -d '{f}/mirror' ] && [ -f '{f}/artifacts.lock' ] || '{s}' '{f}'",
-            f = fixture.display(),
-            s = script.display()
-        );
-        run(Command::new("flock")
-            .arg(&lock)
-            .args(["bash", "-c", &sh])
-            .env("KILN_BIN", &kiln)
-            .current_dir(&ws))?;
+        return Err(Error::Missing {
+            what: format!("the fixture mirror in {}", fixture.display()),
+            hint: "make it with qemu-tests/assets/fixture.sh (scripts/fixture-mirror.sh, issue #5)"
+                .into(),
+        });
     }
     Ok(Tools {
         kiln,
