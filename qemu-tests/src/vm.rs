@@ -297,6 +297,11 @@ impl Vm {
         })
     }
 
+    /// QEMU's process id (setpriv execs QEMU in place).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The accelerator this guest runs with.
     pub fn accel(&self) -> Accel {
         self.accel
