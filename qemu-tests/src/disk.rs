@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::{io_err, run, Result};
+use crate::{io_err, run, Error, Result};
 
 /// Copies `base` to `dest` preserving owners, modes, links and times (`cp -a`), so a test
 /// can change its own root without touching the cached base.
@@ -16,8 +16,18 @@ pub fn copy_tree(base: &Path, dest: &Path) -> Result<()> {
 /// faster for a 230 MB root. Safe only when every change to the copy replaces a file
 /// (write a new file and rename it, or unlink first) instead of writing into it, which is
 /// what [`crate::guest::Root`] and `kiln install` do.
+///
+/// Hard links need the copy on the base's filesystem; when it is elsewhere (a tmpfs `/tmp`),
+/// this falls back to a full copy.
 pub fn link_tree(base: &Path, dest: &Path) -> Result<()> {
-    cp(base, dest, "-al")
+    match cp(base, dest, "-al") {
+        Ok(()) => Ok(()),
+        Err(Error::Command { detail, .. }) if detail.contains("cross-device") => {
+            std::fs::remove_dir_all(dest).map_err(io_err(dest))?;
+            copy_tree(base, dest)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 fn cp(base: &Path, dest: &Path, flags: &str) -> Result<()> {
@@ -79,6 +89,16 @@ mod tests {
         assert_ne!(ino(&dir), ino(&copy));
         let img = tmp.path().join("root.ext4");
         make_ext4(&copy, &img, "root", 8).unwrap();
+        // /dev/shm is a tmpfs, another filesystem than the temp dir: hard links cannot
+        // cross, so link_tree must fall back to a copy.
+        let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+        let across = shm.path().join("root");
+        link_tree(&dir, &across).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(across.join("etc/kiln/node.env")).unwrap(),
+            "KILN_CONTRACT=1\n"
+        );
+        assert_ne!(ino(&dir), ino(&across));
         // debugfs (e2fsprogs) reads the image back without mounting it.
         let out = Command::new("debugfs")
             .args(["-R", "cat /etc/kiln/node.env"])
