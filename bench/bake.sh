@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 KILN=${KILN:-target/release/kiln}
 RUNS=${RUNS:-3}
-SIZE_MIB=${SIZE_MIB:-520}
+SIZE_MIB=${SIZE_MIB:-520}   # sum of the artifact sizes below at scale 1
 [ -x "$KILN" ] || cargo build --release -p kiln >/dev/null
 for t in mksquashfs unsquashfs hyperfine zstd /usr/bin/time; do
   command -v "$t" >/dev/null || { echo "bench/bake.sh: $t missing (make deps)" >&2; exit 1; }
@@ -35,13 +35,13 @@ mk_elf() { # name size_mib: a whole real ELF (git) with machine code from the po
   # head closes the pipe early on purpose: SIGPIPE upstream is expected.
   { cat /usr/bin/git; tail -c +"$off" "$pool" | head -c "$rest" || true; } > "$out"
 }
-scale() { local m=$(( $1 * SIZE_MIB / 520 )); echo $(( m < 1 ? 1 : m )); }
+scale() { local m=$(( $1 * SIZE_MIB / 508 )); echo $(( m < 1 ? 1 : m )); }
 a=$W/art; mkdir -p "$a/ctd/bin" "$a/cni" "$a/crictl"
-mk_elf "$a/kubelet" "$(scale 110)"; mk_elf "$a/kubeadm" "$(scale 75)"; mk_elf "$a/kubectl" "$(scale 60)"
-mk_elf "$a/runc.amd64" "$(scale 12)"
-mk_elf "$a/ctd/bin/containerd" "$(scale 60)"; mk_elf "$a/ctd/bin/containerd-shim-runc-v2" "$(scale 10)"; mk_elf "$a/ctd/bin/ctr" "$(scale 25)"
-for p in bridge host-local loopback portmap bandwidth firewall; do mk_elf "$a/cni/$p" "$(scale 5)"; done
-mk_elf "$a/crictl/crictl" "$(scale 40)"
+mk_elf "$a/kubelet" "$(scale 140)"; mk_elf "$a/kubeadm" "$(scale 90)"; mk_elf "$a/kubectl" "$(scale 70)"
+mk_elf "$a/runc.amd64" "$(scale 15)"
+mk_elf "$a/ctd/bin/containerd" "$(scale 70)"; mk_elf "$a/ctd/bin/containerd-shim-runc-v2" "$(scale 12)"; mk_elf "$a/ctd/bin/ctr" "$(scale 30)"
+for p in bridge host-local loopback portmap bandwidth firewall; do mk_elf "$a/cni/$p" "$(scale 6)"; done
+mk_elf "$a/crictl/crictl" "$(scale 45)"
 mk_elf "$W/kiln-firstboot" 1
 tar -C "$a/ctd" -czf "$a/containerd.tar.gz" bin
 tar -C "$a/cni" -czf "$a/cni.tgz" ./bridge ./host-local ./loopback ./portmap ./bandwidth ./firewall
@@ -66,12 +66,13 @@ entry containerd 2.1.4 tar.gz "$a/containerd.tar.gz" bin/containerd=bin/containe
 entry cni-plugins 1.8.0 tar.gz "$a/cni.tgz" ./bridge=libexec/cni/bridge ./host-local=libexec/cni/host-local ./loopback=libexec/cni/loopback ./portmap=libexec/cni/portmap ./bandwidth=libexec/cni/bandwidth ./firewall=libexec/cni/firewall
 entry crictl 1.34.0 tar.gz "$a/crictl.tar.gz" crictl=bin/crictl
 
-bake() { # format image out
+bake() { # format image out [extra flags: default --cache $W/cache]
+  [ $# -gt 3 ] || set -- "$@" --cache "$W/cache"
   "$KILN" -q bake "images/$2.toml" --format "$1" --arch amd64 --out "$3" --lock "$lock" \
-    --allow-unsigned --store "$store" --firstboot "$W/kiln-firstboot"
+    --allow-unsigned --store "$store" --firstboot "$W/kiln-firstboot" "${@:4}"
 }
 export SOURCE_DATE_EPOCH=1704067200
-bake sysext flatcar "$W/warm" >/dev/null   # warm the page cache and check it works
+bake sysext flatcar "$W/warm" >/dev/null   # warm the page cache and the bake cache
 bake rootfs ubuntu "$W/warm" >/dev/null
 raw=$W/warm/kubernetes-v1.34.1-x86-64.raw
 tree=$W/tree; unsquashfs -q -d "$tree" "$raw" >/dev/null
@@ -79,16 +80,21 @@ tree2=$W/tree2; mkdir -p "$tree2"; tar --zstd -xf "$W/warm/ubuntu-v1.34.1-amd64.
 echo "inputs: $(( total / 1048576 )) MiB of binaries in $(ls "$store/blobs/sha256" | wc -l) artifacts; sysext tree $(du -sm "$tree" | cut -f1) MiB"
 
 export KILN W lock store
-hyperfine --style basic --runs "$RUNS" --export-json "$W/sysext.json" \
+hyperfine -S bash --style basic --runs "$RUNS" --export-json "$W/sysext.json" \
   -n "kiln bake --format sysext" "$(declare -f bake); bake sysext flatcar $W/o1" \
   -n "mksquashfs (same tree, zstd)" "mksquashfs $tree $W/base.raw -noappend -quiet -no-progress -no-xattrs -all-root -comp zstd -b 131072"
-hyperfine --style basic --runs "$RUNS" --export-json "$W/rootfs.json" \
+hyperfine -S bash --style basic --runs "$RUNS" --export-json "$W/rootfs.json" \
   -n "kiln bake --format rootfs" "$(declare -f bake); bake rootfs ubuntu $W/o2" \
   -n "tar -I 'zstd -T0' (same tree)" "tar -I 'zstd -T0' -cf $W/base.tar.zst -C $tree2 ."
+# For the record: the same bakes cold (no bake cache: every archive decompressed and every
+# file hashed again), one run each.
+hyperfine -S bash --style basic --runs 1 \
+  -n "kiln bake --format sysext --no-cache (cold)" "$(declare -f bake); bake sysext flatcar $W/o5 --no-cache" \
+  -n "kiln bake --format rootfs --no-cache (cold)" "$(declare -f bake); bake rootfs ubuntu $W/o6 --no-cache" | grep -E "^Benchmark|Time"
 ratio() { python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results']; print(f'{r[0][\"mean\"]:.2f} s vs {r[1][\"mean\"]:.2f} s: ratio {r[0][\"mean\"]/r[1][\"mean\"]:.2f}x')" "$1"; }
 rss() { /usr/bin/time -f %M "$@" 2>&1 >/dev/null | tail -1; }
 echo "sysext: $(ratio "$W/sysext.json") (budget <= 1.0x)"
 echo "rootfs: $(ratio "$W/rootfs.json") (budget <= 1.0x)"
-echo "peak RSS kiln bake sysext: $(( $(rss "$KILN" -q bake images/flatcar.toml --format sysext --arch amd64 --out "$W/o3" --lock "$lock" --allow-unsigned --store "$store" --firstboot "$W/kiln-firstboot") / 1024 )) MiB (budget <= 256 MiB; mksquashfs is a child process, measured apart)"
+echo "peak RSS kiln bake sysext: $(( $(rss "$KILN" -q bake images/flatcar.toml --format sysext --arch amd64 --out "$W/o3" --lock "$lock" --allow-unsigned --store "$store" --firstboot "$W/kiln-firstboot" --cache "$W/cache") / 1024 )) MiB (budget <= 256 MiB; mksquashfs is a child process, measured apart)"
 echo "peak RSS mksquashfs child: $(( $(rss mksquashfs "$tree" "$W/base2.raw" -noappend -quiet -no-progress -no-xattrs -all-root -comp zstd) / 1024 )) MiB"
-echo "peak RSS kiln bake rootfs: $(( $(rss "$KILN" -q bake images/ubuntu.toml --format rootfs --arch amd64 --out "$W/o4" --lock "$lock" --allow-unsigned --store "$store" --firstboot "$W/kiln-firstboot") / 1024 )) MiB (budget <= 256 MiB)"
+echo "peak RSS kiln bake rootfs: $(( $(rss "$KILN" -q bake images/ubuntu.toml --format rootfs --arch amd64 --out "$W/o4" --lock "$lock" --allow-unsigned --store "$store" --firstboot "$W/kiln-firstboot" --no-cache) / 1024 )) MiB (budget <= 256 MiB; cold, no cache)"

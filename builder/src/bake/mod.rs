@@ -529,6 +529,10 @@ impl Layer {
             });
         }
 
+        // The gate reads a whole binary into memory; one at a time keeps peak memory at about
+        // the largest binary while extraction and hashing run in parallel.
+        let gate_turn = std::sync::Mutex::new(());
+        let gate_turn = &gate_turn;
         let prepared: Vec<Result<Vec<prepare::Prepared>, BakeError>> = std::thread::scope(|sc| {
             let handles: Vec<_> = planned
                 .iter()
@@ -539,6 +543,7 @@ impl Layer {
                         let files = prepare::prepare(a, members, req.cache, &work)?;
                         for f in &files {
                             let label = format!("{} {} member {}", a.name, a.version, f.from);
+                            let _turn = gate_turn.lock().unwrap_or_else(|e| e.into_inner());
                             (req.gate)(&f.path, &label).map_err(|why| BakeError::Inspect {
                                 what: label.clone(),
                                 path: f.path.clone(),
