@@ -16,6 +16,9 @@ use std::process::Command;
 use super::{io_err, render, write_atomic, BakeError, Data, Layer, Node, WriteOptions};
 use crate::image_def::ImageDef;
 
+/// Memory cap passed to `mksquashfs -mem`.
+pub const MKSQUASHFS_MEM: &str = "192M";
+
 /// Single-quotes `s` for `/bin/sh`.
 fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
@@ -113,6 +116,9 @@ pub fn pack(
         ])
         .args(["-mkfs-time", &epoch, "-all-time", &epoch])
         .args(["-comp", comp.mksquashfs_name(), "-b", "131072"])
+        // mksquashfs sizes its caches from the machine's RAM (a quarter of it); a fixed cap
+        // keeps a bake's peak memory bounded and does not change the image bytes.
+        .args(["-mem", MKSQUASHFS_MEM])
         .arg("-pf")
         .arg(&pf);
     if opts.threads > 0 {
