@@ -15,7 +15,7 @@ FIRSTBOOT_BUDGET_KIB := 400
 FIRSTBOOT_EXE := target/firstboot/kiln-firstboot.exe
 FIRSTBOOT_EXE_BUDGET_KIB := 600
 
-.PHONY: help all build firstboot test check lint fmt fmt-check clippy doc unit size-check \
+.PHONY: binary-gate help all build firstboot test check lint fmt fmt-check clippy doc unit size-check \
 	bench demo clean deps deps-qemu deps-windows fuzz windows test-windows golden render-examples qemu-assets qemu-test
 
 help: ## list the targets
@@ -40,7 +40,7 @@ firstboot: ## build the static, size-optimised kiln-firstboot into target/firstb
 
 test: deps check qemu-test ## the README's test command: every gate and every test
 
-check: lint unit size-check test-windows
+check: lint unit size-check binary-gate test-windows
 
 lint: fmt-check clippy doc ## rustfmt, clippy -D warnings, rustdoc -D warnings
 
@@ -63,6 +63,10 @@ unit: ## the test suites (nextest) and doctests; the boot tests run in qemu-test
 size-check: firstboot windows ## fail if kiln-firstboot (Linux, Windows) is over its size budget
 	scripts/check-size.sh $(FIRSTBOOT_BIN) $(FIRSTBOOT_BUDGET_KIB)
 	scripts/check-size.sh $(FIRSTBOOT_EXE) $(FIRSTBOOT_EXE_BUDGET_KIB)
+
+binary-gate: firstboot windows ## kiln's own goblin gate on the shipped firstboot binaries
+	$(CARGO) build --locked -q -p kiln
+	scripts/binary-gate.sh target/debug/kiln $(FIRSTBOOT_BIN) $(FIRSTBOOT_EXE)
 
 windows: ## build kiln-firstboot.exe for x86_64-pc-windows-gnu (docs/windows.md)
 	scripts/build-windows.sh $(FIRSTBOOT_EXE)
