@@ -67,6 +67,8 @@ size-check: firstboot windows ## fail if kiln-firstboot (Linux, Windows) is over
 binary-gate: firstboot windows ## kiln's own goblin gate on the shipped firstboot binaries
 	$(CARGO) build --locked -q -p kiln
 	scripts/binary-gate.sh target/debug/kiln $(FIRSTBOOT_BIN) $(FIRSTBOOT_EXE)
+	KILN_FIRSTBOOT_EXE=$(CURDIR)/$(FIRSTBOOT_EXE) \
+	  $(CARGO) nextest run --locked -p kiln --test windows_layer
 
 windows: ## build kiln-firstboot.exe for x86_64-pc-windows-gnu (docs/windows.md)
 	scripts/build-windows.sh $(FIRSTBOOT_EXE)
