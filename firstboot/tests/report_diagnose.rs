@@ -15,21 +15,12 @@ use common::{fixtures, ok, status, Outcome, Root, Server};
 
 /// Runs the real binary with `args` (a subcommand first) and `--root`.
 fn kiln(root: &Root, args: &[&str]) -> Outcome {
-    let started = std::time::Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln-firstboot"))
-        .args(args)
-        .arg("--root")
-        .arg(&root.dir)
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .output()
-        .expect("run kiln-firstboot");
-    Outcome {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        elapsed: started.elapsed(),
-    }
+    Outcome::of(
+        Command::new(env!("CARGO_BIN_EXE_kiln-firstboot"))
+            .args(args)
+            .arg("--root")
+            .arg(&root.dir),
+    )
 }
 
 /// A journalctl stand-in that prints `dir/kubelet.log` or `dir/containerd.log` by `-u` unit.

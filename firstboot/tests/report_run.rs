@@ -30,22 +30,13 @@ fn imds() -> Server {
 
 /// `run` for AWS with `extra` flags; nothing is added behind the test's back.
 fn run(root: &Root, url: &str, extra: &[&str]) -> Outcome {
-    let started = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln-firstboot"))
-        .args(["run", "--provider", "aws", "--metadata-url", url])
-        .arg("--root")
-        .arg(&root.dir)
-        .args(extra)
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .output()
-        .expect("run kiln-firstboot");
-    Outcome {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        elapsed: started.elapsed(),
-    }
+    Outcome::of(
+        Command::new(env!("CARGO_BIN_EXE_kiln-firstboot"))
+            .args(["run", "--provider", "aws", "--metadata-url", url])
+            .arg("--root")
+            .arg(&root.dir)
+            .args(extra),
+    )
 }
 
 fn phases(json: &str) -> Vec<(String, String, u64, Option<u64>)> {

@@ -161,6 +161,24 @@ pub struct Outcome {
     pub elapsed: Duration,
 }
 
+impl Outcome {
+    /// Runs `cmd` with a clean environment (only `PATH`) and records how it ended.
+    pub fn of(cmd: &mut Command) -> Outcome {
+        let started = Instant::now();
+        let out = cmd
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .expect("run kiln-firstboot");
+        Outcome {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            elapsed: started.elapsed(),
+        }
+    }
+}
+
 /// Runs the real binary with `--root` and `args`. A console file inside the root keeps
 /// the run away from the machine's real console. kubelet is played by a stand-in that is
 /// already healthy (a loopback `/healthz` answering `ok`) and joined (its client certificate
@@ -176,26 +194,17 @@ pub fn firstboot(root: &Root, args: &[&str]) -> Outcome {
             "-----BEGIN CERTIFICATE-----\nMIIBstandin\n-----END CERTIFICATE-----\n",
         );
     }
-    let started = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln-firstboot"))
-        .arg("run")
-        .arg("--root")
-        .arg(&root.dir)
-        .arg("--console")
-        .arg(&console)
-        .arg("--healthz-url")
-        .arg(format!("{}/healthz", healthz.url))
-        .args(args)
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .output()
-        .expect("run kiln-firstboot");
-    Outcome {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        elapsed: started.elapsed(),
-    }
+    Outcome::of(
+        Command::new(env!("CARGO_BIN_EXE_kiln-firstboot"))
+            .arg("run")
+            .arg("--root")
+            .arg(&root.dir)
+            .arg("--console")
+            .arg(&console)
+            .arg("--healthz-url")
+            .arg(format!("{}/healthz", healthz.url))
+            .args(args),
+    )
 }
 
 /// One request as the server saw it.
