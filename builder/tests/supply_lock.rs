@@ -254,6 +254,7 @@ fn the_real_lock_verifies_with_the_embedded_key() {
     for (name, os, arch) in [
         ("kubelet", Os::Linux, Arch::Amd64),
         ("kubelet", Os::Linux, Arch::Arm64),
+        ("kubelet", Os::Windows, Arch::Amd64),
         ("kubeadm", Os::Linux, Arch::Amd64),
         ("kubectl", Os::Windows, Arch::Amd64),
         ("containerd", Os::Linux, Arch::Arm64),
