@@ -4,7 +4,9 @@
 #   sysext: `kiln bake --format sysext` (extract + gate + hash + SBOM + mksquashfs) vs
 #           `mksquashfs` alone packing the very same tree with the same compression;
 #   rootfs: `kiln bake --format rootfs` (extract + gate + hash + SBOM + tar.zst) vs
-#           `tar -I 'zstd -T0'` packing the same tree;
+#           `tar -I 'zstd -T0'` packing the same tree, in three cache states: warm (bake
+#           cache and chunk cache from an identical earlier bake), upgrade (caches from a
+#           bake where kubelet had other bytes) and cold (`--no-cache`);
 #   memory: peak RSS of both bakes (GNU time), with >= 500 MiB of inputs.
 #
 # Inputs: a store and an unsigned lock whose artifacts are big ELF files (a whole real ELF,
@@ -65,6 +67,11 @@ entry runc 1.3.3 binary "$a/runc.amd64" runc.amd64=bin/runc
 entry containerd 2.1.4 tar.gz "$a/containerd.tar.gz" bin/containerd=bin/containerd bin/containerd-shim-runc-v2=bin/containerd-shim-runc-v2 bin/ctr=bin/ctr
 entry cni-plugins 1.8.0 tar.gz "$a/cni.tgz" ./bridge=libexec/cni/bridge ./host-local=libexec/cni/host-local ./loopback=libexec/cni/loopback ./portmap=libexec/cni/portmap ./bandwidth=libexec/cni/bandwidth ./firewall=libexec/cni/firewall
 entry crictl 1.34.0 tar.gz "$a/crictl.tar.gz" crictl=bin/crictl
+# The same lock with a kubelet of other bytes: the bake before an upgrade.
+lock_old=$W/artifacts-old.lock; mk_elf "$a/kubelet-old" "$(scale 140)"
+# (mk_elf makes both the same size, so only the digest differs.)
+sed "s/$(sha256sum "$a/kubelet" | cut -d' ' -f1)/$(sha256sum "$a/kubelet-old" | cut -d' ' -f1)/" "$lock" > "$lock_old"
+cp "$a/kubelet-old" "$store/blobs/sha256/$(sha256sum "$a/kubelet-old" | cut -d' ' -f1)"
 
 bake() { # format image out [extra flags: default --cache $W/cache]
   [ $# -gt 3 ] || set -- "$@" --cache "$W/cache"
@@ -74,6 +81,9 @@ bake() { # format image out [extra flags: default --cache $W/cache]
 export SOURCE_DATE_EPOCH=1704067200
 bake sysext flatcar "$W/warm" >/dev/null   # warm the page cache and the bake cache
 bake rootfs ubuntu "$W/warm" >/dev/null
+# The upgrade's starting point: caches filled by a bake of the old kubelet only. Each timed
+# run starts from a hard-linked copy (entries are replaced by rename, never edited).
+lock=$lock_old bake rootfs ubuntu "$W/old" --cache "$W/cache-old" >/dev/null
 raw=$W/warm/kubernetes-v1.34.1-x86-64.raw
 tree=$W/tree; unsquashfs -q -d "$tree" "$raw" >/dev/null
 tree2=$W/tree2; mkdir -p "$tree2"; tar --zstd -xf "$W/warm/ubuntu-v1.34.1-amd64.tar.zst" -C "$tree2"
@@ -84,17 +94,28 @@ hyperfine -S bash --style basic --runs "$RUNS" --export-json "$W/sysext.json" \
   -n "kiln bake --format sysext" "$(declare -f bake); bake sysext flatcar $W/o1" \
   -n "mksquashfs (same tree, zstd)" "mksquashfs $tree $W/base.raw -noappend -quiet -no-progress -no-xattrs -all-root -comp zstd -b 131072"
 hyperfine -S bash --style basic --runs "$RUNS" --export-json "$W/rootfs.json" \
-  -n "kiln bake --format rootfs" "$(declare -f bake); bake rootfs ubuntu $W/o2" \
-  -n "tar -I 'zstd -T0' (same tree)" "tar -I 'zstd -T0' -cf $W/base.tar.zst -C $tree2 ."
+  -p true -n "tar -I 'zstd -T0' (same tree)" "tar -I 'zstd -T0' -cf $W/base.tar.zst -C $tree2 ." \
+  -p true -n "kiln bake --format rootfs (warm)" "$(declare -f bake); bake rootfs ubuntu $W/o2" \
+  -p "rm -rf $W/cache-up && cp -al $W/cache-old $W/cache-up" \
+  -n "kiln bake --format rootfs (upgrade: new kubelet)" "$(declare -f bake); bake rootfs ubuntu $W/o7 --cache $W/cache-up" \
+  -p true -n "kiln bake --format rootfs --no-cache (cold)" "$(declare -f bake); bake rootfs ubuntu $W/o6 --no-cache"
 # For the record: the same bakes cold (no bake cache: every archive decompressed and every
 # file hashed again), one run each.
 hyperfine -S bash --style basic --runs 1 \
-  -n "kiln bake --format sysext --no-cache (cold)" "$(declare -f bake); bake sysext flatcar $W/o5 --no-cache" \
-  -n "kiln bake --format rootfs --no-cache (cold)" "$(declare -f bake); bake rootfs ubuntu $W/o6 --no-cache" | grep -E "^Benchmark|Time"
+  -n "kiln bake --format sysext --no-cache (cold)" "$(declare -f bake); bake sysext flatcar $W/o5 --no-cache" | grep -E "^Benchmark|Time"
 ratio() { python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results']; print(f'{r[0][\"mean\"]:.2f} s vs {r[1][\"mean\"]:.2f} s: ratio {r[0][\"mean\"]/r[1][\"mean\"]:.2f}x')" "$1"; }
 rss() { /usr/bin/time -f %M "$@" 2>&1 >/dev/null | tail -1; }
 echo "sysext: $(ratio "$W/sysext.json") (budget <= 1.0x)"
-echo "rootfs: $(ratio "$W/rootfs.json") (budget <= 1.0x)"
+rratio() { python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results']; i=int(sys.argv[2]); print(f'{r[i][\"mean\"]:.2f} s ± {r[i][\"stddev\"] or 0:.2f} vs {r[0][\"mean\"]:.2f} s ± {r[0][\"stddev\"] or 0:.2f}: ratio {r[i][\"mean\"]/r[0][\"mean\"]:.2f}x')" "$1" "$2"; }
+echo "rootfs warm: $(rratio "$W/rootfs.json" 1) (budget <= 1.0x)"
+echo "rootfs upgrade: $(rratio "$W/rootfs.json" 2) (budget <= 1.0x)"
+echo "rootfs cold: $(rratio "$W/rootfs.json" 3) (budget <= 1.0x)"
+kz=$(stat -c %s "$W/o2/ubuntu-v1.34.1-amd64.tar.zst")
+one=$(zstd -dcq "$W/o2/ubuntu-v1.34.1-amd64.tar.zst" | zstd -3 -T0 -q -c | wc -c)
+echo "rootfs size: kiln $kz bytes ($(zstd -lv "$W/o2/ubuntu-v1.34.1-amd64.tar.zst" | sed -n 's/# Zstandard Frames: //p') frames) vs one zstd -3 -T0 frame of the same tar stream $one bytes: $(python3 -c "print(f'{($kz/$one-1)*100:+.2f} %')")"
 echo "peak RSS kiln bake sysext: $(( $(rss "$KILN" -q bake images/flatcar.toml --format sysext --arch amd64 --out "$W/o3" --lock "$lock" --allow-unsigned --store "$store" --firstboot "$W/kiln-firstboot" --cache "$W/cache") / 1024 )) MiB (budget <= 256 MiB; mksquashfs is a child process, measured apart)"
 echo "peak RSS mksquashfs child: $(( $(rss mksquashfs "$tree" "$W/base2.raw" -noappend -quiet -no-progress -no-xattrs -all-root -comp zstd) / 1024 )) MiB"
 echo "peak RSS kiln bake rootfs: $(( $(rss "$KILN" -q bake images/ubuntu.toml --format rootfs --arch amd64 --out "$W/o4" --lock "$lock" --allow-unsigned --store "$store" --firstboot "$W/kiln-firstboot" --no-cache) / 1024 )) MiB (budget <= 256 MiB; cold, no cache)"
+echo "peak RSS kiln bake rootfs: $(( $(rss "$KILN" -q bake images/ubuntu.toml --format rootfs --arch amd64 --out "$W/o4" --lock "$lock" --allow-unsigned --store "$store" --firstboot "$W/kiln-firstboot" --cache "$W/cache") / 1024 )) MiB (budget <= 256 MiB; warm cache)"
+echo "peak RSS tar -I 'zstd -T0': $(( $(rss tar -I 'zstd -T0' -cf "$W/base3.tar.zst" -C "$tree2" .) / 1024 )) MiB"
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

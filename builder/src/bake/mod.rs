@@ -3,6 +3,7 @@
 //! where each file came from); one writer per format turns it into a sysext image, a rootfs
 //! overlay `.tar.zst` or a Windows `.zip`, each with an SPDX SBOM and a kiln manifest.
 
+pub mod chunk_cache;
 pub mod extract;
 pub mod manifest;
 pub mod prepare;
@@ -939,7 +940,13 @@ pub fn bake(
             Format::Sysext => sysext::write(&layer, req.def, out_dir, req.work, opts),
             Format::Rootfs => {
                 let p = out_dir.join(format!("{base}.tar.zst"));
-                rootfs::write(&layer, &p, opts.threads).map(|_| vec![p])
+                let cache = req.cache.map(chunk_cache::ChunkCache::new);
+                let ro = rootfs::RootfsOptions {
+                    threads: opts.threads,
+                    cache: cache.as_ref(),
+                    framing: rootfs::FRAMING,
+                };
+                rootfs::write(&layer, &p, &ro).map(|_| vec![p])
             }
             Format::Windows => {
                 let p = out_dir.join(format!("{base}.zip"));

@@ -1,15 +1,77 @@
 //! The rootfs overlay: the layer as a `.tar.zst` that `tar -xf … -C /` (or `kiln install`)
 //! applies to an Ubuntu/Debian root. Entries sorted, owner root:root (0/0), one mtime,
-//! fixed modes; zstd level 3 with a checksum. zstd's multi-threaded mode gives the same bytes
-//! whatever the number of workers, so `threads` only changes the speed.
+//! fixed modes.
+//!
+//! The `.tar.zst` is a sequence of independent zstd frames (level 3, each with its content
+//! checksum), which every zstd reader decodes as one stream. Where the frames start depends
+//! on the layer only ([`Framing`]): tar headers and small files are batched into frames, and
+//! the data of each big file is cut at fixed offsets into chunks of its own (the last one
+//! carrying tar's zero padding). That gives three properties:
+//!
+//! - frames are compressed in parallel on every core, with a bounded number in flight, so
+//!   memory stays bounded whatever the size of the layer;
+//! - the frames of big files come from the [chunk cache](super::chunk_cache) when the same
+//!   bytes were compressed before (a re-bake, or an upgrade that changed only kubelet);
+//! - the bytes do not depend on the number of threads or on what the cache held.
 
-use std::io::{BufWriter, Write};
+use std::collections::BTreeMap;
+use std::io::{BufWriter, Read, Write};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::mpsc;
+use std::sync::Mutex;
 
-use super::{BakeError, Layer, Node};
+use super::chunk_cache::{ChunkCache, ChunkKey, Codec, Source, Stats};
+use super::{io_err, BakeError, Data, Layer, Node};
 
 /// zstd level for the overlay (the same default `zstd` and `tar -I zstd` use).
 pub const ZSTD_LEVEL: i32 = 3;
+
+/// The chunk cache format string of overlay frames; bump it when frames change.
+pub const FRAME_FORMAT: &str = "kiln-rootfs-zstd-frame-v1";
+
+/// Memory for frames in flight (read, compressing, or waiting to be written in order).
+const IN_FLIGHT_BYTES: u64 = 96 << 20;
+
+/// Where frames start: part of the output format (changing it changes the bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Framing {
+    /// A big file's data is cut into frames of this many bytes (the last one shorter).
+    /// Also the size at which a batch of headers and small files is closed.
+    pub chunk: u64,
+    /// Files from disk of at least this size are big: their data gets frames of its own,
+    /// which the chunk cache keeps. Smaller files and kiln's rendered files are batched.
+    pub big: u64,
+}
+
+/// The framing kiln uses: 8 MiB chunks (0.2 % bigger than one zstd frame on machine code,
+/// see docs/benchmarks.md), files from 1 MiB up cut into chunks.
+pub const FRAMING: Framing = Framing {
+    chunk: 8 << 20,
+    big: 1 << 20,
+};
+
+/// How to write the overlay.
+#[derive(Debug, Clone, Copy)]
+pub struct RootfsOptions<'a> {
+    /// Compression threads (0: all cores). Never changes the bytes.
+    pub threads: u32,
+    /// The chunk cache, if any. Never changes the bytes.
+    pub cache: Option<&'a ChunkCache>,
+    /// Where frames start.
+    pub framing: Framing,
+}
+
+/// What writing the overlay did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RootfsReport {
+    /// zstd frames written.
+    pub frames: u64,
+    /// Frames of big-file chunks among them.
+    pub chunk_frames: u64,
+    /// The chunk cache's counters for this write (`None` without a cache).
+    pub cache: Option<Stats>,
+}
 
 fn header(layer: &Layer, mode: u32, kind: tar::EntryType, size: u64) -> tar::Header {
     let mut h = tar::Header::new_ustar();
@@ -24,7 +86,8 @@ fn header(layer: &Layer, mode: u32, kind: tar::EntryType, size: u64) -> tar::Hea
     h
 }
 
-/// Writes the tar stream of `layer` (uncompressed) into `w`.
+/// Writes the tar stream of `layer` (uncompressed) into `w`: exactly the bytes the `.tar.zst`
+/// decompresses to.
 pub fn write_tar(layer: &Layer, w: impl Write) -> Result<(), BakeError> {
     let io = |e| BakeError::Io {
         path: layer.base_name().into(),
@@ -55,28 +118,312 @@ pub fn write_tar(layer: &Layer, w: impl Write) -> Result<(), BakeError> {
     Ok(())
 }
 
-/// Writes `layer` as a `.tar.zst` at `out`, atomically.
-pub fn write(layer: &Layer, out: &Path, threads: u32) -> Result<(), BakeError> {
-    let threads = if threads == 0 {
-        std::thread::available_parallelism()
-            .map(|n| n.get() as u32)
-            .unwrap_or(1)
-    } else {
-        threads
+/// The uncompressed bytes of one frame.
+enum Job<'a> {
+    /// Tar headers, small files and padding, in memory.
+    Batch(Vec<u8>),
+    /// `len` bytes at `offset` of a big file, then `pad` zero bytes.
+    Slice {
+        path: &'a Path,
+        size: u64,
+        sha256: &'a str,
+        offset: u64,
+        len: u64,
+        pad: u64,
+    },
+}
+
+/// Cuts the layer into frame jobs, in output order, handing each to `emit`.
+fn plan<'a>(
+    layer: &'a Layer,
+    framing: Framing,
+    mut emit: impl FnMut(Job<'a>) -> bool,
+) -> Result<(), BakeError> {
+    let io = |e| BakeError::Io {
+        path: layer.base_name().into(),
+        source: e,
     };
-    let mut inner: Option<BakeError> = None;
-    super::write_atomic_with(out, |f| {
-        let mut enc = zstd::Encoder::new(BufWriter::with_capacity(1 << 20, f), ZSTD_LEVEL)?;
-        enc.include_checksum(true)?;
-        // Always the multi-threaded code path (even with one worker) so the bytes never
-        // depend on how many cores the baking machine has.
-        enc.multithread(threads.max(1))?;
-        if let Err(e) = write_tar(layer, &mut enc) {
-            let msg = e.to_string();
-            inner = Some(e);
-            return Err(std::io::Error::other(msg));
+    let mut tar = tar::Builder::new(Vec::new());
+    // Hands the batch so far to `emit`; false when the writer has stopped.
+    fn flush<'a>(tar: &mut tar::Builder<Vec<u8>>, emit: &mut impl FnMut(Job<'a>) -> bool) -> bool {
+        let bytes = std::mem::take(tar.get_mut());
+        bytes.is_empty() || emit(Job::Batch(bytes))
+    }
+    for (path, e) in &layer.entries {
+        match &e.node {
+            Node::Dir => {
+                let mut h = header(layer, 0o755, tar::EntryType::Directory, 0);
+                tar.append_data(&mut h, format!("{path}/"), std::io::empty())
+                    .map_err(io)?;
+            }
+            Node::Symlink(target) => {
+                let mut h = header(layer, 0o777, tar::EntryType::Symlink, 0);
+                tar.append_link(&mut h, path, target).map_err(io)?;
+            }
+            Node::File {
+                data: Data::File(file),
+                mode,
+                size,
+                sha256,
+                ..
+            } if *size >= framing.big => {
+                // The header (tar writes no data or padding for an empty reader) closes the
+                // batch; the data follows in frames of its own.
+                let mut h = header(layer, *mode, tar::EntryType::Regular, *size);
+                tar.append_data(&mut h, path, std::io::empty())
+                    .map_err(io)?;
+                if !flush(&mut tar, &mut emit) {
+                    return Ok(());
+                }
+                let mut offset = 0;
+                while offset < *size {
+                    let len = framing.chunk.min(size - offset);
+                    let last = offset + len == *size;
+                    let pad = if last { (512 - size % 512) % 512 } else { 0 };
+                    let job = Job::Slice {
+                        path: file,
+                        size: *size,
+                        sha256,
+                        offset,
+                        len,
+                        pad,
+                    };
+                    if !emit(job) {
+                        return Ok(());
+                    }
+                    offset += len;
+                }
+            }
+            Node::File {
+                data, mode, size, ..
+            } => {
+                let mut bytes = Vec::with_capacity(*size as usize);
+                data.open()?
+                    .take(*size + 1)
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| data_err(data, e))?;
+                if bytes.len() as u64 != *size {
+                    return Err(short(data, *size, bytes.len() as u64));
+                }
+                let mut h = header(layer, *mode, tar::EntryType::Regular, *size);
+                tar.append_data(&mut h, path, &bytes[..]).map_err(io)?;
+            }
         }
-        enc.finish()?.flush()
+        if tar.get_ref().len() as u64 >= framing.chunk && !flush(&mut tar, &mut emit) {
+            return Ok(());
+        }
+    }
+    let end = tar.into_inner().map_err(io)?;
+    emit(Job::Batch(end));
+    Ok(())
+}
+
+fn data_err(data: &Data, e: std::io::Error) -> BakeError {
+    match data {
+        Data::File(p) => io_err(p)(e),
+        Data::Inline(_) => BakeError::Io {
+            path: "(rendered file)".into(),
+            source: e,
+        },
+    }
+}
+
+/// A layer file whose length changed since it was hashed.
+fn short(data: &Data, want: u64, got: u64) -> BakeError {
+    data_err(
+        data,
+        std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("expected {want} bytes (as hashed for the layer), found {got}: the file changed during the bake"),
+        ),
+    )
+}
+
+/// Compresses one job into one frame, through the cache for big-file chunks.
+fn run(
+    job: Job<'_>,
+    zc: &mut zstd::bulk::Compressor<'static>,
+    codec: &Codec,
+    cache: Option<&ChunkCache>,
+) -> Result<Vec<u8>, BakeError> {
+    match job {
+        Job::Batch(bytes) => zc
+            .compress(&bytes)
+            .map_err(|e| io_err(Path::new("(zstd frame)"))(e)),
+        Job::Slice {
+            path,
+            size,
+            sha256,
+            offset,
+            len,
+            pad,
+        } => {
+            let mut make = || -> Result<Vec<u8>, BakeError> {
+                let mut buf = vec![0u8; (len + pad) as usize];
+                let f = std::fs::File::open(path).map_err(io_err(path))?;
+                f.read_exact_at(&mut buf[..len as usize], offset)
+                    .map_err(|e| match e.kind() {
+                        std::io::ErrorKind::UnexpectedEof => {
+                            let found = f.metadata().map(|m| m.len()).unwrap_or(0);
+                            short(&Data::File(path.to_path_buf()), size, found)
+                        }
+                        _ => io_err(path)(e),
+                    })?;
+                zc.compress(&buf).map_err(io_err(path))
+            };
+            match cache {
+                Some(c) => {
+                    let source = Source::Slice {
+                        file_sha256: sha256,
+                        offset,
+                        len,
+                        pad,
+                    };
+                    c.get_or_insert_with(&ChunkKey::new(codec, &source), make)
+                }
+                None => make(),
+            }
+        }
+    }
+}
+
+fn compressor() -> std::io::Result<zstd::bulk::Compressor<'static>> {
+    let mut zc = zstd::bulk::Compressor::new(ZSTD_LEVEL)?;
+    zc.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))?;
+    Ok(zc)
+}
+
+/// Writes `layer` as a `.tar.zst` at `out`, atomically (see the module docs for the frames).
+pub fn write(
+    layer: &Layer,
+    out: &Path,
+    opts: &RootfsOptions<'_>,
+) -> Result<RootfsReport, BakeError> {
+    let threads = match opts.threads {
+        0 => std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1),
+        n => n,
+    } as u64;
+    let framing = opts.framing;
+    let in_flight = (2 * threads)
+        .min(IN_FLIGHT_BYTES / (framing.chunk + framing.big))
+        .max(2);
+    let workers = threads.min(in_flight).max(1);
+    let codec = Codec::zstd(ZSTD_LEVEL, framing.chunk, FRAME_FORMAT);
+    let before = opts.cache.map(|c| c.stats());
+
+    let mut inner: Option<BakeError> = None;
+    let mut report = RootfsReport {
+        frames: 0,
+        chunk_frames: 0,
+        cache: None,
+    };
+    super::write_atomic_with(out, |f| {
+        let mut w = BufWriter::with_capacity(1 << 20, f);
+        // A token per frame between planning and writing bounds the frames in flight.
+        let (slot_tx, slot_rx) = mpsc::sync_channel::<()>(in_flight as usize);
+        let (job_tx, job_rx) = mpsc::channel::<(u64, Job<'_>)>();
+        let (done_tx, done_rx) = mpsc::channel::<(u64, Result<Vec<u8>, BakeError>)>();
+        let job_rx = Mutex::new(job_rx);
+        let result = std::thread::scope(|s| {
+            let planner = s.spawn(move || {
+                let mut seq = 0u64;
+                let mut chunks = 0u64;
+                let r = plan(layer, framing, |job| {
+                    if slot_tx.send(()).is_err() {
+                        return false;
+                    }
+                    chunks += matches!(job, Job::Slice { .. }) as u64;
+                    let sent = job_tx.send((seq, job)).is_ok();
+                    seq += 1;
+                    sent
+                });
+                r.map(|_| (seq, chunks))
+            });
+            for _ in 0..workers {
+                let (job_rx, done_tx, codec) = (&job_rx, done_tx.clone(), &codec);
+                s.spawn(move || {
+                    let mut zc = match compressor() {
+                        Ok(zc) => zc,
+                        Err(e) => {
+                            let _ = done_tx.send((u64::MAX, Err(io_err(Path::new("zstd"))(e))));
+                            return;
+                        }
+                    };
+                    loop {
+                        let next = job_rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                        let Ok((seq, job)) = next else { return };
+                        let r = run(job, &mut zc, codec, opts.cache);
+                        if done_tx.send((seq, r)).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+            drop(done_tx);
+            let written = write_in_order(&mut w, out, done_rx, slot_rx);
+            let planned = planner.join().expect("rootfs planner panicked");
+            let written = written?;
+            let (frames, chunks) = planned?;
+            if written != frames {
+                return Err(io_err(out)(std::io::Error::other(format!(
+                    "expected {frames} zstd frames, wrote {written}"
+                ))));
+            }
+            Ok((frames, chunks))
+        });
+        match result {
+            Ok((frames, chunks)) => {
+                report.frames = frames;
+                report.chunk_frames = chunks;
+                w.flush()
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                inner = Some(e);
+                Err(std::io::Error::other(msg))
+            }
+        }
     })
-    .map_err(|e| inner.take().unwrap_or(e))
+    .map_err(|e| inner.take().unwrap_or(e))?;
+    if let (Some(c), Some(b)) = (opts.cache, before) {
+        let a = c.stats();
+        report.cache = Some(Stats {
+            hits: a.hits - b.hits,
+            misses: a.misses - b.misses,
+            corrupt: a.corrupt - b.corrupt,
+            stored: a.stored - b.stored,
+            hit_bytes: a.hit_bytes - b.hit_bytes,
+        });
+    }
+    tracing::info!(
+        frames = report.frames,
+        chunk_frames = report.chunk_frames,
+        cache = ?report.cache,
+        "rootfs overlay written"
+    );
+    Ok(report)
+}
+
+/// Writes finished frames in sequence order, returning a slot per frame written. Returns the
+/// number of frames once every worker is done, or the first error (which drops the channels
+/// and so stops the planner and the workers).
+fn write_in_order(
+    w: &mut impl Write,
+    out: &Path,
+    done: mpsc::Receiver<(u64, Result<Vec<u8>, BakeError>)>,
+    slots: mpsc::Receiver<()>,
+) -> Result<u64, BakeError> {
+    let mut pending = BTreeMap::new();
+    let mut next = 0u64;
+    for (seq, r) in done {
+        pending.insert(seq, r?);
+        while let Some(frame) = pending.remove(&next) {
+            w.write_all(&frame).map_err(io_err(out))?;
+            let _ = slots.recv();
+            next += 1;
+        }
+    }
+    Ok(next)
 }
