@@ -57,6 +57,8 @@ doc:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked
 
 unit: ## the test suites (nextest) and doctests; the boot tests run in qemu-test
+	scripts/sysupdate-tools.sh target/sysupdate >/dev/null || \
+	  echo "make unit: no systemd-sysupdate for bake_sysupdate_real (it will say SKIPPED)" >&2
 	$(CARGO) nextest run --workspace --exclude kiln-qemu-tests --all-targets --locked --no-fail-fast
 	$(CARGO) test --workspace --doc --locked
 

@@ -19,6 +19,7 @@ base=(
   hyperfine valgrind time
   minisign openssl python3 bc
   cloud-init ignition python3-venv   # real validators of `kiln render` output (docs/render.md)
+  containerd gnupg                   # bake tests: containerd parses the Windows config, gpg signs SHA256SUMS
   busybox-static cpio kmod e2fsprogs
   musl-tools
 )
@@ -93,6 +94,15 @@ if ! "$CBI_VENV/bin/python" -c 'import cloudbaseinit' 2>/dev/null; then
   echo "deps: installing cloudbase-init into $CBI_VENV"
   "${SUDO[@]}" /usr/bin/python3 -m venv "$CBI_VENV"
   "${SUDO[@]}" "$CBI_VENV/bin/pip" install -q --disable-pip-version-check cloudbase-init==1.1.9 >/dev/null
+fi
+
+# spdx-tools (PyPI) in its own venv: the bake tests validate every SBOM with its
+# `pyspdxtools` (builder/tests/bake_sbom.rs, docs/bake.md).
+SPDX_VENV=/opt/kiln/spdx-tools
+if ! "$SPDX_VENV/bin/pyspdxtools" --help >/dev/null 2>&1; then
+  echo "deps: installing spdx-tools into $SPDX_VENV"
+  "${SUDO[@]}" /usr/bin/python3 -m venv "$SPDX_VENV"
+  "${SUDO[@]}" "$SPDX_VENV/bin/pip" install -q --disable-pip-version-check spdx-tools==0.8.3 >/dev/null
 fi
 
 # Rust tools the gates use; the toolchain itself comes from rustup on these machines.

@@ -491,6 +491,18 @@ impl ImageDef {
             }
             (None, false) => {}
         }
+        if self.os == Os::Windows {
+            // Windows has no sysctl.d, modules-load.d or systemd: refuse rather than drop them.
+            for (key, set) in [
+                ("sysctl", !self.sysctl.is_empty()),
+                ("modules", !self.modules.is_empty()),
+                ("unit", !self.units.is_empty()),
+            ] {
+                if set {
+                    return Err(self.invalid(key, "nothing for os = \"windows\"", "a value"));
+                }
+            }
+        }
         let mut placed = std::collections::BTreeSet::new();
         for (i, a) in self.artifacts.iter().enumerate() {
             let key = format!("artifact[{i}]");

@@ -5,6 +5,7 @@
 
 pub mod chunk_cache;
 pub mod extract;
+pub mod gpg;
 pub mod manifest;
 pub mod prepare;
 pub mod render;
@@ -626,8 +627,9 @@ impl Layer {
                 &["kubernetes.cgroup_driver", "kubernetes.cluster_domain"],
             ),
         )?;
-        if def.os == Os::Linux {
-            layer.add_linux_files(req, &keys, &lock_keys, &versions)?;
+        match def.os {
+            Os::Linux => layer.add_linux_files(req, &keys, &lock_keys, &versions)?,
+            Os::Windows => layer.add_windows_files(def, &lock_keys)?,
         }
 
         // The image id covers every entry but the files that carry it.
@@ -644,30 +646,18 @@ impl Layer {
         Ok(layer)
     }
 
-    fn add_linux_files(
+    /// One `certs.d/<host>/hosts.toml` per registry, with its CA files beside it.
+    /// `layer_dir` is the layer path of `certs.d`; `node_path` turns a layer path into the
+    /// path containerd sees on the node (`/usr/lib/…` or `C:\k\…`).
+    fn add_registries(
         &mut self,
-        req: &BakeRequest<'_>,
+        def: &ImageDef,
         keys: &BTreeMap<String, String>,
-        lock_keys: &BTreeMap<String, String>,
-        _versions: &BTreeMap<String, String>,
+        layer_dir: &str,
+        node_path: impl Fn(&str) -> String,
     ) -> Result<(), BakeError> {
-        let def = req.def;
-        let containerd_version = lock_keys.get("lock.containerd.version").map(String::as_str);
-        self.add_text(
-            "usr/lib/kiln/containerd/config.toml",
-            render::containerd_config(def, containerd_version),
-            config_origin(
-                lock_keys,
-                &[
-                    "containerd.sandbox_image",
-                    "kubernetes.cgroup_driver",
-                    "containerd.registry",
-                    "lock.containerd.version",
-                ],
-            ),
-        )?;
         for (ri, reg) in def.containerd.registries.iter().enumerate() {
-            let dir = format!("usr/lib/kiln/containerd/certs.d/{}", reg.host);
+            let dir = format!("{layer_dir}/{}", render::certs_dir_name(&reg.host, def.os));
             let mut cas = Vec::new();
             for (ci, ca) in reg.ca.iter().enumerate() {
                 let src = def.base_dir.join(ca);
@@ -695,7 +685,7 @@ impl Layer {
                     },
                     config_origin(keys, &["containerd.registry"]),
                 )?;
-                cas.push(format!("/{name}"));
+                cas.push(node_path(&name));
             }
             self.add_text(
                 &format!("{dir}/hosts.toml"),
@@ -703,6 +693,67 @@ impl Layer {
                 config_origin(keys, &["containerd.registry"]),
             )?;
         }
+        Ok(())
+    }
+
+    /// containerd's Windows files under `k/containerd` (`C:\k\containerd`): config.toml,
+    /// `certs.d`, and the proxy environment kiln-firstboot install gives the service.
+    fn add_windows_files(
+        &mut self,
+        def: &ImageDef,
+        lock_keys: &BTreeMap<String, String>,
+    ) -> Result<(), BakeError> {
+        let containerd_version = lock_keys.get("lock.containerd.version").map(String::as_str);
+        self.add_text(
+            "k/containerd/config.toml",
+            render::containerd_config_windows(def, containerd_version),
+            config_origin(
+                lock_keys,
+                &[
+                    "containerd.sandbox_image",
+                    "containerd.registry",
+                    "lock.containerd.version",
+                ],
+            ),
+        )?;
+        self.add_registries(def, lock_keys, "k/containerd/certs.d", |p| {
+            format!("C:\\{}", p.replace('/', "\\"))
+        })?;
+        if let Some(env) = render::containerd_env_windows(def) {
+            self.add_text(
+                "k/containerd/containerd.env",
+                env,
+                config_origin(lock_keys, &["containerd.proxy"]),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn add_linux_files(
+        &mut self,
+        req: &BakeRequest<'_>,
+        keys: &BTreeMap<String, String>,
+        lock_keys: &BTreeMap<String, String>,
+        _versions: &BTreeMap<String, String>,
+    ) -> Result<(), BakeError> {
+        let def = req.def;
+        let containerd_version = lock_keys.get("lock.containerd.version").map(String::as_str);
+        self.add_text(
+            "usr/lib/kiln/containerd/config.toml",
+            render::containerd_config(def, containerd_version),
+            config_origin(
+                lock_keys,
+                &[
+                    "containerd.sandbox_image",
+                    "kubernetes.cgroup_driver",
+                    "containerd.registry",
+                    "lock.containerd.version",
+                ],
+            ),
+        )?;
+        self.add_registries(def, keys, "usr/lib/kiln/containerd/certs.d", |p| {
+            format!("/{p}")
+        })?;
         if !def.sysctl.is_empty() {
             self.add_text(
                 "usr/lib/sysctl.d/90-kiln.conf",
@@ -911,6 +962,9 @@ pub struct WriteOptions {
     pub threads: u32,
     /// `mksquashfs` binary.
     pub mksquashfs: PathBuf,
+    /// Sign a sysext's `SHA256SUMS` (`SHA256SUMS.gpg`, transfer file `Verify=true`);
+    /// `None` publishes it unsigned (`Verify=false`).
+    pub sign: Option<gpg::GpgSigner>,
 }
 
 impl Default for WriteOptions {
@@ -918,6 +972,7 @@ impl Default for WriteOptions {
         WriteOptions {
             threads: 0,
             mksquashfs: PathBuf::from("mksquashfs"),
+            sign: None,
         }
     }
 }

@@ -124,10 +124,7 @@ pub const CERTS_DIR: &str = "/usr/lib/kiln/containerd/certs.d";
 /// names); 1.x reads version 2; the layer's containerd version decides.
 pub fn containerd_config(def: &ImageDef, containerd_version: Option<&str>) -> String {
     let systemd = def.kubernetes.cgroup_driver == CgroupDriver::Systemd;
-    let major = containerd_version
-        .and_then(|v| v.trim_start_matches('v').split('.').next())
-        .and_then(|m| m.parse::<u32>().ok())
-        .unwrap_or(2);
+    let major = containerd_major(containerd_version);
     let sandbox = &def.containerd.sandbox_image;
     if major >= 2 {
         format!(
@@ -188,6 +185,144 @@ version = 2
     }
 }
 
+/// Where containerd's files are in the Windows layer: `C:\k\containerd`. containerd.exe
+/// reads `config.toml` there because kiln-firstboot registers its service with `--config`.
+pub const WINDOWS_CONTAINERD_DIR: &str = r"C:\k\containerd";
+/// containerd's own data and state on Windows (its defaults, and what image-builder uses).
+const WINDOWS_CONTAINERD_ROOT: &str = r"C:\ProgramData\containerd\root";
+const WINDOWS_CONTAINERD_STATE: &str = r"C:\ProgramData\containerd\state";
+/// CNI plugins and their config on Windows (kubelet's old Windows defaults, which
+/// sig-windows-tools and CNI installers such as Calico's and flannel's use).
+pub const WINDOWS_CNI_BIN_DIR: &str = r"C:\k\cni\bin";
+/// See [`WINDOWS_CNI_BIN_DIR`].
+pub const WINDOWS_CNI_CONF_DIR: &str = r"C:\k\cni\config";
+/// The runtime handler every Windows pod gets: process-isolated Windows containers.
+const WINDOWS_RUNTIME: &str = "runhcs-wcow-process";
+
+fn containerd_major(containerd_version: Option<&str>) -> u32 {
+    containerd_version
+        .and_then(|v| v.trim_start_matches('v').split('.').next())
+        .and_then(|m| m.parse::<u32>().ok())
+        .unwrap_or(2)
+}
+
+/// containerd's `config.toml` for Windows (`C:\k\containerd\config.toml`): the `windows`
+/// snapshotter, the `io.containerd.runhcs.v1` runtime, no cgroup driver (Windows has no
+/// cgroups), the named-pipe endpoint kubelet's config names, CNI under `C:\k\cni`, and
+/// registries under `C:\k\containerd\certs.d`. Config version 3 for containerd 2.x, 2 for
+/// 1.x. Paths are TOML literal strings, so backslashes stay as they are.
+pub fn containerd_config_windows(def: &ImageDef, containerd_version: Option<&str>) -> String {
+    let sandbox = &def.containerd.sandbox_image;
+    let head = |v: u32, default_ver: &str| {
+        format!(
+            "\
+# Written by kiln bake for containerd {ver} on Windows (config version {v}).
+# containerd.exe reads it through --config (see kiln-firstboot install, docs/windows.md).
+version = {v}
+root = '{WINDOWS_CONTAINERD_ROOT}'
+state = '{WINDOWS_CONTAINERD_STATE}'
+
+[grpc]
+  address = '\\\\.\\pipe\\containerd-containerd'
+",
+            ver = containerd_version.unwrap_or(default_ver),
+        )
+    };
+    if containerd_major(containerd_version) >= 2 {
+        format!(
+            "\
+{head}
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = 'windows'
+
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = '{sandbox}'
+
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = '{WINDOWS_CONTAINERD_DIR}\\certs.d'
+
+[plugins.'io.containerd.cri.v1.runtime'.cni]
+  bin_dirs = ['{WINDOWS_CNI_BIN_DIR}']
+  conf_dir = '{WINDOWS_CNI_CONF_DIR}'
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd]
+  default_runtime_name = '{WINDOWS_RUNTIME}'
+
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.{WINDOWS_RUNTIME}]
+    runtime_type = 'io.containerd.runhcs.v1'
+",
+            head = head(3, "2.x"),
+        )
+    } else {
+        format!(
+            "\
+{head}
+[plugins.'io.containerd.grpc.v1.cri']
+  sandbox_image = '{sandbox}'
+
+  [plugins.'io.containerd.grpc.v1.cri'.cni]
+    bin_dir = '{WINDOWS_CNI_BIN_DIR}'
+    conf_dir = '{WINDOWS_CNI_CONF_DIR}'
+
+  [plugins.'io.containerd.grpc.v1.cri'.containerd]
+    snapshotter = 'windows'
+    default_runtime_name = '{WINDOWS_RUNTIME}'
+
+    [plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.{WINDOWS_RUNTIME}]
+      runtime_type = 'io.containerd.runhcs.v1'
+
+  [plugins.'io.containerd.grpc.v1.cri'.registry]
+    config_path = '{WINDOWS_CONTAINERD_DIR}\\certs.d'
+",
+            head = head(2, "1.x"),
+        )
+    }
+}
+
+/// The directory name of a registry under `certs.d`. containerd looks for `host_port_`
+/// before `host:port` on every OS; Windows file names cannot hold `:`, so the Windows layer
+/// uses the first spelling.
+pub fn certs_dir_name(host: &str, os: Os) -> String {
+    match (os, host.rsplit_once(':')) {
+        (Os::Windows, Some((h, port))) if !h.is_empty() => format!("{h}_{port}_"),
+        _ => host.to_string(),
+    }
+}
+
+/// The proxy settings as `KEY=VALUE` lines for containerd's Windows service environment
+/// (`C:\k\containerd\containerd.env`; kiln-firstboot install reads it), or `None`
+/// without `[containerd.proxy]`.
+pub fn containerd_env_windows(def: &ImageDef) -> Option<String> {
+    let p = def.containerd.proxy.as_ref()?;
+    let mut s = String::from(
+        "# Written by kiln bake from [containerd.proxy]: containerd's service environment.\n",
+    );
+    for (k, v) in [
+        ("HTTP_PROXY", &p.http),
+        ("HTTPS_PROXY", &p.https),
+        ("NO_PROXY", &p.no_proxy),
+    ] {
+        if let Some(v) = v {
+            let _ = writeln!(s, "{k}={v}");
+        }
+    }
+    Some(s)
+}
+
+/// A TOML basic string: quotes and backslashes escaped (Windows CA paths).
+fn toml_str(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 /// One registry's `hosts.toml`. `ca_files` are the node paths of its CA files.
 pub fn hosts_toml(reg: &Registry, ca_files: &[String]) -> String {
     let server = reg
@@ -205,7 +340,7 @@ pub fn hosts_toml(reg: &Registry, ca_files: &[String]) -> String {
     let ca = if ca_files.is_empty() {
         String::new()
     } else {
-        let list: Vec<String> = ca_files.iter().map(|c| format!("\"{c}\"")).collect();
+        let list: Vec<String> = ca_files.iter().map(|c| toml_str(c)).collect();
         format!("  ca = [{}]\n", list.join(", "))
     };
     for m in &reg.mirrors {
@@ -251,7 +386,8 @@ pub fn sysext_file_name(def: &ImageDef, arch: Arch) -> Option<String> {
 }
 
 /// The systemd-sysupdate transfer file (`/etc/sysupdate.<name>.d/<name>.conf` on the node).
-pub fn sysupdate_transfer(def: &ImageDef, arch: Arch) -> Option<String> {
+/// `verify`: `SHA256SUMS.gpg` is published beside `SHA256SUMS`, so nodes check it.
+pub fn sysupdate_transfer(def: &ImageDef, arch: Arch, verify: bool) -> Option<String> {
     let sx = def.sysext.as_ref()?;
     let minor: String = {
         let v = def.kubernetes.version.as_str();
@@ -266,8 +402,9 @@ pub fn sysupdate_transfer(def: &ImageDef, arch: Arch) -> Option<String> {
         "\
 # Written by kiln bake. Updates {name} within Kubernetes {minor}x from {url}
 # (SHA256SUMS there lists the images; see docs/bake.md).
+{why}
 [Transfer]
-Verify=false
+Verify={verify}
 
 [Source]
 Type=url-file
@@ -283,6 +420,14 @@ CurrentSymlink=/etc/extensions/{name}.raw
         name = sx.name,
         url = sx.update_url,
         arch = arch.systemd_name(),
+        verify = verify,
+        why = if verify {
+            "# SHA256SUMS.gpg signs SHA256SUMS: nodes need the signer's public key in\n\
+             # /etc/systemd/import-pubring.gpg."
+        } else {
+            "# Verify=false: SHA256SUMS is not signed (kiln bake --sign-key signs it); nodes\n\
+             # trust whatever the update URL serves."
+        },
     ))
 }
 
@@ -359,7 +504,14 @@ mod tests {
             sysext_file_name(&d, Arch::Amd64).unwrap(),
             "kubernetes-v1.34.2-x86-64.raw"
         );
-        let t = sysupdate_transfer(&d, Arch::Amd64).unwrap();
+        let t = sysupdate_transfer(&d, Arch::Amd64, false).unwrap();
+        assert!(t.contains("\nVerify=false\n"), "{t}");
+        let signed = sysupdate_transfer(&d, Arch::Amd64, true).unwrap();
+        assert!(signed.contains("\nVerify=true\n"), "{signed}");
+        assert!(
+            signed.contains("/etc/systemd/import-pubring.gpg"),
+            "{signed}"
+        );
         assert!(
             t.contains("MatchPattern=kubernetes-v1.34.@v-x86-64.raw"),
             "{t}"

@@ -170,7 +170,7 @@ pub fn write(
     let conf = out_dir.join(format!("{}.conf", sx.name));
     write_atomic(
         &conf,
-        render::sysupdate_transfer(def, layer.arch)
+        render::sysupdate_transfer(def, layer.arch, opts.sign.is_some())
             .unwrap_or_default()
             .as_bytes(),
     )?;
@@ -188,7 +188,8 @@ pub fn write(
     lines.insert(name, sha);
     let text: String = lines.iter().map(|(f, h)| format!("{h}  {f}\n")).collect();
     write_atomic(&sums, text.as_bytes())?;
-    Ok(vec![raw, conf, sums])
+    let sig = super::gpg::publish_signature(opts.sign.as_ref(), &sums)?;
+    Ok([raw, conf, sums].into_iter().chain(sig).collect())
 }
 
 #[cfg(test)]

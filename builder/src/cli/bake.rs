@@ -53,6 +53,21 @@ pub struct BakeArgs {
     /// The mksquashfs binary (sysext only).
     #[arg(long, default_value = "mksquashfs")]
     pub mksquashfs: PathBuf,
+    /// Sign the sysext's SHA256SUMS with this gpg key (fingerprint, key id or user id) into
+    /// SHA256SUMS.gpg, and write `Verify=true` in the transfer file. Unsigned: `Verify=false`.
+    #[arg(long, env = "KILN_SIGN_KEY", value_name = "KEY")]
+    pub sign_key: Option<String>,
+    /// gpg home directory holding the signing key (default: gpg's, `$GNUPGHOME` or ~/.gnupg).
+    #[arg(
+        long,
+        env = "KILN_GPG_HOMEDIR",
+        value_name = "DIR",
+        requires = "sign_key"
+    )]
+    pub gpg_homedir: Option<PathBuf>,
+    /// The gpg binary.
+    #[arg(long, default_value = "gpg", value_name = "PATH")]
+    pub gpg: PathBuf,
 }
 
 /// `kiln diff OLD NEW`
@@ -140,9 +155,34 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
         work: work.path(),
         gate: &gate,
     };
+    let sign = match (&a.sign_key, format) {
+        (Some(key), Format::Sysext) => {
+            let s = bake::gpg::GpgSigner {
+                gpg: a.gpg.clone(),
+                key: key.clone(),
+                homedir: a.gpg_homedir.clone(),
+            };
+            s.check()?;
+            Some(s)
+        }
+        (None, Format::Sysext) => {
+            if !global.quiet {
+                eprintln!(
+                    "kiln: warning: SHA256SUMS is not signed (no --sign-key or KILN_SIGN_KEY): \
+                     the sysupdate transfer file says Verify=false, so nodes trust whatever \
+                     the update URL serves (docs/bake.md#signing-sha256sums)"
+                );
+            }
+            None
+        }
+        // Only a sysext publishes SHA256SUMS; a KILN_SIGN_KEY in the environment is no error
+        // for the other formats.
+        (_, _) => None,
+    };
     let opts = WriteOptions {
         threads: a.threads,
         mksquashfs: a.mksquashfs.clone(),
+        sign,
     };
     let out = bake::bake(&req, &a.out, &opts)
         .with_context(|| format!("baking {} ({format}, {arch})", a.image.display()))?;

@@ -9,6 +9,8 @@
 //! machine's package versions.
 #![allow(dead_code)]
 
+pub mod gpg;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -61,6 +61,9 @@ pub struct ServiceSpec {
     pub start: StartType,
     /// Restart delays after the first, second and later failures; empty: never restarted.
     pub restart_after_ms: Vec<u32>,
+    /// `KEY=VALUE` entries of the service's own environment (the SCM's `Environment`
+    /// value); empty: none, and an earlier one is removed.
+    pub environment: Vec<String>,
 }
 
 /// A service's state as the SCM reports it.
@@ -152,10 +155,17 @@ pub fn node_services(bin_dir: &Path, root: &Path) -> Vec<ServiceSpec> {
             display_name: "containerd container runtime".into(),
             description: "Container runtime for kubelet (kiln node image)".into(),
             // --run-service: containerd talks to the SCM itself (containerd's Windows service).
-            command: format!("{} --run-service", quote(&bin_dir.join("containerd.exe"))),
+            // --config: the config `kiln bake` renders into the layer, instead of containerd's
+            // default under C:\Program Files.
+            command: format!(
+                "{} --config {} --run-service",
+                quote(&bin_dir.join("containerd.exe")),
+                quote(&bin_dir.join("containerd").join("config.toml"))
+            ),
             dependencies: vec![],
             start: StartType::Auto,
             restart_after_ms: restart.clone(),
+            environment: vec![],
         },
         ServiceSpec {
             name: "kubelet".into(),
@@ -167,6 +177,7 @@ pub fn node_services(bin_dir: &Path, root: &Path) -> Vec<ServiceSpec> {
             dependencies: vec!["containerd".into()],
             start: StartType::Demand,
             restart_after_ms: restart,
+            environment: vec![],
         },
         ServiceSpec {
             name: "kiln-firstboot".into(),
@@ -182,8 +193,31 @@ pub fn node_services(bin_dir: &Path, root: &Path) -> Vec<ServiceSpec> {
             start: StartType::Auto,
             // Runs once per boot; a failure is reported, not retried in a loop.
             restart_after_ms: vec![],
+            environment: vec![],
         },
     ]
+}
+
+/// Where `kiln bake` puts containerd's proxy environment, under the binaries' directory
+/// (`C:\k\containerd\containerd.env`).
+pub const CONTAINERD_ENV: [&str; 2] = ["containerd", "containerd.env"];
+
+/// The `KEY=VALUE` environment for the containerd service from the layer's
+/// `containerd\containerd.env` (the image definition's `[containerd.proxy]`); none when the
+/// file is absent. A file that does not parse is an error naming it.
+pub fn containerd_environment(bin_dir: &Path) -> Result<Vec<String>, String> {
+    let path = bin_dir.join(CONTAINERD_ENV[0]).join(CONTAINERD_ENV[1]);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let env = crate::envfile::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(env
+        .entries()
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect())
 }
 
 /// What `install` did to one service.
@@ -377,8 +411,16 @@ pub fn main(args: &[String]) -> Option<u8> {
                 Ok(s) => s,
                 Err(e) => return Some(fail(e.to_string(), 1)),
             };
-            let specs = node_services(&o.bin_dir, &o.root);
+            let mut specs = node_services(&o.bin_dir, &o.root);
             if sub == "install" {
+                match containerd_environment(&o.bin_dir) {
+                    Ok(env) => {
+                        if let Some(c) = specs.iter_mut().find(|s| s.name == "containerd") {
+                            c.environment = env;
+                        }
+                    }
+                    Err(e) => return Some(fail(e, 1)),
+                }
                 match install(scm.as_mut(), &specs) {
                     Ok(done) => {
                         for (name, how) in done {
@@ -583,10 +625,38 @@ mod tests {
         let fb = specs.iter().find(|s| s.name == "kiln-firstboot").unwrap();
         assert_eq!(fb.start, StartType::Auto);
         assert!(fb.restart_after_ms.is_empty());
+        let containerd = specs.iter().find(|s| s.name == "containerd").unwrap();
+        // The config kiln bake renders at k/containerd/config.toml.
+        assert_eq!(
+            containerd.command,
+            r#""C:\k\containerd.exe" --config "C:\k\containerd\config.toml" --run-service"#
+        );
         assert_eq!(
             fb.command,
             r#""C:\k\kiln-firstboot.exe" service --root "C:\\""#
         );
+    }
+
+    #[test]
+    fn containerd_environment_comes_from_the_baked_env_file() {
+        let dir = std::env::temp_dir().join(format!("kiln-ctd-env-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(containerd_environment(&dir).unwrap(), Vec::<String>::new());
+        std::fs::create_dir_all(dir.join("containerd")).unwrap();
+        let file = dir.join("containerd").join("containerd.env");
+        std::fs::write(
+            &file,
+            "# Written by kiln bake\nHTTP_PROXY=http://proxy:3128\nNO_PROXY=10.0.0.0/8,.local\n",
+        )
+        .unwrap();
+        assert_eq!(
+            containerd_environment(&dir).unwrap(),
+            ["HTTP_PROXY=http://proxy:3128", "NO_PROXY=10.0.0.0/8,.local"]
+        );
+        std::fs::write(&file, "HTTP_PROXY http://proxy\n").unwrap();
+        let err = containerd_environment(&dir).unwrap_err();
+        assert!(err.contains("containerd.env"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
