@@ -190,10 +190,29 @@ fn windows_path(p: &Path) -> PathBuf {
 fn private(specs: &mut [windows::ServiceSpec], tag: &str) {
     for s in specs.iter_mut() {
         s.name = format!("{}-{tag}", s.name);
+        // The SCM refuses a display name already in use too (error 1078), and the tests run
+        // in parallel in one Wine prefix.
+        s.display_name = format!("{} {tag}", s.display_name);
         for d in s.dependencies.iter_mut() {
             *d = format!("{d}-{tag}");
         }
     }
+}
+
+/// The `Environment` value of a service's key as Wine's own `reg.exe query` prints it.
+fn service_environment(name: &str) -> Option<String> {
+    let out = Command::new("reg")
+        .args([
+            "query",
+            &format!("HKLM\\SYSTEM\\CurrentControlSet\\Services\\{name}"),
+            "/v",
+            "Environment",
+        ])
+        .output()
+        .expect("run reg.exe");
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 #[test]
@@ -213,12 +232,25 @@ fn install_update_uninstall_against_the_real_scm() {
         assert!(scm.exists(n).unwrap(), "{n} not registered");
         assert_eq!(scm.state(n).unwrap(), ServiceState::Stopped);
     }
-    // Re-running install on an image updates in place.
+    // Re-running install on an image updates in place; containerd's proxy environment
+    // (from the layer's containerd.env) lands in its service key, and goes again without it.
+    specs[0].environment = vec![
+        "HTTP_PROXY=http://proxy.example:3128".into(),
+        "NO_PROXY=10.0.0.0/8".into(),
+    ];
     let again = windows::install(&mut scm, &specs).unwrap();
     assert!(
         again.iter().all(|(_, how)| *how == Installed::Updated),
         "{again:?}"
     );
+    let env = service_environment(&names[0]).expect("an Environment value");
+    assert!(
+        env.contains("HTTP_PROXY=http://proxy.example:3128") && env.contains("NO_PROXY=10.0.0.0/8"),
+        "{env}"
+    );
+    specs[0].environment.clear();
+    windows::install(&mut scm, &specs).unwrap();
+    assert_eq!(service_environment(&names[0]), None);
     // The per-boot command line rewrite that precedes kubelet's start.
     scm.set_command(&names[1], "\"C:\\k\\kubelet.exe\" --windows-service --v=2")
         .unwrap();
@@ -244,6 +276,7 @@ fn the_scm_starts_kiln_firstboot_as_a_service() {
         .find(|s| s.name == "kiln-firstboot")
         .unwrap();
     spec.name = format!("kiln-firstboot-{tag}");
+    spec.display_name = format!("kiln first boot {tag}");
     // The service runs this build's exe against an empty root: it must come up through the
     // dispatcher, run, and report CONFIG_MISSING at the Windows status path.
     spec.command = format!(

@@ -121,6 +121,34 @@ extern "system" {
     fn SetServiceStatus(handle: Handle, status: *mut ServiceStatus) -> i32;
 }
 
+#[link(name = "advapi32")]
+extern "system" {
+    fn RegOpenKeyExW(
+        key: Handle,
+        subkey: *const u16,
+        options: u32,
+        sam: u32,
+        out: *mut Handle,
+    ) -> i32;
+    fn RegSetValueExW(
+        key: Handle,
+        name: *const u16,
+        reserved: u32,
+        kind: u32,
+        data: *const u8,
+        len: u32,
+    ) -> i32;
+    fn RegDeleteValueW(key: Handle, name: *const u16) -> i32;
+    fn RegCloseKey(key: Handle) -> i32;
+}
+
+/// HKEY_LOCAL_MACHINE, a predefined handle: `(HKEY)(ULONG_PTR)(LONG)0x80000002`, so
+/// sign-extended on 64-bit.
+const HKEY_LOCAL_MACHINE: Handle = 0x8000_0002_u32 as i32 as isize as Handle;
+const KEY_SET_VALUE: u32 = 0x0002;
+const REG_MULTI_SZ: u32 = 7;
+const ERROR_FILE_NOT_FOUND: i32 = 2;
+
 #[link(name = "kernel32")]
 extern "system" {
     fn GetLastError() -> u32;
@@ -193,6 +221,62 @@ impl Scm {
         Ok(Service(h))
     }
 
+    /// The service's own environment: the SCM passes the `Environment` value (REG_MULTI_SZ)
+    /// of the service's registry key to the process. No API sets it, so the key is written.
+    fn set_environment(&self, spec: &ServiceSpec) -> Result<(), ServiceError> {
+        let path = wide(&format!(
+            "SYSTEM\\CurrentControlSet\\Services\\{}",
+            spec.name
+        ));
+        let value = wide("Environment");
+        let mut key: Handle = null_mut();
+        let fail = |call: &'static str, code: i32| ServiceError {
+            call,
+            service: spec.name.clone(),
+            code: code as u32,
+        };
+        // SAFETY: path is NUL-terminated; key receives an open handle on success.
+        let rc = unsafe {
+            RegOpenKeyExW(
+                HKEY_LOCAL_MACHINE,
+                path.as_ptr(),
+                0,
+                KEY_SET_VALUE,
+                &mut key,
+            )
+        };
+        if rc != 0 {
+            return Err(fail("RegOpenKeyExW(service key)", rc));
+        }
+        let rc = if spec.environment.is_empty() {
+            // SAFETY: key is open; value is NUL-terminated.
+            match unsafe { RegDeleteValueW(key, value.as_ptr()) } {
+                ERROR_FILE_NOT_FOUND => 0,
+                rc => rc,
+            }
+        } else {
+            let data = wide_list(&spec.environment);
+            // SAFETY: key is open; data is a double-NUL-terminated UTF-16 list whose byte
+            // length is passed.
+            unsafe {
+                RegSetValueExW(
+                    key,
+                    value.as_ptr(),
+                    0,
+                    REG_MULTI_SZ,
+                    data.as_ptr().cast(),
+                    (data.len() * 2) as u32,
+                )
+            }
+        };
+        // SAFETY: key was opened above and is closed once.
+        unsafe { RegCloseKey(key) };
+        if rc != 0 {
+            return Err(fail("RegSetValueExW(Environment)", rc));
+        }
+        Ok(())
+    }
+
     /// Description and recovery settings, which only ChangeServiceConfig2W sets.
     fn configure_extras(&self, svc: &Service, spec: &ServiceSpec) -> Result<(), ServiceError> {
         let mut text = wide(&spec.description);
@@ -245,7 +329,7 @@ impl Scm {
                 &spec.name,
             ));
         }
-        Ok(())
+        self.set_environment(spec)
     }
 }
 
