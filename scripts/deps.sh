@@ -14,7 +14,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 base=(
   build-essential pkg-config ca-certificates curl git
-  squashfs-tools zstd tar gzip unzip file xz-utils
+  squashfs-tools squashfs-tools-ng zstd tar gzip unzip file xz-utils
   systemd systemd-container
   hyperfine valgrind time
   minisign openssl python3 bc

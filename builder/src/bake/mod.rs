@@ -11,6 +11,7 @@ pub mod prepare;
 pub mod render;
 pub mod rootfs;
 pub mod sbom;
+pub mod squashfs;
 pub mod sysext;
 pub mod units;
 pub mod windows;
@@ -106,6 +107,9 @@ pub enum BakeError {
     /// An archive was refused or lacked a member.
     #[error(transparent)]
     Extract(#[from] extract::ExtractError),
+    /// The squashfs writer refused the tree or failed to write.
+    #[error(transparent)]
+    Squash(#[from] squashfs::SquashError),
     /// An external tool failed.
     #[error("{tool} failed: {detail}")]
     Tool {
@@ -992,7 +996,7 @@ pub fn bake(
     let (main, sbom) = std::thread::scope(|s| {
         let sbom = s.spawn(|| sbom::spdx_json(&layer));
         let main = match req.format {
-            Format::Sysext => sysext::write(&layer, req.def, out_dir, req.work, opts),
+            Format::Sysext => sysext::write(&layer, req.def, out_dir, req.work, req.cache, opts),
             Format::Rootfs => {
                 let p = out_dir.join(format!("{base}.tar.zst"));
                 let cache = req.cache.map(chunk_cache::ChunkCache::new);

@@ -1,20 +1,20 @@
 //! The Flatcar output: a systemd-sysext squashfs image holding only `/usr`, its
 //! systemd-sysupdate transfer file and a `SHA256SUMS`.
 //!
-//! The image is packed by Debian's `mksquashfs` (squashfs-tools ≥ 4.4 builds reproducibly
-//! by default) from a staging tree that holds only kiln's small rendered files: large files
-//! (store blobs, extracted members) are fed in through pseudo-file definitions
-//! (`path f mode 0 0 cat SRC`) instead of being copied, and every owner, time and mode is
-//! pinned on the command line (`-all-root -mkfs-time -all-time -no-xattrs`). docs/bake.md
-//! explains the choice.
+//! zstd and gzip images are written by kiln's own squashfs writer ([`super::squashfs`]),
+//! straight from the layer, with compressed blocks kept in the bake cache. xz images are still
+//! packed by Debian's `mksquashfs` from a staging tree that holds only kiln's small rendered
+//! files: large files are fed in through pseudo-file definitions (`path f mode 0 0 cat SRC`),
+//! and every owner, time and mode is pinned on the command line. docs/bake.md explains why.
 
 use std::fmt::Write as _;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use super::squashfs::{self, Codec};
 use super::{io_err, render, write_atomic, BakeError, Data, Layer, Node, WriteOptions};
-use crate::image_def::ImageDef;
+use crate::image_def::{Compression, ImageDef};
 
 /// Memory cap passed to `mksquashfs -mem`.
 pub const MKSQUASHFS_MEM: &str = "192M";
@@ -37,11 +37,7 @@ fn stage(layer: &Layer, root: &Path) -> Result<String, BakeError> {
     let mut pseudo = String::new();
     for (path, e) in &layer.entries {
         if !(path == "usr" || path.starts_with("usr/")) {
-            return Err(BakeError::Conflict {
-                path: path.clone(),
-                first: "the sysext rule (only /usr)".into(),
-                second: format!("{:?}", e.origin),
-            });
+            return Err(only_usr(path, e));
         }
         let dst = root.join(path);
         match &e.node {
@@ -77,8 +73,64 @@ fn stage(layer: &Layer, root: &Path) -> Result<String, BakeError> {
     Ok(pseudo)
 }
 
-/// Packs `layer` into a squashfs image at `out` with `mksquashfs`, atomically.
+/// Packs `layer` into a squashfs image at `out`, atomically: kiln's writer for zstd and
+/// gzip, `mksquashfs` for xz. `cache` is the bake cache (compressed blocks).
 pub fn pack(
+    layer: &Layer,
+    def: &ImageDef,
+    out: &Path,
+    work: &Path,
+    cache: Option<&Path>,
+    opts: &WriteOptions,
+) -> Result<(), BakeError> {
+    let comp = def
+        .sysext
+        .as_ref()
+        .map(|s| s.compression)
+        .unwrap_or_default();
+    let codec = match comp {
+        Compression::Zstd => Codec::zstd(squashfs::ZSTD_DEFAULT_LEVEL),
+        Compression::Gzip => Codec::gzip(squashfs::GZIP_DEFAULT_LEVEL),
+        Compression::Xz => return pack_mksquashfs(layer, def, out, work, opts),
+    };
+    if let Some((path, e)) = layer
+        .entries
+        .iter()
+        .find(|(p, _)| !(p.as_str() == "usr" || p.starts_with("usr/")))
+    {
+        return Err(only_usr(path, e));
+    }
+    let summary = squashfs::write_file(
+        layer.entries.iter().map(|(p, e)| (p.as_str(), &e.node)),
+        layer.epoch,
+        out,
+        &squashfs::Options {
+            codec,
+            threads: opts.threads as usize,
+            cache: cache.map(Path::to_path_buf),
+        },
+    )?;
+    tracing::debug!(
+        image = %out.display(),
+        inodes = summary.inodes,
+        bytes = summary.bytes_used,
+        cached_files = summary.cache_hits,
+        compressed_blocks = summary.compressed_blocks,
+        "sysext image written"
+    );
+    Ok(())
+}
+
+fn only_usr(path: &str, e: &super::Entry) -> BakeError {
+    BakeError::Conflict {
+        path: path.to_string(),
+        first: "the sysext rule (only /usr)".into(),
+        second: format!("{:?}", e.origin),
+    }
+}
+
+/// Packs `layer` with `mksquashfs` (xz images), atomically.
+fn pack_mksquashfs(
     layer: &Layer,
     def: &ImageDef,
     out: &Path,
@@ -156,6 +208,7 @@ pub fn write(
     def: &ImageDef,
     out_dir: &Path,
     work: &Path,
+    cache: Option<&Path>,
     opts: &WriteOptions,
 ) -> Result<Vec<PathBuf>, BakeError> {
     let sx = def.sysext.as_ref().ok_or_else(|| BakeError::Format {
@@ -165,7 +218,7 @@ pub fn write(
     })?;
     let name = render::sysext_file_name(def, layer.arch).unwrap_or_default();
     let raw = out_dir.join(&name);
-    pack(layer, def, &raw, work, opts)?;
+    pack(layer, def, &raw, work, cache, opts)?;
     let (_, sha) = super::sha256_file(&raw)?;
     let conf = out_dir.join(format!("{}.conf", sx.name));
     write_atomic(
