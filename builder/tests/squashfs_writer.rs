@@ -610,6 +610,10 @@ fn refused_trees_name_the_path_and_leave_no_image() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("expected sha256 0000"), "{e}");
+    // The block group it had already put in the cache was taken back out.
+    assert!(cache_entries(&cache)
+        .iter()
+        .all(|p| !p.to_string_lossy().ends_with(".chunk")));
     assert!(!out.exists());
     let leftovers: Vec<_> = std::fs::read_dir(t.path())
         .unwrap()

@@ -88,16 +88,25 @@ impl Codec {
         }
     }
 
-    /// Everything that decides the compressed bytes of a block: what a cache of compressed
-    /// blocks is keyed by. The library version is part of it because another zstd or zlib
-    /// may compress the same block differently, and a warm bake must match a cold one.
-    pub fn identity(&self) -> String {
-        match self {
-            Codec::Zstd { level } => format!(
-                "zstd level={level} lib={}",
-                zstd::zstd_safe::version_number()
-            ),
-            Codec::Gzip { level } => format!("zlib level={level} window=15 lib=flate2-1"),
+    /// Everything that decides the compressed bytes of a block, in the chunk cache's terms.
+    /// The library version is part of it because another zstd or zlib may compress the same
+    /// block differently, and a warm bake must match a cold one.
+    pub fn cache_codec(&self, block_size: u32, group: u64) -> crate::bake::chunk_cache::Codec {
+        let format = format!("kiln-squashfs-blocks-v1 group={group}");
+        match *self {
+            Codec::Zstd { level } => {
+                let mut c =
+                    crate::bake::chunk_cache::Codec::zstd(level, block_size as u64, &format);
+                c.name = "squashfs-zstd".into();
+                c
+            }
+            Codec::Gzip { level } => crate::bake::chunk_cache::Codec {
+                name: "squashfs-zlib".into(),
+                library: "flate2-1 miniz_oxide".into(),
+                level: level as i32,
+                chunk_size: block_size as u64,
+                format,
+            },
         }
     }
 
@@ -167,6 +176,9 @@ mod tests {
         );
         assert!(Codec::zstd(23).check().is_err());
         assert!(Codec::gzip(0).check().is_err());
-        assert_ne!(Codec::zstd(15).identity(), Codec::zstd(14).identity());
+        assert_ne!(
+            Codec::zstd(15).cache_codec(4096, 1),
+            Codec::zstd(14).cache_codec(4096, 1)
+        );
     }
 }

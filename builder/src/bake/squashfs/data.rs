@@ -3,8 +3,12 @@
 //!
 //! One reader walks the files in order and cuts them into blocks; worker threads compress
 //! the blocks; one writer puts the results into the image in the reader's order. A fixed
-//! number of tokens bounds the blocks between reader and writer, so memory stays at a few
+//! number of tokens bounds the messages between reader and writer, so memory stays at a few
 //! MiB whatever the input size, and the bytes do not depend on the number of threads.
+//!
+//! With a cache ([`crate::bake::chunk_cache`]), a file's full blocks are cached in groups of
+//! [`GROUP_BLOCKS`]: one entry holds the group's size words and stored bytes, keyed by the
+//! file's sha256 and the group's offset, so a hit needs no reading of the input at all.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -15,10 +19,78 @@ use std::sync::Mutex;
 
 use sha2::{Digest, Sha256};
 
-use super::cache::{BlockCache, Filler, Hit, BLOCK_UNCOMPRESSED};
 use super::codec::{Codec, Context};
 use super::SquashError;
+use crate::bake::chunk_cache::{self, ChunkCache, ChunkKey, Source};
 use crate::bake::Data;
+
+/// Bit 24 of a data block's size word: the block is stored uncompressed.
+pub const BLOCK_UNCOMPRESSED: u32 = 1 << 24;
+
+/// Full blocks per cache entry: 2 MiB of input, so a warm bake reads a few hundred entries
+/// for a node layer and at most one group per message is in memory.
+pub const GROUP_BLOCKS: u64 = 16;
+
+/// Bytes a size word says are stored for the block.
+fn stored_len(word: u32) -> u64 {
+    (word & !BLOCK_UNCOMPRESSED) as u64
+}
+
+/// The squashfs writer's view of the shared chunk cache.
+#[derive(Debug)]
+pub struct BlockCache<'c> {
+    /// The cache.
+    pub cache: &'c ChunkCache,
+    /// Codec parameters in the cache's terms.
+    pub codec: chunk_cache::Codec,
+    /// Block size.
+    pub block_size: u32,
+}
+
+impl BlockCache<'_> {
+    fn key(&self, sha256: &str, group: u64, blocks: u64) -> ChunkKey {
+        let bs = self.block_size as u64;
+        ChunkKey::new(
+            &self.codec,
+            &Source::Slice {
+                file_sha256: sha256,
+                offset: group * GROUP_BLOCKS * bs,
+                len: blocks * bs,
+                pad: 0,
+            },
+        )
+    }
+
+    /// A cached group: its size words and stored bytes, if the entry is consistent.
+    fn get(&self, key: &ChunkKey, blocks: u64) -> Option<(Vec<u32>, Vec<u8>)> {
+        let p = self.cache.get(key)?;
+        let n = u32::from_le_bytes(p.get(..4)?.try_into().ok()?) as u64;
+        let words_end = 4 + 4 * n as usize;
+        if n != blocks || p.len() < words_end {
+            return None;
+        }
+        let words: Vec<u32> = p[4..words_end]
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let sane = words
+            .iter()
+            .all(|&w| w >> 25 == 0 && stored_len(w) <= self.block_size as u64);
+        let total: u64 = words.iter().map(|&w| stored_len(w)).sum();
+        (sane && total == (p.len() - words_end) as u64).then(|| (words, p[words_end..].to_vec()))
+    }
+}
+
+/// Serializes a group for the cache.
+fn group_payload(words: &[u32], data: &[u8]) -> Vec<u8> {
+    let mut p = Vec::with_capacity(4 + 4 * words.len() + data.len());
+    p.extend_from_slice(&(words.len() as u32).to_le_bytes());
+    for w in words {
+        p.extend_from_slice(&w.to_le_bytes());
+    }
+    p.extend_from_slice(data);
+    p
+}
 
 /// One distinct file content to store.
 #[derive(Debug, Clone, Copy)]
@@ -55,7 +127,7 @@ pub struct DataArea {
     pub fragments: Vec<(u64, u32)>,
     /// Image offset just past the area.
     pub end: u64,
-    /// Files whose blocks came from the cache.
+    /// Groups of blocks that came from the cache.
     pub cache_hits: usize,
     /// Blocks compressed in this run.
     pub compressed: u64,
@@ -134,10 +206,15 @@ enum Task {
 }
 
 enum Event {
-    Begin { id: usize, fill: bool },
+    /// The next blocks are file `id`'s.
+    File(usize),
+    /// A group of blocks starts; with a key, the writer fills that cache entry.
+    Group(Option<ChunkKey>),
     Block(Stored),
-    End,
-    Cached { id: usize, hit: Hit },
+    /// The group ends.
+    GroupEnd,
+    /// A whole group from the cache: size words and stored bytes.
+    Cached(Vec<u32>, Vec<u8>),
     Fragment(Stored),
 }
 
@@ -147,7 +224,7 @@ pub fn write(
     codec: &Codec,
     block_size: u32,
     threads: usize,
-    cache: Option<&BlockCache>,
+    cache: Option<&BlockCache<'_>>,
     out: &mut BufWriter<&mut File>,
     pos: u64,
 ) -> Result<DataArea, SquashError> {
@@ -160,7 +237,9 @@ pub fn write(
     for _ in 0..in_flight {
         let _ = tok_tx.send(());
     }
-    std::thread::scope(|s| {
+    // Cache entries are stored (fsync and rename) off the writer's path.
+    let (put_tx, put_rx) = sync_channel::<(ChunkKey, Vec<u8>)>(4);
+    let result = std::thread::scope(|s| {
         for _ in 0..threads {
             let ev_tx = ev_tx.clone();
             let task_rx = &task_rx;
@@ -186,20 +265,29 @@ pub fn write(
                 }
             });
         }
+        if let Some(c) = cache {
+            s.spawn(move || {
+                for (key, payload) in put_rx {
+                    if let Err(e) = c.cache.put(&key, &payload) {
+                        tracing::warn!("{e}; continuing without caching these blocks");
+                    }
+                }
+            });
+        } else {
+            drop(put_rx);
+        }
         let writer = s.spawn(move || {
             let mut w = Writer {
-                files,
-                codec,
-                block_size,
-                cache,
                 out,
                 pos,
                 area: DataArea {
                     files: vec![FileData::default(); files.len()],
                     ..DataArea::default()
                 },
-                cur: None,
+                cur: 0,
                 fill: None,
+                put_tx,
+                block_size,
             };
             w.run(ev_rx, tok_tx).map(|_| w.area)
         });
@@ -207,26 +295,45 @@ pub fn write(
         drop(task_tx);
         drop(ev_tx);
         let written = writer.join().expect("squashfs writer thread panicked");
-        // A reader error explains a short write better than the writer's view of it.
-        let frag_pos = read?;
-        let mut area = written?;
-        for (id, f) in frag_pos.into_iter().enumerate() {
-            area.files[id].fragment = f;
+        (read, written)
+    });
+    let (read, written) = result;
+    let tails = match read {
+        Ok(t) => t,
+        Err((e, bad)) => {
+            // Entries filled from a file that turned out not to match its sha256 must not
+            // outlive this bake.
+            if let (Some(c), Some(id)) = (cache, bad) {
+                let f = &files[id];
+                let full = f.size / block_size as u64;
+                for g in 0..full.div_ceil(GROUP_BLOCKS) {
+                    let n = (full - g * GROUP_BLOCKS).min(GROUP_BLOCKS);
+                    let _ = std::fs::remove_file(c.cache.entry_path(&c.key(f.sha256, g, n)));
+                }
+            }
+            return Err(e);
         }
-        Ok(area)
-    })
+    };
+    let mut area = written?;
+    for (id, f) in tails.into_iter().enumerate() {
+        area.files[id].fragment = f;
+    }
+    Ok(area)
 }
+
+type ReadError = (SquashError, Option<usize>);
 
 /// The reader: cuts files into tasks and events, in image order. Returns each file's fragment
 /// position (an empty list when the writer stopped early: its error is the one to report).
+/// On error, also the file whose content was not what the layer says.
 fn read_all(
     files: &[FileSpec<'_>],
     block_size: u32,
-    cache: Option<&BlockCache>,
+    cache: Option<&BlockCache<'_>>,
     task_tx: &std::sync::mpsc::SyncSender<Task>,
     ev_tx: &Sender<(u64, Event)>,
     tok_rx: &Receiver<()>,
-) -> Result<Vec<Option<(u32, u32)>>, SquashError> {
+) -> Result<Vec<Option<(u32, u32)>>, ReadError> {
     let bs = block_size as u64;
     let mut seq = 0u64;
     let mut frag = Vec::with_capacity(block_size as usize);
@@ -243,71 +350,100 @@ fn read_all(
         }};
     }
     for (id, f) in files.iter().enumerate() {
-        let blocks = f.size / bs;
+        let full = f.size / bs;
         let tail = (f.size % bs) as usize;
-        let mut r = open(f)?;
-        let io = |source| SquashError::Io {
-            path: src_path(f),
-            source,
+        let mut r = open(f).map_err(|e| (e, None))?;
+        let io = |source| {
+            (
+                SquashError::Io {
+                    path: src_path(f),
+                    source,
+                },
+                None,
+            )
         };
-        let hit = match cache {
-            Some(c) if blocks > 0 => c.lookup(f.sha256, f.size),
-            _ => None,
+        let changed = |detail: String| {
+            (
+                SquashError::Changed {
+                    path: f.path.to_string(),
+                    file: src_path(f),
+                    detail,
+                },
+                Some(id),
+            )
         };
-        let mut tail_buf = vec![0u8; tail];
-        // A cache entry is keyed by the sha256, so what fills it is hashed on the way.
-        let mut hasher = None;
-        let mut short = false;
-        let missed = hit.is_none() && blocks > 0;
-        if let Some(hit) = hit {
-            send!(ev_tx, (seq, Event::Cached { id, hit }));
-            r.seek(SeekFrom::Start(blocks * bs)).map_err(io)?;
-        } else if blocks > 0 {
-            let fill = cache.is_some();
-            if fill {
-                hasher = Some(Sha256::new());
-            }
-            send!(ev_tx, (seq, Event::Begin { id, fill }));
-            for _ in 0..blocks {
-                let mut b = vec![0u8; block_size as usize];
-                if !read_full(&mut *r, &mut b).map_err(io)? {
-                    short = true;
-                    break;
+        // What the cache holds for this file, group by group, looked up before reading.
+        let groups = full.div_ceil(GROUP_BLOCKS);
+        let mut cached = Vec::with_capacity(groups as usize);
+        for g in 0..groups {
+            let n = (full - g * GROUP_BLOCKS).min(GROUP_BLOCKS);
+            cached.push(cache.map(|c| {
+                let key = c.key(f.sha256, g, n);
+                (c.get(&key, n), key)
+            }));
+        }
+        // Anything this bake puts in the cache is keyed by the sha256, so when it fills an
+        // entry it reads (and hashes) the whole file to check it.
+        let fills = cached.iter().any(|c| matches!(c, Some((None, _))));
+        let mut hasher = fills.then(Sha256::new);
+        if full > 0 {
+            send!(ev_tx, (seq, Event::File(id)));
+        }
+        let mut buf = vec![0u8; block_size as usize];
+        for (g, entry) in cached.into_iter().enumerate() {
+            let n = (full - g as u64 * GROUP_BLOCKS).min(GROUP_BLOCKS);
+            match entry {
+                Some((Some((words, data)), _)) => {
+                    if let Some(h) = hasher.as_mut() {
+                        for _ in 0..n {
+                            if !read_full(&mut *r, &mut buf).map_err(io)? {
+                                return Err(changed(format!(
+                                    "expected {} bytes, found fewer",
+                                    f.size
+                                )));
+                            }
+                            h.update(&buf);
+                        }
+                    }
+                    send!(ev_tx, (seq, Event::Cached(words, data)));
                 }
-                if let Some(h) = hasher.as_mut() {
-                    h.update(&b);
+                other => {
+                    let key = other.map(|(_, k)| k);
+                    send!(ev_tx, (seq, Event::Group(key)));
+                    for _ in 0..n {
+                        let mut b = vec![0u8; block_size as usize];
+                        if !read_full(&mut *r, &mut b).map_err(io)? {
+                            return Err(changed(format!("expected {} bytes, found fewer", f.size)));
+                        }
+                        if let Some(h) = hasher.as_mut() {
+                            h.update(&b);
+                        }
+                        send!(task_tx, Task::Block(seq, b));
+                    }
+                    send!(ev_tx, (seq, Event::GroupEnd));
                 }
-                send!(task_tx, Task::Block(seq, b));
             }
         }
-        if !short && !read_full(&mut *r, &mut tail_buf).map_err(io)? {
-            short = true;
+        if hasher.is_none() && full > 0 {
+            r.seek(SeekFrom::Start(full * bs)).map_err(io)?;
+        }
+        let mut tail_buf = vec![0u8; tail];
+        if !read_full(&mut *r, &mut tail_buf).map_err(io)? {
+            return Err(changed(format!("expected {} bytes, found fewer", f.size)));
         }
         let mut extra = [0u8; 1];
-        if short || read_full(&mut *r, &mut extra).map_err(io)? {
-            return Err(SquashError::Changed {
-                path: f.path.to_string(),
-                file: src_path(f),
-                detail: format!(
-                    "expected {} bytes, found {}",
-                    f.size,
-                    if short { "fewer" } else { "more" }
-                ),
-            });
+        if read_full(&mut *r, &mut extra).map_err(io)? {
+            return Err(changed(format!("expected {} bytes, found more", f.size)));
         }
         if let Some(mut h) = hasher {
             h.update(&tail_buf);
             let got = hex::encode(h.finalize());
             if got != f.sha256 {
-                return Err(SquashError::Changed {
-                    path: f.path.to_string(),
-                    file: src_path(f),
-                    detail: format!("expected sha256 {}, found {got}", f.sha256),
-                });
+                return Err(changed(format!(
+                    "expected sha256 {}, found {got}",
+                    f.sha256
+                )));
             }
-        }
-        if missed {
-            send!(ev_tx, (seq, Event::End));
         }
         if tail > 0 {
             if frag.len() + tail > block_size as usize {
@@ -327,19 +463,18 @@ fn read_all(
 }
 
 /// The writer's state.
-struct Writer<'a, 'o, 'f> {
-    files: &'a [FileSpec<'a>],
-    codec: &'a Codec,
-    block_size: u32,
-    cache: Option<&'a BlockCache>,
+struct Writer<'o, 'f> {
     out: &'o mut BufWriter<&'f mut File>,
     pos: u64,
     area: DataArea,
-    cur: Option<usize>,
-    fill: Option<Filler>,
+    cur: usize,
+    /// The cache entry being filled: key, size words, stored bytes.
+    fill: Option<(ChunkKey, Vec<u32>, Vec<u8>)>,
+    put_tx: std::sync::mpsc::SyncSender<(ChunkKey, Vec<u8>)>,
+    block_size: u32,
 }
 
-impl Writer<'_, '_, '_> {
+impl Writer<'_, '_> {
     fn run(
         &mut self,
         ev_rx: Receiver<(u64, Event)>,
@@ -355,126 +490,64 @@ impl Writer<'_, '_, '_> {
                 let _ = tok_tx.send(());
             }
         }
-        if !pending.is_empty() {
-            // Only a reader failure leaves a gap; the reader reports it.
-            return Ok(());
-        }
         self.area.end = self.pos;
         Ok(())
     }
 
-    fn io(&self) -> impl Fn(io::Error) -> SquashError {
-        |source| SquashError::Io {
-            path: PathBuf::from("(the image being written)"),
-            source,
-        }
+    fn put(&mut self, bytes: &[u8]) -> Result<(), SquashError> {
+        self.out
+            .write_all(bytes)
+            .map_err(|source| SquashError::Io {
+                path: PathBuf::from("(the image being written)"),
+                source,
+            })?;
+        self.pos += bytes.len() as u64;
+        Ok(())
     }
 
-    fn put(&mut self, s: &Stored) -> Result<(), SquashError> {
-        self.out.write_all(s.bytes()).map_err(self.io())?;
-        self.pos += s.bytes().len() as u64;
-        Ok(())
+    fn words(&mut self, words: &[u32]) {
+        let d = &mut self.area.files[self.cur];
+        for &w in words {
+            d.blocks.push(w);
+            if w == 0 {
+                d.sparse += self.block_size as u64;
+            }
+        }
     }
 
     fn event(&mut self, ev: Event) -> Result<(), SquashError> {
         match ev {
-            Event::Begin { id, fill } => {
+            Event::File(id) => {
+                self.cur = id;
                 self.area.files[id].start = self.pos;
-                self.cur = Some(id);
-                let f = &self.files[id];
-                self.fill = if fill {
-                    self.cache.and_then(|c| c.filler(f.sha256, f.size))
-                } else {
-                    None
-                };
+            }
+            Event::Group(key) => {
+                self.fill = key.map(|k| (k, Vec::new(), Vec::new()));
             }
             Event::Block(s) => {
-                let id = self.cur.expect("a block outside a file");
-                self.put(&s)?;
-                self.block_done(id, &s);
-            }
-            Event::End => {
-                if let Some(fill) = self.fill.take() {
-                    fill.publish();
+                self.put(s.bytes())?;
+                self.words(&[s.word()]);
+                self.area.compressed += 1;
+                if let Some((_, words, data)) = self.fill.as_mut() {
+                    words.push(s.word());
+                    data.extend_from_slice(s.bytes());
                 }
-                self.cur = None;
+            }
+            Event::GroupEnd => {
+                if let Some((key, words, data)) = self.fill.take() {
+                    // A failed store only costs a later bake a recompression.
+                    let _ = self.put_tx.send((key, group_payload(&words, &data)));
+                }
+            }
+            Event::Cached(words, data) => {
+                self.put(&data)?;
+                self.words(&words);
+                self.area.cache_hits += 1;
             }
             Event::Fragment(s) => {
                 self.area.fragments.push((self.pos, s.word()));
                 self.area.compressed += 1;
-                self.put(&s)?;
-            }
-            Event::Cached { id, hit } => {
-                let start = self.pos;
-                self.area.files[id].start = start;
-                if hit.copy_into(&mut *self.out).map_err(self.io())? {
-                    self.pos += hit.data_len();
-                    let d = &mut self.area.files[id];
-                    d.sparse = hit.sizes.iter().filter(|&&w| w == 0).count() as u64
-                        * self.block_size as u64;
-                    d.blocks = hit.sizes.clone();
-                    self.area.cache_hits += 1;
-                } else {
-                    // A torn or corrupt entry: take back what was copied and compress the
-                    // file here instead.
-                    hit.discard();
-                    self.out.seek(SeekFrom::Start(start)).map_err(self.io())?;
-                    self.out.get_ref().set_len(start).map_err(self.io())?;
-                    self.pos = start;
-                    self.compress_here(id)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn block_done(&mut self, id: usize, s: &Stored) {
-        let d = &mut self.area.files[id];
-        d.blocks.push(s.word());
-        if matches!(s, Stored::Sparse) {
-            d.sparse += self.block_size as u64;
-        }
-        self.area.compressed += 1;
-        if let Some(fill) = self.fill.as_mut() {
-            fill.push(s.word(), s.bytes());
-        }
-    }
-
-    /// Compresses one file's full blocks on this thread (the rare path after a bad entry).
-    fn compress_here(&mut self, id: usize) -> Result<(), SquashError> {
-        let f = self.files[id];
-        let mut r = open(&f)?;
-        let mut ctx = self.codec.context();
-        self.fill = self.cache.and_then(|c| c.filler(f.sha256, f.size));
-        let mut h = Sha256::new();
-        for _ in 0..f.size / self.block_size as u64 {
-            let mut b = vec![0u8; self.block_size as usize];
-            let full = read_full(&mut *r, &mut b).map_err(|source| SquashError::Io {
-                path: src_path(&f),
-                source,
-            })?;
-            if !full {
-                return Err(SquashError::Changed {
-                    path: f.path.to_string(),
-                    file: src_path(&f),
-                    detail: format!("expected {} bytes, found fewer", f.size),
-                });
-            }
-            h.update(&b);
-            let s = store(self.codec, &mut ctx, b, true);
-            self.put(&s)?;
-            self.block_done(id, &s);
-        }
-        let mut tail = Vec::new();
-        r.read_to_end(&mut tail).map_err(|source| SquashError::Io {
-            path: src_path(&f),
-            source,
-        })?;
-        h.update(&tail);
-        let fill = self.fill.take();
-        if hex::encode(h.finalize()) == f.sha256 {
-            if let Some(fill) = fill {
-                fill.publish();
+                self.put(s.bytes())?;
             }
         }
         Ok(())

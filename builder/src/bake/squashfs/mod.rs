@@ -12,7 +12,6 @@
 //! nodes: a sysext needs none. Single files of 4 GiB or more are refused.
 //! docs/bake.md describes the format choices and the cache.
 
-mod cache;
 mod codec;
 mod data;
 mod meta;
@@ -23,7 +22,6 @@ use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use super::Node;
-use cache::BlockCache;
 pub use codec::{Codec, GZIP_DEFAULT_LEVEL, ZSTD_DEFAULT_LEVEL};
 use meta::{MetaWriter, METADATA_SIZE};
 
@@ -96,7 +94,7 @@ pub struct Summary {
     pub fragments: u32,
     /// Bytes of the filesystem (the file is padded to 4 KiB past this).
     pub bytes_used: u64,
-    /// Files whose blocks were copied from the cache.
+    /// Groups of blocks copied from the cache.
     pub cache_hits: usize,
     /// Blocks compressed by this run.
     pub compressed_blocks: u64,
@@ -476,10 +474,15 @@ pub fn write_image<'a>(
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
-    let cache = opts
+    let chunks = opts
         .cache
         .as_deref()
-        .map(|c| BlockCache::new(c, &opts.codec, BLOCK_SIZE));
+        .map(super::chunk_cache::ChunkCache::new);
+    let cache = chunks.as_ref().map(|cache| data::BlockCache {
+        cache,
+        codec: opts.codec.cache_codec(BLOCK_SIZE, data::GROUP_BLOCKS),
+        block_size: BLOCK_SIZE,
+    });
     let io = image_io(path);
     let mut w = BufWriter::with_capacity(1 << 20, out);
     w.write_all(&[0u8; SUPERBLOCK_LEN as usize]).map_err(&io)?;
