@@ -431,10 +431,15 @@ async fn commit_off_thread(partial: Partial, from: String) -> Result<(), Attempt
 }
 
 fn write_chunk(partial: &mut Partial, bytes: &[u8], from: String) -> Result<(), AttemptError> {
-    partial.write(bytes).map_err(|e| match e {
+    partial.write(bytes).map_err(|e| write_error(e, &from))
+}
+
+/// A failed [`Partial::write`]: too many bytes means the source serves another file.
+fn write_error(e: StoreError, from: &str) -> AttemptError {
+    match e {
         StoreError::TooLong { .. } => AttemptError::Wrong(format!("{from}: {e}")),
         other => AttemptError::Store(other),
-    })
+    }
 }
 
 fn commit(partial: Partial, from: &str) -> Result<(), AttemptError> {
@@ -476,11 +481,18 @@ async fn fetch_url(
             Claim::Busy => continue,
         };
         let resumed = *resumed.get_or_insert(partial.len());
-        let result =
-            match attempt_once(client, &mut partial, url, opts, reporter, transferred).await {
-                Ok(()) => commit_off_thread(partial, url.to_string()).await,
-                Err(e) => Err(e),
-            };
+        let result = match request(client, &mut partial, url, opts).await {
+            Ok(None) => commit_off_thread(partial, url.to_string()).await,
+            Ok(Some(resp)) => {
+                let (partial, r) =
+                    stream_body(partial, resp, url, opts, reporter, transferred).await;
+                match r {
+                    Ok(()) => commit_off_thread(partial, url.to_string()).await,
+                    Err(e) => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        };
         match result {
             Ok(()) => return Ok(resumed),
             Err(AttemptError::Transient(e)) if attempt < opts.attempts_per_url => {
@@ -520,20 +532,17 @@ fn content_range_start(v: &str) -> Option<u64> {
     rest.split('-').next()?.trim().parse().ok()
 }
 
-async fn attempt_once(
+/// Sends the request for what `partial` still lacks and checks the answer's status and range.
+/// `None` when nothing needs downloading (the commit will check what is there).
+async fn request(
     client: &reqwest::Client,
     partial: &mut Partial,
     url: &str,
     opts: &FetchOptions,
-    reporter: &dyn Reporter,
-    transferred: &AtomicU64,
-) -> Result<(), AttemptError> {
+) -> Result<Option<reqwest::Response>, AttemptError> {
     let size = partial.expect().size;
-    let id = partial.expect().what.clone();
-    let exact = partial.expect().exact;
-    if exact && partial.len() == size {
-        // Everything is here already; the commit will check it.
-        return Ok(());
+    if partial.expect().exact && partial.len() == size {
+        return Ok(None);
     }
     let mut req = client.get(url);
     if !partial.is_empty() {
@@ -583,37 +592,89 @@ async fn attempt_once(
             )));
         }
     }
+    Ok(Some(resp))
+}
+
+/// Network chunks queued between the socket reader and the disk writer of one download.
+/// Bounded so a slow disk slows the reads (memory stays bounded) instead of piling up bytes.
+const PIPE_DEPTH: usize = 4;
+
+/// Streams a response body into `partial`. The socket is read on the runtime; hashing, writing
+/// and writeback run on a blocking thread fed through a bounded channel, so neither the hash
+/// nor a disk that stalls for a moment holds up the reads of this or any other download.
+/// Returns the partial (its bytes are kept for resume whatever happened) and the outcome.
+async fn stream_body(
+    mut partial: Partial,
+    resp: reqwest::Response,
+    url: &str,
+    opts: &FetchOptions,
+    reporter: &dyn Reporter,
+    transferred: &AtomicU64,
+) -> (Partial, Result<(), AttemptError>) {
+    let size = partial.expect().size;
+    let exact = partial.expect().exact;
+    let id = partial.expect().what.clone();
+    let start = partial.len();
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(PIPE_DEPTH);
+    let writer = tokio::task::spawn_blocking(move || {
+        while let Some(chunk) = rx.blocking_recv() {
+            if let Err(e) = partial.write(&chunk) {
+                return (partial, Err(e));
+            }
+        }
+        (partial, Ok(()))
+    });
+    let mut got = 0u64;
     let mut body = resp.bytes_stream();
-    loop {
-        let next = tokio::time::timeout(opts.idle_timeout, body.next())
-            .await
-            .map_err(|_| {
-                AttemptError::Transient(format!(
+    let net: Result<(), AttemptError> = loop {
+        let next = match tokio::time::timeout(opts.idle_timeout, body.next()).await {
+            Ok(next) => next,
+            Err(_) => {
+                break Err(AttemptError::Transient(format!(
                     "{url}: no data for {:?} after {} bytes",
                     opts.idle_timeout,
-                    partial.len()
-                ))
-            })?;
+                    start + got
+                )))
+            }
+        };
         match next {
-            None => break,
+            None => break Ok(()),
             Some(Ok(chunk)) => {
-                write_chunk(partial, &chunk, url.to_string())?;
-                transferred.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                let n = chunk.len() as u64;
+                // A send error means the writer stopped on an error; it is reported below.
+                if tx.send(chunk).await.is_err() {
+                    break Ok(());
+                }
+                got += n;
+                transferred.fetch_add(n, Ordering::Relaxed);
                 reporter.event(&Event::Progress {
                     id: id.clone(),
-                    bytes: partial.len(),
+                    bytes: start + got,
                 });
             }
-            Some(Err(e)) => return Err(classify_reqwest(url, &e)),
+            Some(Err(e)) => break Err(classify_reqwest(url, &e)),
         }
+    };
+    drop(tx);
+    let (partial, written) = writer
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    if let Err(e) = written {
+        return (partial, Err(write_error(e, url)));
+    }
+    if let Err(e) = net {
+        return (partial, Err(e));
     }
     if exact && partial.len() < size {
-        return Err(AttemptError::Transient(format!(
-            "{url}: the response ended after {} of {size} bytes",
-            partial.len()
-        )));
+        let n = partial.len();
+        return (
+            partial,
+            Err(AttemptError::Transient(format!(
+                "{url}: the response ended after {n} of {size} bytes"
+            ))),
+        );
     }
-    Ok(())
+    (partial, Ok(()))
 }
 
 fn classify_reqwest(url: &str, e: &reqwest::Error) -> AttemptError {

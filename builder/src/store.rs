@@ -19,6 +19,10 @@ use crate::lock::{is_sha256_hex, Artifact};
 /// Read/write chunk size for hashing and copying.
 pub const CHUNK: usize = 256 * 1024;
 
+/// A partial file asks the kernel to start writing its pages to disk every this many bytes, so
+/// the fsync before the rename only waits for the tail instead of the whole blob.
+pub const WRITEBACK_STEP: u64 = 8 << 20;
+
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -218,6 +222,7 @@ impl Store {
                 hasher: Sha256::new(),
                 len: 0,
                 buf: Vec::with_capacity(CHUNK),
+                writeback_from: 0,
             };
             partial.hash_existing(ours.len())?;
             return Ok(Claim::Partial(partial));
@@ -323,6 +328,8 @@ pub struct Partial {
     len: u64,
     // Small network chunks are gathered into CHUNK-sized writes.
     buf: Vec<u8>,
+    // File offset up to which writeback to disk has been started.
+    writeback_from: u64,
 }
 
 impl Drop for Partial {
@@ -339,8 +346,26 @@ impl Partial {
                 .write_all(&self.buf)
                 .map_err(io_err("writing partial file", &self.path))?;
             self.buf.clear();
+            self.start_writeback();
         }
         Ok(())
+    }
+
+    /// Bytes already handed to the file (the rest waits in `buf`).
+    fn in_file(&self) -> u64 {
+        self.len - self.buf.len() as u64
+    }
+
+    /// Starts (does not wait for) writeback of what was written since the last call, once
+    /// that is at least [`WRITEBACK_STEP`]: the disk then works while the network delivers,
+    /// and the commit's fsync has little left to do. Durability still comes from that fsync.
+    fn start_writeback(&mut self) {
+        let end = self.in_file();
+        if end < self.writeback_from + WRITEBACK_STEP {
+            return;
+        }
+        writeback(&self.file, self.writeback_from, end - self.writeback_from);
+        self.writeback_from = end;
     }
 
     fn hash_existing(&mut self, len: u64) -> Result<(), StoreError> {
@@ -365,6 +390,7 @@ impl Partial {
             left -= n as u64;
         }
         self.len = len - left;
+        self.writeback_from = self.len;
         self.file
             .set_len(self.len)
             .map_err(io_err("trimming partial file", &self.path))?;
@@ -401,6 +427,7 @@ impl Partial {
             .map_err(io_err("seeking partial file", &self.path))?;
         self.hasher = Sha256::new();
         self.len = 0;
+        self.writeback_from = 0;
         Ok(())
     }
 
@@ -424,10 +451,12 @@ impl Partial {
             self.file
                 .write_all(bytes)
                 .map_err(io_err("writing partial file", &self.path))?;
+            self.len = next;
+            self.start_writeback();
         } else {
             self.buf.extend_from_slice(bytes);
+            self.len = next;
         }
-        self.len = next;
         Ok(())
     }
 
@@ -502,6 +531,25 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     sync_dir(dir);
     Ok(())
 }
+
+/// Asks Linux to start writing a file range to disk without waiting (`sync_file_range` with
+/// `SYNC_FILE_RANGE_WRITE`). Only a hint: errors are ignored, the fsync at commit decides.
+#[cfg(target_os = "linux")]
+fn writeback(file: &File, offset: u64, len: u64) {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: sync_file_range only reads the descriptor, which `file` keeps open for the call.
+    unsafe {
+        libc::sync_file_range(
+            file.as_raw_fd(),
+            offset as libc::off64_t,
+            len as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WRITE,
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn writeback(_: &File, _: u64, _: u64) {}
 
 /// Makes a rename durable. Best effort: some filesystems refuse fsync on directories.
 pub fn sync_dir(dir: &Path) {
