@@ -388,3 +388,137 @@ fn killed_download_resumes_without_refetching() {
     assert!(log.last().unwrap().range_start.unwrap() > 0, "{log:?}");
     assert_eq!(std::fs::read(&blob).unwrap(), fx.arts[0].bytes);
 }
+
+/// Every name under `blobs/sha256/` that is a digest holds exactly the bytes of that digest.
+fn assert_visible_blobs_are_whole(m: &Path) {
+    let Ok(dir) = std::fs::read_dir(m.join("blobs/sha256")) else {
+        return;
+    };
+    for e in dir {
+        let e = e.unwrap();
+        let n = e.file_name().to_string_lossy().into_owned();
+        if n.starts_with('.') {
+            continue;
+        }
+        assert_eq!(
+            sha256_hex(&std::fs::read(e.path()).unwrap()),
+            n,
+            "a visible blob does not hash to its name"
+        );
+    }
+}
+
+#[test]
+fn sync_killed_again_and_again_never_shows_a_bad_blob() {
+    let size = 3 * 1024 * 1024;
+    let fx = fixture(4, size);
+    for a in &fx.arts {
+        fx.server.always(
+            &format!("/up/{}", a.file_name),
+            Fault::Slow {
+                chunk: 64 * 1024,
+                delay_ms: 8,
+            },
+        );
+    }
+    let m = fx.dir.path().join("m");
+    let total: u64 = fx.arts.iter().map(|a| a.bytes.len() as u64).sum();
+    // Kill -9 at five points spread over the transfer; after each kill the mirror shows only
+    // whole blobs and no lock (a lock is only advertised once everything is there).
+    for k in 1..=5u64 {
+        let mark = total * k / 6;
+        let mut child = sync(&fx, &m)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while fx.server.bytes_sent() < mark {
+            assert!(t.elapsed() < Duration::from_secs(60), "stuck before {mark}");
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        child.kill().ok(); // SIGKILL: no cleanup runs
+        child.wait().unwrap();
+        assert_visible_blobs_are_whole(&m);
+        assert!(
+            !m.join("artifacts.lock").exists(),
+            "the lock was installed before the blobs (kill {k})"
+        );
+    }
+    // What the kills left behind, per artifact still missing.
+    let mut left = Vec::new();
+    for a in &fx.arts {
+        fx.server.heal(&format!("/up/{}", a.file_name));
+        let sha = sha256_hex(&a.bytes);
+        let partial = m.join("blobs/sha256").join(format!(".partial-{sha}"));
+        if !m.join("blobs/sha256").join(&sha).exists() {
+            let len = std::fs::metadata(&partial).map_or(0, |md| md.len());
+            left.push((format!("/up/{}", a.file_name), len));
+        }
+    }
+    assert!(
+        left.iter().any(|(_, len)| *len > 0),
+        "the kills left no partial download to resume: {left:?}"
+    );
+    let before = fx.server.log().len();
+    let o = run(&mut sync(&fx, &m));
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    let o = run(mirror_cmd(&fx, &["verify"]).arg(&m));
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    assert!(m.join("artifacts.lock").is_file());
+    // Each interrupted download resumed exactly where its partial file ended.
+    let log = fx.server.log();
+    for (path, len) in left {
+        let first = log[before..]
+            .iter()
+            .find(|s| s.path == path)
+            .unwrap_or_else(|| panic!("{path} was not requested again"));
+        let want = (len > 0).then_some(len);
+        assert_eq!(first.range_start, want, "{path}: {log:?}");
+    }
+}
+
+#[test]
+fn concurrent_syncs_through_resets_truncation_and_errors() {
+    let fx = fixture(6, 600_000);
+    for (i, a) in fx.arts.iter().enumerate() {
+        let p = format!("/up/{}", a.file_name);
+        // Each process meets some of these; whoever does retries and resumes.
+        fx.server.fault(&p, Fault::Status(503));
+        fx.server.fault(&p, Fault::ResetAfter(100_000 + 1000 * i));
+        fx.server.fault(&p, Fault::TruncateAfter(300_000));
+        fx.server.fault(&p, Fault::Status(500));
+    }
+    let m = fx.dir.path().join("shared");
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            sync(&fx, &m)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    }
+    assert_visible_blobs_are_whole(&m);
+    let o = run(mirror_cmd(&fx, &["verify"]).arg(&m));
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    let stray: Vec<_> = std::fs::read_dir(m.join("blobs/sha256"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(stray.is_empty(), "{stray:?}");
+    for a in &fx.arts {
+        assert_eq!(
+            std::fs::read(m.join("blobs/sha256").join(sha256_hex(&a.bytes))).unwrap(),
+            a.bytes
+        );
+    }
+}
