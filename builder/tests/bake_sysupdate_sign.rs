@@ -121,3 +121,31 @@ fn an_unknown_signing_key_stops_the_bake_before_anything_is_written() {
         .unwrap_or_default();
     assert!(written.is_empty(), "written despite the error: {written:?}");
 }
+
+/// Only a sysext publishes SHA256SUMS: signing settings in the environment (set for sysext
+/// bakes) neither fail nor change a rootfs bake.
+#[test]
+fn signing_settings_in_the_environment_leave_other_formats_alone() {
+    let fx = fixture(Bins::Tiny);
+    let out = fx.dir.path().join("out");
+    let r = kiln()
+        .arg("bake")
+        .arg(repo().join("images/ubuntu.toml"))
+        .args(["--format", "rootfs", "--arch", "amd64", "--out"])
+        .arg(&out)
+        .arg("--lock")
+        .arg(&fx.lock)
+        .arg("--allow-unsigned")
+        .arg("--store")
+        .arg(&fx.store)
+        .arg("--firstboot")
+        .arg(&fx.firstboot)
+        .arg("--no-cache")
+        .env("KILN_SIGN_KEY", "nobody@example.invalid")
+        .env("KILN_GPG_HOMEDIR", fx.dir.path().join("no-such-gpg-home"))
+        .env("SOURCE_DATE_EPOCH", "1704067200")
+        .output()
+        .unwrap();
+    ok(&r, "kiln bake rootfs with KILN_SIGN_KEY set");
+    assert!(!out.join("SHA256SUMS.gpg").exists());
+}

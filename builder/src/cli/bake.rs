@@ -58,12 +58,9 @@ pub struct BakeArgs {
     #[arg(long, env = "KILN_SIGN_KEY", value_name = "KEY")]
     pub sign_key: Option<String>,
     /// gpg home directory holding the signing key (default: gpg's, `$GNUPGHOME` or ~/.gnupg).
-    #[arg(
-        long,
-        env = "KILN_GPG_HOMEDIR",
-        value_name = "DIR",
-        requires = "sign_key"
-    )]
+    // No `requires = "sign_key"`: a KILN_GPG_HOMEDIR exported for sysext bakes must not
+    // break the other formats.
+    #[arg(long, env = "KILN_GPG_HOMEDIR", value_name = "DIR")]
     pub gpg_homedir: Option<PathBuf>,
     /// The gpg binary.
     #[arg(long, default_value = "gpg", value_name = "PATH")]
