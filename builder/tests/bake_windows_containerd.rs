@@ -213,6 +213,13 @@ fn containerd_2_gets_config_version_3_that_containerd_parses() {
         rt["containerd"]["runtimes"]["runhcs-wcow-process"]["runtime_type"].as_str(),
         Some("io.containerd.runhcs.v1")
     );
+    // containerd 2.0 knows only the older `bin_dir` string.
+    let old: toml::Value =
+        toml::from_str(&render::containerd_config_windows(&def, Some("v2.0.7"))).unwrap();
+    assert_eq!(
+        old["plugins"]["io.containerd.cri.v1.runtime"]["cni"]["bin_dir"].as_str(),
+        Some(r"C:\k\cni\bin")
+    );
     if let Some(bin) = containerd() {
         let p = dir.path().join("config.toml");
         std::fs::write(&p, &text).unwrap();

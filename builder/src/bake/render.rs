@@ -142,7 +142,7 @@ version = 3
     config_path = '{CERTS_DIR}'
 
 [plugins.'io.containerd.cri.v1.runtime'.cni]
-  bin_dirs = ['/usr/libexec/cni']
+  {bin}
   conf_dir = '/etc/cni/net.d'
 
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
@@ -153,6 +153,7 @@ version = 3
     SystemdCgroup = {systemd}
 ",
             ver = containerd_version.unwrap_or("2.x"),
+            bin = cni_bin_line(containerd_version, "/usr/libexec/cni"),
         )
     } else {
         format!(
@@ -199,6 +200,18 @@ pub const WINDOWS_CNI_CONF_DIR: &str = r"C:\k\cni\config";
 /// The runtime handler every Windows pod gets: process-isolated Windows containers.
 const WINDOWS_RUNTIME: &str = "runhcs-wcow-process";
 
+/// The CNI binaries line of a config version 3: containerd 2.1 replaced `bin_dir` (a string)
+/// with `bin_dirs` (a list); 2.0 knows only `bin_dir` and would ignore `bin_dirs`.
+fn cni_bin_line(containerd_version: Option<&str>, dir: &str) -> String {
+    let minor = containerd_version
+        .and_then(|v| v.trim_start_matches('v').split('.').nth(1))
+        .and_then(|m| m.parse::<u32>().ok());
+    match (containerd_major(containerd_version), minor) {
+        (2, Some(0)) => format!("bin_dir = '{dir}'"),
+        _ => format!("bin_dirs = ['{dir}']"),
+    }
+}
+
 fn containerd_major(containerd_version: Option<&str>) -> u32 {
     containerd_version
         .and_then(|v| v.trim_start_matches('v').split('.').next())
@@ -242,7 +255,7 @@ state = '{WINDOWS_CONTAINERD_STATE}'
     config_path = '{WINDOWS_CONTAINERD_DIR}\\certs.d'
 
 [plugins.'io.containerd.cri.v1.runtime'.cni]
-  bin_dirs = ['{WINDOWS_CNI_BIN_DIR}']
+  {bin}
   conf_dir = '{WINDOWS_CNI_CONF_DIR}'
 
 [plugins.'io.containerd.cri.v1.runtime'.containerd]
@@ -252,6 +265,7 @@ state = '{WINDOWS_CONTAINERD_STATE}'
     runtime_type = 'io.containerd.runhcs.v1'
 ",
             head = head(3, "2.x"),
+            bin = cni_bin_line(containerd_version, WINDOWS_CNI_BIN_DIR),
         )
     } else {
         format!(
@@ -462,6 +476,12 @@ mod tests {
                 "sandbox = 'registry.k8s.io/pause:3.10'",
             ),
             (None, "version = 3", "bin_dirs = ['/usr/libexec/cni']"),
+            (Some("2.0.7"), "version = 3", "bin_dir = '/usr/libexec/cni'"),
+            (
+                Some("2.1.4"),
+                "version = 3",
+                "bin_dirs = ['/usr/libexec/cni']",
+            ),
         ];
         for (ver, a, b) in cases {
             let c = containerd_config(&d, *ver);
