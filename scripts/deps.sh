@@ -22,6 +22,7 @@ base=(
   containerd gnupg                   # bake tests: containerd parses the Windows config, gpg signs SHA256SUMS
   busybox-static cpio kmod e2fsprogs
   musl-tools
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross   # arm64 stand-ins of the fixture mirror
 )
 # The release kiln-firstboot is built by Debian's rustc with `-Z build-std` for musl
 # (scripts/build-firstboot.sh, docs/building.md): rustup's toolchains have no rust-src.

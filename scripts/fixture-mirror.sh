@@ -3,10 +3,16 @@
 #
 #   scripts/fixture-mirror.sh OUTDIR
 #
-# OUTDIR/upstream/        real Debian binaries (containerd, runc, CNI plugins; amd64 and arm64)
-#                         repacked in upstream's archive layouts, plus the stand-in kubelet as
-#                         kubelet/kubeadm/kubectl (amd64)
-# OUTDIR/artifacts.lock   a fixture lock for them, signed with a test key made now
+# OUTDIR/upstream/        a stand-in for the upstream download sites, in their layouts:
+#                         - real Debian binaries (containerd, runc, CNI plugins; amd64 and
+#                           arm64 .debs) repacked in upstream's archive layouts;
+#                         - stand-ins built from this workspace (scripts/build-standins.sh)
+#                           where Debian has no package: kubelet/kubeadm/kubectl and crictl
+#                           for linux amd64 and arm64, and every Windows amd64 executable
+#                           (kubelet.exe, kubeadm.exe, kubectl.exe, crictl.exe, containerd's
+#                           and the CNI plugins' .exe files) as real PE32+ programs
+# OUTDIR/artifacts.lock   a fixture lock for them, signed with a test key made now; it covers
+#                         every name/os/arch the real lock (images/artifacts.lock) covers
 # OUTDIR/keys/            that test key pair (fixture.pub, fixture.key: a throwaway test key)
 # OUTDIR/mirror/          a mirror filled by a real `kiln mirror sync` from a loopback server
 #
@@ -15,11 +21,14 @@
 #
 # Environment:
 #   KILN_BIN      kiln binary (default: build target/debug/kiln)
-#   KUBELET_BIN   stand-in kubelet (default: build the workspace's standin-kubelet, release)
+#   STANDINS      a directory made by scripts/build-standins.sh (default: run it into
+#                 target/standins/out; cargo rebuilds nothing when nothing changed)
+#   KUBELET_BIN   overrides the linux/amd64 stand-in kubelet (any ELF for amd64)
 #   DEB_CACHE     where downloaded .debs are kept (default ${XDG_CACHE_HOME:-~/.cache}/kiln/debs)
 #
 # Needs: apt-get (Debian archive access), dpkg-deb, curl, tar, gzip, sha256sum, minisign,
-# python3 (the loopback server). The .debs are downloaded once and reused.
+# python3 (the loopback server), and what scripts/build-standins.sh needs. The .debs are
+# downloaded once and reused.
 set -euo pipefail
 
 out=${1:?usage: scripts/fixture-mirror.sh OUTDIR}
@@ -33,10 +42,11 @@ if [ -z "${KILN_BIN:-}" ]; then
   (cd "$root" && cargo build -q -p kiln)
   KILN_BIN=$root/target/debug/kiln
 fi
-if [ -z "${KUBELET_BIN:-}" ]; then
-  (cd "$root" && cargo build -q --release -p standin-kubelet)
-  KUBELET_BIN=$root/target/release/kubelet
+if [ -z "${STANDINS:-}" ]; then
+  STANDINS=$root/target/standins/out
+  "$root/scripts/build-standins.sh" "$STANDINS" >/dev/null
 fi
+KUBELET_BIN=${KUBELET_BIN:-$STANDINS/linux-amd64/kubelet}
 
 pkgs=(containerd runc containernetworking-plugins)
 
@@ -115,22 +125,53 @@ for arch in amd64 arm64; do
     (cd "$x/usr/lib/cni" && targz "$up/cni-plugins-linux-$arch-v${ver[containernetworking-plugins]}.tgz" . ./bridge ./host-local ./loopback ./portmap ./bandwidth ./firewall)
   fi
 done
-for b in kubelet kubeadm kubectl; do
-  install -m 0755 "$KUBELET_BIN" "$up/$b"
+# Kubernetes' own layout: release/<version>/bin/<os>/<arch>/<binary>. One stand-in kubelet
+# plays kubelet, kubeadm and kubectl (it is not any of them; the lock's `verified` says so).
+kube_v=1.34.1-standin
+for arch in amd64 arm64; do
+  d=$up/release/v$kube_v/bin/linux/$arch
+  mkdir -p "$d"
+  src=$STANDINS/linux-$arch/kubelet
+  [ "$arch" = amd64 ] && src=$KUBELET_BIN
+  for b in kubelet kubeadm kubectl; do install -m 0755 "$src" "$d/$b"; done
 done
+d=$up/release/v$kube_v/bin/windows/amd64
+mkdir -p "$d"
+for b in kubelet kubeadm kubectl; do install -m 0755 "$STANDINS/windows-amd64/kubelet.exe" "$d/$b.exe"; done
+
+# crictl: upstream's tarballs hold the one binary at the top.
+crictl_v=1.34.0-standin
+for arch in amd64 arm64; do
+  mkdir -p "$work/crictl-$arch"
+  install -m 0755 "$STANDINS/linux-$arch/crictl" "$work/crictl-$arch/crictl"
+  targz "$up/crictl-v$crictl_v-linux-$arch.tar.gz" "$work/crictl-$arch" crictl
+done
+mkdir -p "$work/crictl-win"
+install -m 0755 "$STANDINS/windows-amd64/crictl.exe" "$work/crictl-win/crictl.exe"
+targz "$up/crictl-v$crictl_v-windows-amd64.tar.gz" "$work/crictl-win" crictl.exe
+
+# Windows containerd (bin/*.exe) and CNI plugins (./*.exe), upstream's layouts, each .exe
+# the named PE stand-in.
+win_ctd=(containerd.exe containerd-shim-runhcs-v1.exe ctr.exe)
+win_cni=(win-bridge.exe win-overlay.exe host-local.exe)
+mkdir -p "$work/ctd-win/bin" "$work/cni-win"
+for b in "${win_ctd[@]}"; do install -m 0755 "$STANDINS/windows-amd64/tool.exe" "$work/ctd-win/bin/$b"; done
+for b in "${win_cni[@]}"; do install -m 0755 "$STANDINS/windows-amd64/tool.exe" "$work/cni-win/$b"; done
+targz "$up/containerd-${ver[containerd]}-windows-amd64.tar.gz" "$work/ctd-win" bin
+(cd "$work/cni-win" && targz "$up/cni-plugins-windows-amd64-v${ver[containernetworking-plugins]}.tgz" . "${win_cni[@]/#/./}")
 
 # The fixture lock.
 lock=$out/artifacts.lock
-entry() { # NAME VERSION ARCH FORMAT FILE MEMBERS...
-  local name=$1 version=$2 arch=$3 format=$4 file=$5
-  shift 5
+entry() { # NAME VERSION OS ARCH FORMAT FILE MEMBERS...
+  local name=$1 version=$2 os=$3 arch=$4 format=$5 file=$6
+  shift 6
   [ -e "$up/$file" ] || return 0
   {
     echo
     echo "[[artifact]]"
     echo "name = \"$name\""
     echo "version = \"$version\""
-    echo "os = \"linux\""
+    echo "os = \"$os\""
     echo "arch = \"$arch\""
     echo "format = \"$format\""
     echo "url = \"$base/$file\""
@@ -138,8 +179,10 @@ entry() { # NAME VERSION ARCH FORMAT FILE MEMBERS...
     echo "sha256 = \"$(sha256sum "$up/$file" | cut -d' ' -f1)\""
     local how="apt-get download (signed archive metadata)"
     [ "$arch" = amd64 ] || how="the Debian archive pool over HTTP"
-    case $name in
-      kube*) echo "verified = \"fixture: the workspace's stand-in kubelet (tools/standin-kubelet) under the name $name, not upstream\"" ;;
+    case $os/$name in
+      */kube*) echo "verified = \"fixture: the workspace's stand-in kubelet (tools/standin-kubelet) built for $os/$arch by scripts/build-standins.sh, under the name $name; not upstream\"" ;;
+      */crictl) echo "verified = \"fixture: the workspace's crictl stand-in (tools/standin-kubelet) built for $os/$arch by scripts/build-standins.sh; Debian 12 has no cri-tools; not upstream\"" ;;
+      windows/*) echo "verified = \"fixture: PE stand-ins built with mingw by scripts/build-standins.sh in upstream's $name archive layout; not upstream\"" ;;
       *) echo "verified = \"fixture: repacked by scripts/fixture-mirror.sh from Debian's $arch $name package fetched with $how\"" ;;
     esac
     echo "members = ["
@@ -165,21 +208,38 @@ server_pid=$!
 for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.05; done
 base="http://127.0.0.1:$(cat "$work/port")"
 
-echo "# kiln fixture lock: Debian binaries in upstream layouts and the stand-in kubelet." >"$lock"
+echo "# kiln fixture lock: Debian binaries in upstream layouts, and stand-ins where Debian has none." >"$lock"
 echo "# Generated by scripts/fixture-mirror.sh; signed with the throwaway key in keys/." >>"$lock"
 echo "version = 1" >>"$lock"
 for arch in amd64 arm64; do
-  entry containerd "${ver[containerd]}" "$arch" tar.gz "containerd-${ver[containerd]}-linux-$arch.tar.gz" \
+  for b in kubelet kubeadm kubectl; do
+    entry "$b" "$kube_v" linux "$arch" binary "release/v$kube_v/bin/linux/$arch/$b" "$b=bin/$b"
+  done
+done
+for b in kubelet kubeadm kubectl; do
+  entry "$b" "$kube_v" windows amd64 binary "release/v$kube_v/bin/windows/amd64/$b.exe" "$b.exe=$b.exe"
+done
+for arch in amd64 arm64; do
+  entry containerd "${ver[containerd]}" linux "$arch" tar.gz "containerd-${ver[containerd]}-linux-$arch.tar.gz" \
     bin/containerd=bin/containerd bin/containerd-shim-runc-v2=bin/containerd-shim-runc-v2 bin/ctr=bin/ctr
-  entry runc "${ver[runc]}" "$arch" binary "runc.$arch" "runc.$arch=bin/runc"
-  v=${ver[containernetworking-plugins]}
-  entry cni-plugins "$v" "$arch" tar.gz "cni-plugins-linux-$arch-v$v.tgz" \
+done
+entry containerd "${ver[containerd]}" windows amd64 tar.gz "containerd-${ver[containerd]}-windows-amd64.tar.gz" \
+  bin/containerd.exe=containerd.exe bin/containerd-shim-runhcs-v1.exe=containerd-shim-runhcs-v1.exe bin/ctr.exe=ctr.exe
+for arch in amd64 arm64; do
+  entry runc "${ver[runc]}" linux "$arch" binary "runc.$arch" "runc.$arch=bin/runc"
+done
+v=${ver[containernetworking-plugins]}
+for arch in amd64 arm64; do
+  entry cni-plugins "$v" linux "$arch" tar.gz "cni-plugins-linux-$arch-v$v.tgz" \
     ./bridge=libexec/cni/bridge ./host-local=libexec/cni/host-local ./loopback=libexec/cni/loopback \
     ./portmap=libexec/cni/portmap ./bandwidth=libexec/cni/bandwidth ./firewall=libexec/cni/firewall
 done
-for b in kubelet kubeadm kubectl; do
-  entry "$b" 1.34.1-standin amd64 binary "$b" "$b=bin/$b"
+entry cni-plugins "$v" windows amd64 tar.gz "cni-plugins-windows-amd64-v$v.tgz" \
+  ./win-bridge.exe=cni/bin/win-bridge.exe ./win-overlay.exe=cni/bin/win-overlay.exe ./host-local.exe=cni/bin/host-local.exe
+for arch in amd64 arm64; do
+  entry crictl "$crictl_v" linux "$arch" tar.gz "crictl-v$crictl_v-linux-$arch.tar.gz" crictl=bin/crictl
 done
+entry crictl "$crictl_v" windows amd64 tar.gz "crictl-v$crictl_v-windows-amd64.tar.gz" crictl.exe=crictl.exe
 
 mkdir -p "$out/keys"
 rm -f "$out/keys/fixture.key" "$out/keys/fixture.pub"

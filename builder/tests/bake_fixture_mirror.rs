@@ -1,9 +1,10 @@
 //! The shipped definitions bake from the shared fixture mirror (`scripts/fixture-mirror.sh`):
 //! a signed lock verified with the fixture key, real Debian containerd/runc/CNI binaries in
-//! upstream layouts passing the inspection gate, and the workspace's stand-in kubelet.
+//! upstream layouts passing the inspection gate, and the workspace's stand-ins (kubelet,
+//! crictl, and the Windows `.exe` files as real PE programs) for the Linux and Windows layers.
 //!
-//! The fixture has no crictl and no Windows or arm64 kubelet, and its kubelet version is
-//! `1.34.1-standin`: the test adapts copies of the definitions to that (and says so).
+//! The fixture's kubelet version is `1.34.1-standin`: the test adapts copies of the
+//! definitions to that (and says so). Everything else, crictl included, is as shipped.
 
 mod bake_support;
 
@@ -32,16 +33,14 @@ fn build_fixture(out: &Path) {
 /// A copy of `images/<name>` adapted to the fixture lock.
 fn adapt(name: &str, dir: &Path) -> PathBuf {
     let text = std::fs::read_to_string(repo().join("images").join(name)).unwrap();
-    let text = text
-        .replace("version = \"v1.34.1\"", "version = \"1.34.1-standin\"")
-        .replace("[[artifact]]\nname = \"crictl\"\n", "");
+    let text = text.replace("version = \"v1.34.1\"", "version = \"1.34.1-standin\"");
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
     p
 }
 
 #[test]
-fn flatcar_and_ubuntu_bake_from_the_fixture_mirror() {
+fn flatcar_ubuntu_and_windows_bake_from_the_fixture_mirror() {
     let d = tempfile::tempdir().unwrap();
     let fx = d.path().join("fx");
     build_fixture(&fx);
@@ -106,6 +105,54 @@ fn flatcar_and_ubuntu_bake_from_the_fixture_mirror() {
             ctd["version"]
         );
     }
+    // The Windows layout from the same mirror: the fixture's Windows entries are real PE32+
+    // stand-ins, so the PE gate passes them as it would upstream's. Any PE stands in for
+    // kiln-firstboot.exe here (`make binary-gate` bakes the real one, windows_layer.rs).
+    let exe = repo().join("target/firstboot/kiln-firstboot.exe");
+    let exe = if exe.is_file() {
+        exe
+    } else {
+        repo().join("target/standins/out/windows-amd64/tool.exe")
+    };
+    let out = d.path().join("windows");
+    let r = kiln()
+        .arg("bake")
+        .arg(adapt("windows.toml", d.path()))
+        .args(["--format", "windows", "--arch", "amd64", "--out"])
+        .arg(&out)
+        .arg("--lock")
+        .arg(fx.join("artifacts.lock"))
+        .arg("--trusted-key")
+        .arg(fx.join("keys/fixture.pub"))
+        .arg("--store")
+        .arg(fx.join("mirror"))
+        .arg("--firstboot")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    ok(&r, "bake windows.toml from the fixture mirror");
+    let zip = std::fs::File::open(out.join("windows-1.34.1-standin-amd64.zip")).unwrap();
+    let mut zip = zip::ZipArchive::new(zip).unwrap();
+    for name in [
+        "k/kubelet.exe",
+        "k/kubeadm.exe",
+        "k/kubectl.exe",
+        "k/containerd.exe",
+        "k/containerd-shim-runhcs-v1.exe",
+        "k/crictl.exe",
+    ] {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut zip.by_name(name).unwrap(), &mut bytes).unwrap();
+        let info = kiln::inspect::check_bytes(
+            &bytes,
+            name,
+            kiln::lock::Os::Windows,
+            kiln::lock::Arch::Amd64,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(info.format, kiln::inspect::BinaryFormat::Pe, "{name}");
+    }
+
     // Without the fixture key the signed lock is refused: exit 3.
     let r = kiln()
         .arg("bake")

@@ -1,7 +1,9 @@
 //! The shared fixture mirror (`scripts/fixture-mirror.sh`): real Debian containerd, runc and
-//! CNI binaries (amd64 and arm64) repacked in upstream layouts, a signed fixture lock, and a
-//! mirror filled by `kiln mirror sync`. Then the binary gate on those real binaries, including
-//! cross-architecture refusals.
+//! CNI binaries (amd64 and arm64) repacked in upstream layouts, stand-ins built from the
+//! workspace where Debian has nothing (kubelet/kubeadm/kubectl and crictl for linux amd64 and
+//! arm64, every Windows executable as a real PE), a signed fixture lock covering the real
+//! lock's matrix, and a mirror filled by `kiln mirror sync`. Then the binary gate on every
+//! member of every entry, including cross-architecture refusals.
 
 mod support;
 
@@ -114,6 +116,80 @@ fn fixture_mirror_holds_real_binaries_that_pass_the_gate() {
             }
         }
     }
+
+    // The fixture covers every name/os/arch the real lock pins.
+    let real = kiln::lock::Lock::load_unverified(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../images/artifacts.lock"),
+    )
+    .unwrap();
+    for r in &real.artifacts {
+        assert!(
+            lock.find(&r.name, r.os, r.arch).is_some(),
+            "the fixture lock has no {} for {}/{} (the real lock has {})",
+            r.name,
+            r.os,
+            r.arch,
+            r.id()
+        );
+    }
+
+    // Every member of every entry is a binary for the entry's OS and architecture.
+    for a in &lock.artifacts {
+        let blob = store.lookup(a).expect("blob in the mirror");
+        let x = d.path().join(format!("m-{}-{}-{}", a.name, a.os, a.arch));
+        std::fs::create_dir_all(&x).unwrap();
+        let files: Vec<(String, std::path::PathBuf)> = match a.format {
+            kiln::lock::Format::Binary => vec![(a.members[0].from.clone(), blob.clone())],
+            _ => {
+                let ok = Command::new("tar")
+                    .arg("-xzf")
+                    .arg(&blob)
+                    .arg("-C")
+                    .arg(&x)
+                    .status()
+                    .unwrap();
+                assert!(ok.success(), "{}", a.id());
+                a.members
+                    .iter()
+                    .map(|m| (m.from.clone(), x.join(m.from.trim_start_matches("./"))))
+                    .collect()
+            }
+        };
+        assert!(!files.is_empty(), "{} has no members", a.id());
+        for (member, path) in files {
+            let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{} {member}: {e}", a.id()));
+            let info = kiln::inspect::check_bytes(&bytes, &member, a.os, a.arch)
+                .unwrap_or_else(|e| panic!("{}: {e}", a.id()));
+            let want = if a.os == Os::Windows {
+                kiln::inspect::BinaryFormat::Pe
+            } else {
+                kiln::inspect::BinaryFormat::Elf
+            };
+            assert_eq!(info.format, want, "{} {member}: {info}", a.id());
+        }
+    }
+
+    // The crictl stand-in for this machine runs and says what it is.
+    let crictl = lock.find("crictl", Os::Linux, Arch::Amd64).unwrap();
+    let x = d.path().join("m-crictl-linux-amd64/crictl");
+    let o = run(Command::new(&x).arg("--version"));
+    assert!(o.status.success(), "{}", out_text(&o));
+    assert!(
+        out_text(&o).contains("standin"),
+        "{}: {}",
+        crictl.id(),
+        out_text(&o)
+    );
+    let o = run(Command::new(&x)
+        .args(["--runtime-endpoint"])
+        .arg(format!("unix://{}", d.path().join("no.sock").display()))
+        .arg("ps"));
+    assert_eq!(o.status.code(), Some(1), "{}", out_text(&o));
+    assert!(
+        out_text(&o).contains("connect: no such file or directory"),
+        "{}",
+        out_text(&o)
+    );
 
     // Consumers fetch from the mirror directory without any network.
     let cache = d.path().join("cache");

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Builds the stand-in binaries of the fixture mirror for every platform the real lock covers,
+# from this workspace (upstream kubelet, crictl and the Windows releases cannot be downloaded
+# here; docs/mirror.md "The fixture mirror" says what each stand-in is):
+#
+#   scripts/build-standins.sh OUTDIR
+#
+# OUTDIR/linux-amd64/{kubelet,crictl}      tools/standin-kubelet, rustup's stable toolchain
+# OUTDIR/linux-arm64/{kubelet,crictl}      the same source for aarch64-unknown-linux-gnu:
+#                                          Debian's rustc rebuilds std (-Z build-std), linked
+#                                          by Debian's aarch64-linux-gnu-gcc
+# OUTDIR/windows-amd64/{kubelet,crictl}.exe the same source for x86_64-pc-windows-gnu (mingw,
+#                                          as scripts/build-windows.sh builds kiln-firstboot.exe)
+# OUTDIR/windows-amd64/tool.exe            a tiny C program (mingw) that names itself and says
+#                                          it is a stand-in: containerd.exe, ctr.exe, the
+#                                          runhcs shim and the Windows CNI plugins are copies
+#
+# Needs (make deps): rustc-web, cargo-web, rust-web-src, gcc-aarch64-linux-gnu,
+# libc6-dev-arm64-cross, gcc-mingw-w64-x86-64. Outputs are replaced only when their bytes
+# changed, so a rebuild that changed nothing leaves the files (and their mtimes) alone.
+set -euo pipefail
+
+out=${1:?usage: scripts/build-standins.sh OUTDIR}
+source "$(dirname "${BASH_SOURCE[0]}")/windows-env.sh"
+case "$out" in /*) ;; *) out="$PWD/$out" ;; esac
+cd "$kiln_root"
+die() { echo "build-standins: $*" >&2; exit 1; }
+
+win_check_tools
+command -v aarch64-linux-gnu-gcc >/dev/null ||
+  die "aarch64-linux-gnu-gcc is missing: run \`make deps\` (installs gcc-aarch64-linux-gnu)"
+
+put() { # SRC DEST: copy when different
+  mkdir -p "$(dirname "$2")"
+  if ! cmp -s "$1" "$2"; then
+    cp "$1" "$2.tmp.$$"
+    mv -f "$2.tmp.$$" "$2"
+  fi
+}
+
+# linux/amd64: the workspace's own toolchain (the stand-in kubelet the boot tests run).
+(unset RUSTC RUSTDOC RUSTC_BOOTSTRAP && cargo build -q --locked --release -p standin-kubelet)
+for b in kubelet crictl; do put "target/release/$b" "$out/linux-amd64/$b"; done
+
+# linux/arm64 and windows/amd64: Debian's compiler with std rebuilt for the target, the
+# firstboot profile (small, panic=abort) and the same build-std flags as kiln-firstboot, so
+# the Windows std build is shared with scripts/build-windows.sh.
+cross() { # TARGET TARGET_DIR
+  "$debian_cargo" build -q --locked -p standin-kubelet --profile firstboot \
+    --target "$1" --target-dir "$2" \
+    -Z build-std=std,panic_abort -Z build-std-features=optimize_for_size
+}
+CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+  cross aarch64-unknown-linux-gnu target/standins/arm64
+for b in kubelet crictl; do
+  put "target/standins/arm64/aarch64-unknown-linux-gnu/firstboot/$b" "$out/linux-arm64/$b"
+done
+cross "$win_target" target/firstboot/windows
+for b in kubelet crictl; do
+  put "target/firstboot/windows/$win_target/firstboot/$b.exe" "$out/windows-amd64/$b.exe"
+done
+
+# Every other Windows executable of the matrix: one honest PE that says what it is.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cat >"$tmp/tool.c" <<'C'
+/* A stand-in for a Windows release binary in kiln's fixture mirror (scripts/build-standins.sh).
+   It is not the upstream program: it prints its own name and says so. */
+#include <stdio.h>
+#include <string.h>
+int main(int argc, char **argv) {
+  const char *name = argv[0], *p;
+  for (p = argv[0]; *p; p++)
+    if (*p == '\\' || *p == '/') name = p + 1;
+  if (argc > 1 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-v") == 0)) {
+    printf("%s (kiln fixture stand-in, not upstream)\n", name);
+    return 0;
+  }
+  fprintf(stderr, "%s: kiln fixture stand-in built by scripts/build-standins.sh; it does nothing\n", name);
+  return 2;
+}
+C
+# No timestamps in the PE header (-Wl,--no-insert-timestamp): same source, same bytes.
+x86_64-w64-mingw32-gcc -Os -s -Wl,--no-insert-timestamp -o "$tmp/tool.exe" "$tmp/tool.c"
+put "$tmp/tool.exe" "$out/windows-amd64/tool.exe"
+echo "build-standins: $out"
