@@ -522,3 +522,75 @@ fn concurrent_syncs_through_resets_truncation_and_errors() {
         );
     }
 }
+
+#[test]
+fn sync_and_fetch_from_a_mirror_url_through_faults() {
+    let fx = fixture(3, 400_000);
+    let m1 = fx.dir.path().join("m1");
+    assert!(run(&mut sync(&fx, &m1)).status.success());
+    let up_hits = fx.server.log().len();
+    let web = Server::start();
+    serve_dir(&web, "/mirror", &m1);
+    let blob = |i: usize| format!("/mirror/blobs/sha256/{}", sha256_hex(&fx.arts[i].bytes));
+    // The remote lock answers 503 then resets; blobs reset, truncate and fail with 500 once.
+    web.fault("/mirror/artifacts.lock", Fault::Status(503));
+    web.fault("/mirror/artifacts.lock", Fault::ResetAfter(10));
+    web.fault("/mirror/artifacts.lock.minisig", Fault::Status(502));
+    web.fault(&blob(0), Fault::ResetAfter(150_000));
+    web.fault(&blob(1), Fault::TruncateAfter(200_000));
+    web.fault(&blob(2), Fault::Status(500));
+    let m2 = fx.dir.path().join("m2");
+    let o = run(mirror_cmd(
+        &fx,
+        &[
+            "sync",
+            "--backoff-ms",
+            "10",
+            "--from",
+            &format!("{}/mirror", web.base()),
+        ],
+    )
+    .arg("--to")
+    .arg(&m2));
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    assert_eq!(fx.server.log().len(), up_hits, "upstream not contacted");
+    assert!(run(mirror_cmd(&fx, &["verify"]).arg(&m2)).status.success());
+    // The interrupted blobs resumed with Range instead of starting over.
+    let log = web.log();
+    for i in [0, 1] {
+        let resumed = log
+            .iter()
+            .filter(|s| s.path == blob(i))
+            .any(|s| s.range_start.is_some_and(|r| r > 0));
+        assert!(resumed, "{}: {log:?}", blob(i));
+    }
+
+    // `kiln fetch --mirror URL` through the same kinds of faults.
+    web.fault(&blob(0), Fault::Status(503));
+    web.fault(&blob(1), Fault::ResetAfter(50_000));
+    web.fault(
+        &blob(2),
+        Fault::Stall {
+            after: 1000,
+            ms: 3000,
+        },
+    );
+    let cache = fx.dir.path().join("cache");
+    let o = run(kiln()
+        .arg("fetch")
+        .arg(m2.join("artifacts.lock"))
+        .arg("--trusted-key")
+        .arg(&fx.pk)
+        .args(["--backoff-ms", "10", "--idle-timeout", "1", "--mirror"])
+        .arg(format!("{}/mirror", web.base()))
+        .arg("--cache")
+        .arg(&cache));
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    assert_eq!(fx.server.log().len(), up_hits, "upstream not contacted");
+    for a in &fx.arts {
+        assert_eq!(
+            std::fs::read(cache.join("blobs/sha256").join(sha256_hex(&a.bytes))).unwrap(),
+            a.bytes
+        );
+    }
+}

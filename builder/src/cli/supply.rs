@@ -604,11 +604,17 @@ pub fn run_mirror(cmd: MirrorCommand, global: &Global) -> anyhow::Result<ExitCod
 }
 
 /// Copies a remote mirror's lock and signature into `dir` (so it can be verified as files).
-fn fetch_remote_lock(base: &str, dir: &Path) -> anyhow::Result<PathBuf> {
+/// Transient failures (connect errors, resets, timeouts, 408, 429, 5xx) are retried with the
+/// same capped backoff as blob downloads.
+fn fetch_remote_lock(base: &str, dir: &Path, net: &NetArgs) -> anyhow::Result<PathBuf> {
     let rt = runtime()?;
+    let opts = net.options();
     let lock_path = dir.join(crate::mirror::LOCK_NAME);
     rt.block_on(async {
-        let client = reqwest::Client::builder().no_gzip().build()?;
+        let client = reqwest::Client::builder()
+            .connect_timeout(opts.connect_timeout)
+            .no_gzip()
+            .build()?;
         for (name, path, required) in [
             (
                 crate::mirror::LOCK_NAME.to_string(),
@@ -622,32 +628,71 @@ fn fetch_remote_lock(base: &str, dir: &Path) -> anyhow::Result<PathBuf> {
             ),
         ] {
             let url = format!("{base}/{name}");
-            let resp = client
-                .get(&url)
-                .send()
-                .await
-                .with_context(|| format!("fetching {url}"))?;
-            if resp.status() == reqwest::StatusCode::NOT_FOUND && !required {
-                continue;
+            let mut attempt = 0;
+            let bytes = loop {
+                attempt += 1;
+                match get_small(&client, &url, &opts).await {
+                    Ok(b) => break b,
+                    Err(SmallGet::Transient(e)) if attempt < opts.attempts_per_url => {
+                        let wait = opts
+                            .backoff_initial
+                            .saturating_mul(1 << (attempt - 1).min(16))
+                            .min(opts.backoff_max);
+                        tracing::debug!("{url}: {e}; retrying in {wait:?}");
+                        tokio::time::sleep(wait).await;
+                    }
+                    Err(SmallGet::Transient(e) | SmallGet::Fatal(e)) => {
+                        anyhow::bail!("fetching {url}: {e}")
+                    }
+                };
+            };
+            match bytes {
+                Some(b) => std::fs::write(&path, &b)
+                    .with_context(|| format!("writing {}", path.display()))?,
+                None if required => anyhow::bail!("fetching {url}: HTTP 404 Not Found"),
+                None => {}
             }
-            anyhow::ensure!(
-                resp.status().is_success(),
-                "fetching {url}: HTTP {}",
-                resp.status()
-            );
-            anyhow::ensure!(
-                resp.content_length().unwrap_or(0) <= 16 << 20,
-                "fetching {url}: larger than 16 MiB, not a lock"
-            );
-            let bytes = resp
-                .bytes()
-                .await
-                .with_context(|| format!("fetching {url}"))?;
-            std::fs::write(&path, &bytes).with_context(|| format!("writing {}", path.display()))?;
         }
         anyhow::Ok(())
     })?;
     Ok(lock_path)
+}
+
+/// How fetching a small file (a lock, a signature) failed.
+enum SmallGet {
+    Transient(String),
+    Fatal(String),
+}
+
+/// GETs a file of at most 16 MiB; `None` for 404.
+async fn get_small(
+    client: &reqwest::Client,
+    url: &str,
+    opts: &crate::fetch::FetchOptions,
+) -> Result<Option<Vec<u8>>, SmallGet> {
+    let net_err = |e: reqwest::Error| SmallGet::Transient(e.to_string());
+    let resp = tokio::time::timeout(opts.idle_timeout, client.get(url).send())
+        .await
+        .map_err(|_| SmallGet::Transient(format!("no response within {:?}", opts.idle_timeout)))?
+        .map_err(net_err)?;
+    let status = resp.status();
+    if status == reqwest::StatusCode::NOT_FOUND {
+        return Ok(None);
+    }
+    if status.as_u16() == 408 || status.as_u16() == 429 || status.is_server_error() {
+        return Err(SmallGet::Transient(format!("HTTP {status}")));
+    }
+    if !status.is_success() {
+        return Err(SmallGet::Fatal(format!("HTTP {status} (expected 200)")));
+    }
+    if resp.content_length().unwrap_or(0) > 16 << 20 {
+        return Err(SmallGet::Fatal("larger than 16 MiB, not a lock".into()));
+    }
+    let body = tokio::time::timeout(opts.idle_timeout, resp.bytes())
+        .await
+        .map_err(|_| SmallGet::Transient(format!("no data for {:?}", opts.idle_timeout)))?
+        .map_err(net_err)?;
+    Ok(Some(body.to_vec()))
 }
 
 fn mirror_sync(a: MirrorSyncArgs, global: &Global) -> anyhow::Result<ExitCode> {
@@ -655,7 +700,7 @@ fn mirror_sync(a: MirrorSyncArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let lock_path = match (&a.lock, a.from.first()) {
         (Some(l), _) => l.clone(),
         (None, Some(from)) => match crate::fetch::Source::mirror(from) {
-            crate::fetch::Source::MirrorUrl(u) => fetch_remote_lock(&u, staging.path())?,
+            crate::fetch::Source::MirrorUrl(u) => fetch_remote_lock(&u, staging.path(), &a.net)?,
             crate::fetch::Source::MirrorDir(d) => d.join(crate::mirror::LOCK_NAME),
             crate::fetch::Source::Upstream => unreachable_source(),
         },
