@@ -44,7 +44,7 @@ pub struct Framing {
     pub big: u64,
 }
 
-/// The framing kiln uses: 8 MiB chunks (0.2 % bigger than one zstd frame on machine code,
+/// The framing kiln uses: 8 MiB chunks (at most ~0.2 % bigger than one zstd frame on machine code,
 /// see docs/benchmarks.md), files from 1 MiB up cut into chunks.
 pub const FRAMING: Framing = Framing {
     chunk: 8 << 20,
