@@ -44,8 +44,8 @@ pub struct Framing {
     pub big: u64,
 }
 
-/// The framing kiln uses: 8 MiB chunks (at most ~0.2 % bigger than one zstd frame on machine code,
-/// see docs/benchmarks.md), files from 1 MiB up cut into chunks.
+/// The framing kiln uses: 8 MiB chunks (at most ~0.2 % bigger than one zstd frame on machine
+/// code, see docs/benchmarks.md), files from 1 MiB up cut into chunks.
 pub const FRAMING: Framing = Framing {
     chunk: 8 << 20,
     big: 1 << 20,
