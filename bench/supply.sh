@@ -77,6 +77,7 @@ now() { date +%s.%N; }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 echo "data: $files files x $mib MiB = $((total >> 20)) MiB, plus one $big_mib MiB file; server: $base (sendfile)"
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # 1. throughput
 urls=()
@@ -111,6 +112,7 @@ c=$(printf '%s\n' "${ct[@]}" | median)
 cs=$(printf '%s\n' "${cst[@]}" | median)
 kmbs=$(echo "$total / $k / 1048576" | bc -l)
 cmbs=$(echo "$total / $c / 1048576" | bc -l)
+echo "   rounds (s): kiln ${kt[*]} | curl ${ct[*]} | curl+sync ${cst[*]} | load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '1. sync %d MiB in %d files: kiln %.2fs (%.0f MiB/s, sha256 verified) | curl --parallel %.2fs (%.0f MiB/s) | ratio kiln/curl throughput %.2fx (budget >= 0.90)\n' \
   $((total >> 20)) "$files" "$k" "$kmbs" "$c" "$cmbs" "$(echo "$c / $k" | bc -l)"
 printf '   durable baseline (curl --parallel then sync, as kiln fsyncs each blob): %.2fs | ratio kiln/(curl+sync) %.2fx\n' \

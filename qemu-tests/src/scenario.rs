@@ -125,7 +125,7 @@ pub fn fixture_kubelet_version(lock_text: &str) -> Option<String> {
 }
 
 /// An image definition from `images/<name>.toml` for the fixture lock: the `[[artifact]]`
-/// entries it cannot provide (crictl: Debian has no package of it here) are dropped, and
+/// entries it cannot provide (none today; crictl is the workspace's stand-in) are dropped, and
 /// `kubernetes.version` names the stand-in kubelet's version (`kubelet_version`), which bake
 /// checks verbatim against the lock. Everything else is the real definition.
 pub fn fixture_image_def(
