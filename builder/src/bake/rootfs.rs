@@ -3,7 +3,8 @@
 //! fixed modes.
 //!
 //! The `.tar.zst` is a sequence of independent zstd frames (level 3, each with its content
-//! checksum), which every zstd reader decodes as one stream. Where the frames start depends
+//! checksum), which the zstd format defines as one stream: `zstd -d`, `tar --zstd` and
+//! libzstd's streaming decoder read them all. Where the frames start depends
 //! on the layer only ([`Framing`]): tar headers and small files are batched into frames, and
 //! the data of each big file is cut at fixed offsets into chunks of its own (the last one
 //! carrying tar's zero padding). That gives three properties:
