@@ -267,3 +267,43 @@ fn sbom_lists_every_file_with_hashes_and_origins() {
         "https://example.invalid/linux/amd64/kubelet"
     );
 }
+
+#[test]
+fn sysext_in_every_compression_holds_the_same_files() {
+    // zstd and gzip go through kiln's squashfs writer, xz through mksquashfs: the same layer
+    // must come out of each, byte for byte.
+    let fx = fixture(Bins::Real);
+    let def = std::fs::read_to_string(repo().join("images/flatcar.toml")).unwrap();
+    let mut trees = Vec::new();
+    for comp in ["zstd", "gzip", "xz"] {
+        let toml = fx.dir.path().join(format!("flatcar-{comp}.toml"));
+        std::fs::write(
+            &toml,
+            def.replace(
+                "compression = \"zstd\"",
+                &format!("compression = \"{comp}\""),
+            ),
+        )
+        .unwrap();
+        let out = fx.dir.path().join(format!("out-{comp}"));
+        let r = bake_cli(&fx, &toml, "sysext", "amd64", &out, &[]);
+        ok(&r, &format!("kiln bake sysext ({comp})"));
+        let raw = out.join("kubernetes-v1.34.1-x86-64.raw");
+        let sb = run(Command::new("unsquashfs").arg("-s").arg(&raw));
+        assert!(sb.contains(&format!("Compression {comp}")), "{sb}");
+        let x = fx.dir.path().join(format!("x-{comp}"));
+        run(Command::new("unsquashfs")
+            .arg("-q")
+            .arg("-d")
+            .arg(&x)
+            .arg(&raw));
+        let listing = run(Command::new("sh").arg("-c").arg(format!(
+            "cd '{}' && find . -printf '%y %m %s %l %p\\n' | sort && find . -type f -print0 | sort -z | xargs -0 sha256sum",
+            x.display()
+        )));
+        trees.push((comp, listing));
+    }
+    for (comp, listing) in &trees[1..] {
+        assert_eq!(listing, &trees[0].1, "{comp} differs from zstd");
+    }
+}

@@ -964,7 +964,7 @@ pub struct BakeOutput {
 pub struct WriteOptions {
     /// Compression threads (0 = all cores). Never changes the bytes written.
     pub threads: u32,
-    /// `mksquashfs` binary.
+    /// `mksquashfs` binary, for xz sysext images only (zstd and gzip use kiln's own writer).
     pub mksquashfs: PathBuf,
     /// Sign a sysext's `SHA256SUMS` (`SHA256SUMS.gpg`, transfer file `Verify=true`);
     /// `None` publishes it unsigned (`Verify=false`).

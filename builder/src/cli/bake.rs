@@ -50,7 +50,7 @@ pub struct BakeArgs {
     /// Do not use or fill the bake cache.
     #[arg(long, conflicts_with = "cache")]
     pub no_cache: bool,
-    /// The mksquashfs binary (sysext only).
+    /// The mksquashfs binary (xz sysext images only; zstd and gzip use kiln's own writer).
     #[arg(long, default_value = "mksquashfs")]
     pub mksquashfs: PathBuf,
     /// Sign the sysext's SHA256SUMS with this gpg key (fingerprint, key id or user id) into
