@@ -62,9 +62,11 @@ entry() { # name version format file members...
     "$name" "$ver" "$fmt" "$(basename "$file")" "$(stat -c %s "$file")" "$sha" >> "$lock"
   for m in "$@"; do printf '[[artifact.members]]\nfrom = "%s"\nto = "%s"\n' "${m%%=*}" "${m#*=}" >> "$lock"; done
 }
-entry kubelet v1.34.1 binary "$a/kubelet" kubelet=bin/kubelet
-entry kubeadm v1.34.1 binary "$a/kubeadm" kubeadm=bin/kubeadm
-entry kubectl v1.34.1 binary "$a/kubectl" kubectl=bin/kubectl
+# kube* carry the images' kubernetes.version (bake requires them equal); the rest are labels.
+kv=$(awk -F'"' '/^\[/ { k = ($0 == "[kubernetes]") } k && /^version *=/ { print $2; exit }' images/ubuntu.toml)
+entry kubelet "$kv" binary "$a/kubelet" kubelet=bin/kubelet
+entry kubeadm "$kv" binary "$a/kubeadm" kubeadm=bin/kubeadm
+entry kubectl "$kv" binary "$a/kubectl" kubectl=bin/kubectl
 entry runc 1.3.3 binary "$a/runc.amd64" runc.amd64=bin/runc
 entry containerd 2.1.4 tar.gz "$a/containerd.tar.gz" bin/containerd=bin/containerd bin/containerd-shim-runc-v2=bin/containerd-shim-runc-v2 bin/ctr=bin/ctr
 entry cni-plugins 1.8.0 tar.gz "$a/cni.tgz" ./bridge=libexec/cni/bridge ./host-local=libexec/cni/host-local ./loopback=libexec/cni/loopback ./portmap=libexec/cni/portmap ./bandwidth=libexec/cni/bandwidth ./firewall=libexec/cni/firewall
@@ -87,9 +89,9 @@ bake rootfs ubuntu "$W/warm" >/dev/null
 # run starts from a hard-linked copy (entries are replaced by rename, never edited).
 lock=$lock_old bake rootfs ubuntu "$W/old" --cache "$W/cache-old" >/dev/null
 lock=$lock_old bake sysext flatcar "$W/old" --cache "$W/cache-old" >/dev/null
-raw=$W/warm/kubernetes-v1.34.1-x86-64.raw
+raw=$W/warm/kubernetes-$kv-x86-64.raw
 tree=$W/tree; unsquashfs -q -d "$tree" "$raw" >/dev/null
-tree2=$W/tree2; mkdir -p "$tree2"; tar --zstd -xf "$W/warm/ubuntu-v1.34.1-amd64.tar.zst" -C "$tree2"
+tree2=$W/tree2; mkdir -p "$tree2"; tar --zstd -xf "$W/warm/ubuntu-$kv-amd64.tar.zst" -C "$tree2"
 echo "inputs: $(( total / 1048576 )) MiB of binaries in $(ls "$store/blobs/sha256" | wc -l) artifacts; sysext tree $(du -sm "$tree" | cut -f1) MiB"
 
 export KILN W lock store
@@ -115,10 +117,10 @@ echo "sysext size: kiln $(stat -c %s "$W/o1/kubernetes-v1.34.1-x86-64.raw") byte
 echo "rootfs warm: $(rratio "$W/rootfs.json" 1) (budget <= 1.0x)"
 echo "rootfs upgrade: $(rratio "$W/rootfs.json" 2) (budget <= 1.0x)"
 echo "rootfs cold: $(rratio "$W/rootfs.json" 3) (budget <= 1.0x)"
-kz=$(stat -c %s "$W/o2/ubuntu-v1.34.1-amd64.tar.zst")
-frames=$(zstd -lv "$W/o2/ubuntu-v1.34.1-amd64.tar.zst" 2>/dev/null | sed -n 's/# Zstandard Frames: //p')
+kz=$(stat -c %s "$W/o2/ubuntu-$kv-amd64.tar.zst")
+frames=$(zstd -lv "$W/o2/ubuntu-$kv-amd64.tar.zst" 2>/dev/null | sed -n 's/# Zstandard Frames: //p')
 for z in "-T0" "--single-thread"; do # the same tar stream as one frame, both zstd modes
-  one=$(zstd -dcq "$W/o2/ubuntu-v1.34.1-amd64.tar.zst" | zstd -3 "$z" -q -c | wc -c)
+  one=$(zstd -dcq "$W/o2/ubuntu-$kv-amd64.tar.zst" | zstd -3 "$z" -q -c | wc -c)
   echo "rootfs size: kiln $kz bytes ($frames frames) vs one zstd -3 $z frame of the same tar stream $one bytes: $(python3 -c "print(f'{($kz/$one-1)*100:+.2f} %')")"
 done
 echo "peak RSS kiln bake sysext: $(( $(rss "$KILN" -q bake images/flatcar.toml --format sysext --arch amd64 --out "$W/o3" --lock "$lock" --allow-unsigned --store "$store" --firstboot "$W/kiln-firstboot" --no-cache) / 1024 )) MiB (budget <= 256 MiB; cold, no cache; the whole bake, one process)"

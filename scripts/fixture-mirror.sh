@@ -127,7 +127,10 @@ for arch in amd64 arm64; do
 done
 # Kubernetes' own layout: release/<version>/bin/<os>/<arch>/<binary>. One stand-in kubelet
 # plays kubelet, kubeadm and kubectl (it is not any of them; the lock's `verified` says so).
-kube_v=1.34.1-standin
+# Its version: the images' kubernetes.version without the "v", plus "-standin".
+kube_v=$(awk -F'"' '/^\[/ { k = ($0 == "[kubernetes]") } k && /^version *=/ { print $2; exit }' "$root/images/ubuntu.toml")
+[ -n "$kube_v" ] || { echo "fixture-mirror: no [kubernetes] version in $root/images/ubuntu.toml" >&2; exit 1; }
+kube_v=${kube_v#v}-standin
 for arch in amd64 arm64; do
   d=$up/release/v$kube_v/bin/linux/$arch
   mkdir -p "$d"

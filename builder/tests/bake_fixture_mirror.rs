@@ -3,8 +3,9 @@
 //! upstream layouts passing the inspection gate, and the workspace's stand-ins (kubelet,
 //! crictl, and the Windows `.exe` files as real PE programs) for the Linux and Windows layers.
 //!
-//! The fixture's kubelet version is `1.34.1-standin`: the test adapts copies of the
-//! definitions to that (and says so). Everything else, crictl included, is as shipped.
+//! The fixture's kubelet version is the images' `kubernetes.version` without the `v`, plus
+//! `-standin` (e.g. `1.36.1-standin`): the test adapts copies of the definitions to that (and
+//! says so). Everything else, crictl included, is as shipped.
 
 mod bake_support;
 
@@ -30,10 +31,19 @@ fn build_fixture(out: &Path) {
     ok(&o, "scripts/fixture-mirror.sh");
 }
 
+/// The stand-in kubelet's version in the fixture lock (scripts/fixture-mirror.sh derives it
+/// the same way from the images' `kubernetes.version`).
+fn standin() -> String {
+    format!("{}-standin", kube_version().trim_start_matches('v'))
+}
+
 /// A copy of `images/<name>` adapted to the fixture lock.
 fn adapt(name: &str, dir: &Path) -> PathBuf {
     let text = std::fs::read_to_string(repo().join("images").join(name)).unwrap();
-    let text = text.replace("version = \"v1.34.1\"", "version = \"1.34.1-standin\"");
+    let text = text.replace(
+        &format!("version = \"{}\"", kube_version()),
+        &format!("version = \"{}\"", standin()),
+    );
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
     p
@@ -50,18 +60,19 @@ fn flatcar_ubuntu_and_windows_bake_from_the_fixture_mirror() {
     } else {
         PathBuf::from("/bin/true")
     };
+    let v = standin();
     for (image, format, main, base) in [
         (
             "flatcar.toml",
             "sysext",
-            "kubernetes-1.34.1-standin-x86-64.raw",
-            "flatcar-1.34.1-standin-amd64",
+            format!("kubernetes-{v}-x86-64.raw"),
+            format!("flatcar-{v}-amd64"),
         ),
         (
             "ubuntu.toml",
             "rootfs",
-            "ubuntu-1.34.1-standin-amd64.tar.zst",
-            "ubuntu-1.34.1-standin-amd64",
+            format!("ubuntu-{v}-amd64.tar.zst"),
+            format!("ubuntu-{v}-amd64"),
         ),
     ] {
         let def = adapt(image, d.path());
@@ -82,7 +93,7 @@ fn flatcar_ubuntu_and_windows_bake_from_the_fixture_mirror() {
             .output()
             .unwrap();
         ok(&r, &format!("bake {image} from the fixture mirror"));
-        assert!(out.join(main).is_file(), "{main}");
+        assert!(out.join(&main).is_file(), "{main}");
         // containerd's config follows the fixture's (Debian) containerd version.
         let m: serde_json::Value = serde_json::from_slice(
             &std::fs::read(out.join(format!("{base}.manifest.json"))).unwrap(),
@@ -131,7 +142,7 @@ fn flatcar_ubuntu_and_windows_bake_from_the_fixture_mirror() {
         .output()
         .unwrap();
     ok(&r, "bake windows.toml from the fixture mirror");
-    let zip = std::fs::File::open(out.join("windows-1.34.1-standin-amd64.zip")).unwrap();
+    let zip = std::fs::File::open(out.join(format!("windows-{v}-amd64.zip"))).unwrap();
     let mut zip = zip::ZipArchive::new(zip).unwrap();
     for name in [
         "k/kubelet.exe",

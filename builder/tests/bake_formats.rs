@@ -26,7 +26,7 @@ fn sysext_is_read_by_unsquashfs_and_holds_only_usr() {
         &[],
     );
     ok(&r, "kiln bake sysext");
-    let raw = out.join("kubernetes-v1.34.1-x86-64.raw");
+    let raw = out.join(format!("kubernetes-{}-x86-64.raw", kube_version()));
     let list = run(Command::new("unsquashfs").arg("-lln").arg(&raw));
     for want in [
         "squashfs-root/usr/bin/kubelet",
@@ -73,14 +73,14 @@ fn sysext_is_read_by_unsquashfs_and_holds_only_usr() {
     );
     let env = std::fs::read_to_string(x.join("usr/lib/kiln/image.env")).unwrap();
     for want in [
-        "KILN_CONTRACT=1\n",
-        "KILN_IMAGE_NAME=flatcar\n",
-        "KILN_ARCH=amd64\n",
-        "KUBERNETES_VERSION=v1.34.1\n",
-        "CONTAINERD_VERSION=1.6.20\n",
-        "CNI_PLUGINS_VERSION=1.1.1\n",
+        "KILN_CONTRACT=1\n".to_string(),
+        "KILN_IMAGE_NAME=flatcar\n".into(),
+        "KILN_ARCH=amd64\n".into(),
+        format!("KUBERNETES_VERSION={}\n", kube_version()),
+        "CONTAINERD_VERSION=1.6.20\n".into(),
+        "CNI_PLUGINS_VERSION=1.1.1\n".into(),
     ] {
-        assert!(env.contains(want), "{want} not in image.env:\n{env}");
+        assert!(env.contains(&want), "{want} not in image.env:\n{env}");
     }
     let rel =
         std::fs::read_to_string(x.join("usr/lib/extension-release.d/extension-release.kubernetes"))
@@ -95,8 +95,10 @@ fn sysext_is_read_by_unsquashfs_and_holds_only_usr() {
         .arg("SHA256SUMS")
         .current_dir(&out));
     let conf = std::fs::read_to_string(out.join("kubernetes.conf")).unwrap();
+    // The pattern keeps the minor and lets the patch float: v1.36.1 -> v1.36.@v.
+    let minor = kube_version().rsplit_once('.').unwrap().0.to_string();
     assert!(
-        conf.contains("MatchPattern=kubernetes-v1.34.@v-x86-64.raw"),
+        conf.contains(&format!("MatchPattern=kubernetes-{minor}.@v-x86-64.raw")),
         "{conf}"
     );
     // The image id in image.env is the one kiln printed.
@@ -124,7 +126,7 @@ fn rootfs_is_read_by_tar_and_carries_etc_enablement() {
         ),
         "bake rootfs",
     );
-    let tarball = out.join("ubuntu-v1.34.1-amd64.tar.zst");
+    let tarball = out.join(format!("ubuntu-{}-amd64.tar.zst", kube_version()));
     let list = run(Command::new("tar").arg("--zstd").arg("-tvf").arg(&tarball));
     for want in [
         "usr/bin/kubelet",
@@ -162,7 +164,7 @@ fn windows_zip_has_the_c_k_layout_and_pe_binaries() {
         ),
         "bake windows",
     );
-    let zip = out.join("windows-v1.34.1-amd64.zip");
+    let zip = out.join(format!("windows-{}-amd64.zip", kube_version()));
     let list = run(Command::new("unzip").arg("-Z1").arg(&zip));
     let names: Vec<&str> = list.lines().collect();
     for want in [
@@ -207,13 +209,14 @@ fn sbom_lists_every_file_with_hashes_and_origins() {
         ),
         "bake rootfs",
     );
-    let sbom: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("ubuntu-v1.34.1-amd64.spdx.json")).unwrap())
-            .unwrap();
+    let sbom: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(out.join(format!("ubuntu-{}-amd64.spdx.json", kube_version()))).unwrap(),
+    )
+    .unwrap();
     assert_eq!(sbom["spdxVersion"], "SPDX-2.3");
     assert_eq!(sbom["creationInfo"]["created"], "2024-01-01T00:00:00Z");
     let manifest: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(out.join("ubuntu-v1.34.1-amd64.manifest.json")).unwrap(),
+        &std::fs::read(out.join(format!("ubuntu-{}-amd64.manifest.json", kube_version()))).unwrap(),
     )
     .unwrap();
     let files = sbom["files"].as_array().unwrap();
@@ -230,7 +233,7 @@ fn sbom_lists_every_file_with_hashes_and_origins() {
     run(Command::new("tar")
         .arg("--zstd")
         .arg("-xf")
-        .arg(out.join("ubuntu-v1.34.1-amd64.tar.zst"))
+        .arg(out.join(format!("ubuntu-{}-amd64.tar.zst", kube_version())))
         .arg("-C")
         .arg(&x));
     for f in files {
@@ -257,11 +260,11 @@ fn sbom_lists_every_file_with_hashes_and_origins() {
         .unwrap();
     assert_eq!(
         kubelet["comment"],
-        "artifact kubelet v1.34.1, member kubelet"
+        format!("artifact kubelet {}, member kubelet", kube_version())
     );
     let pkgs = sbom["packages"].as_array().unwrap();
     let k = pkgs.iter().find(|p| p["name"] == "kubelet").unwrap();
-    assert_eq!(k["versionInfo"], "v1.34.1");
+    assert_eq!(k["versionInfo"], kube_version());
     assert_eq!(
         k["downloadLocation"],
         "https://example.invalid/linux/amd64/kubelet"

@@ -32,7 +32,7 @@ fn golden_listings() {
         ),
         "bake sysext",
     );
-    let raw = out.join("kubernetes-v1.34.1-x86-64.raw");
+    let raw = out.join(format!("kubernetes-{}-x86-64.raw", kube_version()));
     golden(
         "flatcar-sysext-amd64.unsquashfs-lln.txt",
         &tool(Command::new("unsquashfs").arg("-lln").arg(&raw)),
@@ -62,7 +62,7 @@ fn golden_listings() {
         ),
         "bake rootfs",
     );
-    let tarball = out.join("ubuntu-v1.34.1-amd64.tar.zst");
+    let tarball = out.join(format!("ubuntu-{}-amd64.tar.zst", kube_version()));
     golden(
         "ubuntu-rootfs-amd64.tar-tv.txt",
         &tool(Command::new("tar").arg("--zstd").arg("-tvf").arg(&tarball)),
@@ -80,7 +80,7 @@ fn golden_listings() {
         ),
         "bake rootfs arm64",
     );
-    let tarball = out.join("ubuntu-v1.34.1-arm64.tar.zst");
+    let tarball = out.join(format!("ubuntu-{}-arm64.tar.zst", kube_version()));
     golden(
         "ubuntu-rootfs-arm64.tar-tv.txt",
         &tool(Command::new("tar").arg("--zstd").arg("-tvf").arg(&tarball)),
@@ -98,7 +98,7 @@ fn golden_listings() {
         ),
         "bake windows",
     );
-    let zip = out.join("windows-v1.34.1-amd64.zip");
+    let zip = out.join(format!("windows-{}-amd64.zip", kube_version()));
     // Drop zipinfo's first line: it names the zip's path, which is a temp dir.
     let listing = tool(Command::new("unzip").arg("-Z").arg(&zip));
     let listing: String = listing.lines().skip(1).map(|l| format!("{l}\n")).collect();

@@ -12,13 +12,14 @@ use bake_support::*;
 use kiln::bake::{self, ArchiveKind, ArtifactInput, BakeRequest, InputKind, MemberMap};
 use kiln::image_def::{Arch, Format, ImageDef};
 
+// Versions here are test data for a self-contained definition, not the shipped pins.
 const DEF: &str = r#"
 name = "t"
 os = "linux"
 arch = ["amd64", "arm64"]
 formats = ["rootfs"]
 [kubernetes]
-version = "v1.34.1"
+version = "v1.30.0-test"
 [[artifact]]
 name = "kubelet"
 [[artifact]]
@@ -80,7 +81,7 @@ fn try_bake(
     let inputs = vec![
         ArtifactInput {
             name: "kubelet".into(),
-            version: "v1.34.1".into(),
+            version: "v1.30.0-test".into(),
             url: "https://example.invalid/kubelet".into(),
             sha256: sha256_file(&kubelet_path),
             kind: InputKind::Binary,
@@ -92,7 +93,7 @@ fn try_bake(
         },
         ArtifactInput {
             name: "containerd".into(),
-            version: "2.1.4".into(),
+            version: "2.0.0-test".into(),
             url: "https://example.invalid/containerd.tar.gz".into(),
             sha256: "1".repeat(64),
             kind,
@@ -183,7 +184,7 @@ fn hostile_tar_entries_refuse_the_archive() {
         assert!(
             !d.path()
                 .join("out")
-                .join("t-v1.34.1-amd64.tar.zst")
+                .join("t-v1.30.0-test-amd64.tar.zst")
                 .exists(),
             "{name}: output written"
         );
@@ -280,7 +281,7 @@ fn the_gate_refuses_wrong_arch_and_non_executables() {
     )
     .unwrap_err();
     assert!(
-        err.contains("inspection refused containerd 2.1.4 member bin/containerd")
+        err.contains("inspection refused containerd 2.0.0-test member bin/containerd")
             && err.contains("expected a linux/arm64 binary, found linux/amd64"),
         "{err}"
     );
@@ -295,7 +296,7 @@ fn the_gate_refuses_wrong_arch_and_non_executables() {
     )
     .unwrap_err();
     assert!(
-        err.contains("inspection refused kubelet v1.34.1 member kubelet")
+        err.contains("inspection refused kubelet v1.30.0-test member kubelet")
             && err.contains("expected an ELF or PE executable"),
         "{err}"
     );
@@ -328,7 +329,7 @@ fn a_blob_that_does_not_match_the_lock_is_caught_before_anything_is_written() {
     let inputs = vec![
         ArtifactInput {
             name: "kubelet".into(),
-            version: "v1.34.1".into(),
+            version: "v1.30.0-test".into(),
             url: "https://example.invalid/kubelet".into(),
             // What the lock promised; the blob on disk holds other bytes.
             sha256: "0".repeat(64),
@@ -341,7 +342,7 @@ fn a_blob_that_does_not_match_the_lock_is_caught_before_anything_is_written() {
         },
         ArtifactInput {
             name: "containerd".into(),
-            version: "2.1.4".into(),
+            version: "2.0.0-test".into(),
             url: "https://example.invalid/containerd.tar.gz".into(),
             sha256: sha256_file(&tgz),
             kind: InputKind::Archive(ArchiveKind::TarGz),
@@ -371,11 +372,11 @@ fn a_blob_that_does_not_match_the_lock_is_caught_before_anything_is_written() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("kubelet v1.34.1") && err.contains("expected sha256 0000"),
+        err.contains("kubelet v1.30.0-test") && err.contains("expected sha256 0000"),
         "{err}"
     );
     assert!(
-        !out.join("t-v1.34.1-amd64.tar.zst").exists(),
+        !out.join("t-v1.30.0-test-amd64.tar.zst").exists(),
         "an image was written from an unverified blob"
     );
 }

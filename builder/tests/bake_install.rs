@@ -52,7 +52,7 @@ fn bake_rootfs(fx: &Fixture, image: &Path, out: &Path) -> PathBuf {
         &bake_cli(fx, image, "rootfs", "amd64", out, &[]),
         "bake rootfs",
     );
-    out.join("ubuntu-v1.34.1-amd64.tar.zst")
+    out.join(format!("ubuntu-{}-amd64.tar.zst", kube_version()))
 }
 
 fn tree(root: &Path) -> Vec<(String, String)> {
@@ -228,14 +228,14 @@ fn upgrade_removes_what_the_new_layer_dropped_and_diff_explains_it() {
 
     let diff = kiln()
         .arg("diff")
-        .arg(d.join("old/ubuntu-v1.34.1-amd64.manifest.json"))
-        .arg(d.join("new/ubuntu-v1.34.1-amd64.manifest.json"))
+        .arg(d.join(format!("old/ubuntu-{}-amd64.manifest.json", kube_version())))
+        .arg(d.join(format!("new/ubuntu-{}-amd64.manifest.json", kube_version())))
         .output()
         .unwrap();
     assert_eq!(diff.status.code(), Some(1), "{}", stderr(&diff));
     let t = stdout(&diff);
     for want in [
-        "removed /usr/bin/crictl: artifact crictl 1.34.0 removed",
+        format!("removed /usr/bin/crictl: artifact crictl {FIXTURE_CRICTL} removed").as_str(),
         "changed /usr/lib/kiln/containerd/config.toml: containerd.sandbox_image: \"registry.k8s.io/pause:3.10\" -> \"registry.k8s.io/pause:3.10.1\"",
         "changed /usr/lib/kiln/max-pods.map: max_pods.t3.medium: 17 -> 20",
         "changed /usr/lib/kiln/image.env:",
@@ -249,8 +249,8 @@ fn upgrade_removes_what_the_new_layer_dropped_and_diff_explains_it() {
     // Identical layers: exit 0, no changes.
     let same = kiln()
         .arg("diff")
-        .arg(d.join("new/ubuntu-v1.34.1-amd64.manifest.json"))
-        .arg(d.join("new/ubuntu-v1.34.1-amd64.manifest.json"))
+        .arg(d.join(format!("new/ubuntu-{}-amd64.manifest.json", kube_version())))
+        .arg(d.join(format!("new/ubuntu-{}-amd64.manifest.json", kube_version())))
         .output()
         .unwrap();
     ok(&same, "diff of identical layers");

@@ -180,7 +180,7 @@ fn source_date_epoch_lands_in_the_listing() {
         .env("TZ", "UTC")
         .arg("--zstd")
         .arg("-tvf")
-        .arg(out.join("ubuntu-v1.34.1-amd64.tar.zst"))
+        .arg(out.join(format!("ubuntu-{}-amd64.tar.zst", kube_version())))
         .output()
         .unwrap();
     ok(&list, "tar -tvf");

@@ -55,6 +55,7 @@ fn run(cmd: &mut Command) {
     ok(&out, &format!("{cmd:?}"));
 }
 
+/// `main` and `sbom` are file names with `{v}` for the images' Kubernetes version.
 struct Case {
     image: &'static str,
     format: &'static str,
@@ -62,24 +63,33 @@ struct Case {
     sbom: &'static str,
 }
 
+impl Case {
+    fn main(&self) -> String {
+        self.main.replace("{v}", &kube_version())
+    }
+    fn sbom(&self) -> String {
+        self.sbom.replace("{v}", &kube_version())
+    }
+}
+
 const CASES: &[Case] = &[
     Case {
         image: "images/flatcar.toml",
         format: "sysext",
-        main: "kubernetes-v1.34.1-x86-64.raw",
-        sbom: "flatcar-v1.34.1-amd64.spdx.json",
+        main: "kubernetes-{v}-x86-64.raw",
+        sbom: "flatcar-{v}-amd64.spdx.json",
     },
     Case {
         image: "images/ubuntu.toml",
         format: "rootfs",
-        main: "ubuntu-v1.34.1-amd64.tar.zst",
-        sbom: "ubuntu-v1.34.1-amd64.spdx.json",
+        main: "ubuntu-{v}-amd64.tar.zst",
+        sbom: "ubuntu-{v}-amd64.spdx.json",
     },
     Case {
         image: "images/windows.toml",
         format: "windows",
-        main: "windows-v1.34.1-amd64.zip",
-        sbom: "windows-v1.34.1-amd64.spdx.json",
+        main: "windows-{v}-amd64.zip",
+        sbom: "windows-{v}-amd64.spdx.json",
     },
 ];
 
@@ -114,7 +124,7 @@ fn check_case(fx: &Fixture, c: &Case, validator: Option<&Path>) {
         &bake_cli(fx, &repo().join(c.image), c.format, "amd64", &out, &[]),
         &format!("kiln bake {}", c.image),
     );
-    let sbom_path = out.join(c.sbom);
+    let sbom_path = out.join(c.sbom());
 
     if let Some(v) = validator {
         let r = Command::new(v).arg("-i").arg(&sbom_path).output().unwrap();
@@ -133,7 +143,7 @@ fn check_case(fx: &Fixture, c: &Case, validator: Option<&Path>) {
     // Every file the output holds, as the real tool reads it back, is in the SBOM with its
     // sha256, and the SBOM lists nothing else.
     let x = fx.dir.path().join(format!("x-{}", c.format));
-    unpack(c.format, &out.join(c.main), &x);
+    unpack(c.format, &out.join(c.main()), &x);
     let on_disk = hash_tree(&x);
     let mut in_sbom = BTreeMap::new();
     let mut comments = BTreeMap::new();
@@ -155,9 +165,11 @@ fn check_case(fx: &Fixture, c: &Case, validator: Option<&Path>) {
         );
     }
     assert_eq!(
-        in_sbom, on_disk,
+        in_sbom,
+        on_disk,
         "{}: the SBOM's files and sha256 differ from what {} holds",
-        c.sbom, c.main
+        c.sbom(),
+        c.main()
     );
 
     // The layer package's verification code, recomputed from the unpacked files' SHA1s.
@@ -193,7 +205,7 @@ fn check_case(fx: &Fixture, c: &Case, validator: Option<&Path>) {
         let p = packages
             .iter()
             .find(|p| p["name"] == a.name.as_str())
-            .unwrap_or_else(|| panic!("{}: no package for artifact {}", c.sbom, a.name));
+            .unwrap_or_else(|| panic!("{}: no package for artifact {}", c.sbom(), a.name));
         assert_eq!(p["versionInfo"], a.version.as_str(), "{}", a.name);
         assert_eq!(
             p["downloadLocation"],
@@ -260,7 +272,7 @@ fn the_validator_rejects_a_broken_sbom() {
         ),
         "kiln bake windows",
     );
-    let p = out.join("windows-v1.34.1-amd64.spdx.json");
+    let p = out.join(format!("windows-{}-amd64.spdx.json", kube_version()));
     let mut doc: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
     doc["files"][0]["checksums"][1]["checksumValue"] = Value::from("not-a-digest");
     std::fs::write(&p, serde_json::to_vec(&doc).unwrap()).unwrap();

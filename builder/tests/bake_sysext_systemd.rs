@@ -26,7 +26,7 @@ fn systemd_dissect_and_sysext_accept_the_image() {
         ),
         "bake",
     );
-    let raw = out.join("kubernetes-v1.34.1-x86-64.raw");
+    let raw = out.join(format!("kubernetes-{}-x86-64.raw", kube_version()));
     // Under its published name and under the name sysupdate links it as.
     let linked = d.join("kubernetes.raw");
     std::fs::copy(&raw, &linked).unwrap();

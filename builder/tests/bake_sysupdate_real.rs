@@ -103,7 +103,8 @@ fn systemd_sysupdate_verifies_and_installs_the_signed_sysext() {
         ),
         "kiln bake --sign-key",
     );
-    let image = "kubernetes-v1.34.1-x86-64.raw";
+    let image = format!("kubernetes-{}-x86-64.raw", kube_version());
+    let image = image.as_str();
     for f in [image, "SHA256SUMS", "SHA256SUMS.gpg"] {
         srv.add(&format!("/{f}"), std::fs::read(out.join(f)).unwrap());
     }
@@ -148,8 +149,9 @@ fn systemd_sysupdate_verifies_and_installs_the_signed_sysext() {
     // A SHA256SUMS that does not match its signature is refused.
     let mut sums = std::fs::read_to_string(out.join("SHA256SUMS")).unwrap();
     sums.push_str(&format!(
-        "{}  kubernetes-v1.34.9-x86-64.raw\n",
-        "0".repeat(64)
+        "{}  kubernetes-{}.99-x86-64.raw\n",
+        "0".repeat(64),
+        kube_version().rsplit_once('.').unwrap().0
     ));
     srv.add("/SHA256SUMS", sums.into_bytes());
     let r = sysupdate(&tools, &keyring, &defs, &root, "check-new").unwrap();

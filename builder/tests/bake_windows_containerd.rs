@@ -15,6 +15,7 @@ use bake_support::*;
 use kiln::bake::render;
 use kiln::image_def::ImageDef;
 
+// `KUBE_VERSION` becomes the images' version (the fixture lock's kubelet), see `def()`.
 const DEF: &str = r#"
 name = "win-ctd"
 os = "windows"
@@ -22,7 +23,7 @@ arch = ["amd64"]
 formats = ["windows"]
 
 [kubernetes]
-version = "v1.34.1"
+version = "KUBE_VERSION"
 
 [containerd]
 sandbox_image = "registry.example.com:5000/pause:3.10"
@@ -45,6 +46,11 @@ name = "kubelet"
 [[artifact]]
 name = "containerd"
 "#;
+
+/// The test definition, pinned to the version the fixture lock's kubelet carries.
+fn def_text() -> String {
+    DEF.replace("KUBE_VERSION", &kube_version())
+}
 
 /// containerd (Debian's) if installed; the test says loudly when it is not.
 fn containerd() -> Option<&'static str> {
@@ -83,7 +89,7 @@ fn windows_zip_holds_containerd_config_hosts_and_proxy() {
     let defdir = fx.dir.path().join("def");
     std::fs::create_dir_all(&defdir).unwrap();
     let def_path = defdir.join("win.toml");
-    std::fs::write(&def_path, DEF).unwrap();
+    std::fs::write(&def_path, def_text()).unwrap();
     let ca = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n";
     std::fs::write(defdir.join("registry-ca.pem"), ca).unwrap();
 
@@ -97,7 +103,7 @@ fn windows_zip_holds_containerd_config_hosts_and_proxy() {
         .arg("-q")
         .arg("-d")
         .arg(&x)
-        .arg(out.join("win-ctd-v1.34.1-amd64.zip"))
+        .arg(out.join(format!("win-ctd-{}-amd64.zip", kube_version())))
         .output()
         .unwrap();
     ok(&unzip, "unzip");
@@ -193,7 +199,7 @@ fn windows_zip_holds_containerd_config_hosts_and_proxy() {
 #[test]
 fn containerd_2_gets_config_version_3_that_containerd_parses() {
     let dir = tempfile::tempdir().unwrap();
-    let def = ImageDef::parse(DEF, Path::new("win.toml")).unwrap();
+    let def = ImageDef::parse(&def_text(), Path::new("win.toml")).unwrap();
     let text = render::containerd_config_windows(&def, Some("2.1.4"));
     let cfg: toml::Value = toml::from_str(&text).unwrap();
     assert_eq!(cfg["version"].as_integer(), Some(3));

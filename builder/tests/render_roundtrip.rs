@@ -253,7 +253,7 @@ fn firstboot_reads_the_kubeconfig_and_kubelet_config_variants() {
     std::fs::write(
         image.join("image.env"),
         "KILN_CONTRACT=1\nKILN_IMAGE_ID=sha256:00\nKILN_IMAGE_NAME=t\nKILN_VERSION=0.1.0\n\
-         KILN_OS=linux\nKILN_ARCH=amd64\nKUBERNETES_VERSION=v1.34.1\n",
+         KILN_OS=linux\nKILN_ARCH=amd64\nKUBERNETES_VERSION=v1.30.0-test\n",
     )
     .unwrap();
     let config = kiln_firstboot::config::load(&tree, None).unwrap();

@@ -30,7 +30,7 @@ fn windows_zip_carries_kiln_firstboot_exe_byte_for_byte() {
         ),
         "kiln bake windows",
     );
-    let zip = out.join("windows-v1.34.1-amd64.zip");
+    let zip = out.join(format!("windows-{}-amd64.zip", kube_version()));
     let x = fx.dir.path().join("x");
     let unzip = Command::new("unzip")
         .arg("-q")

@@ -108,7 +108,8 @@ pub fn fixture_artifacts(lock_text: &str) -> Vec<String> {
     names
 }
 
-/// The kubelet version the fixture lock pins (the stand-in's, e.g. `1.34.1-standin`).
+/// The kubelet version the fixture lock pins: the stand-in's, which scripts/fixture-mirror.sh
+/// derives from the images' `kubernetes.version` (e.g. `v1.36.1` gives `1.36.1-standin`).
 pub fn fixture_kubelet_version(lock_text: &str) -> Option<String> {
     let mut lines = lock_text.lines();
     while let Some(l) = lines.next() {
@@ -187,9 +188,9 @@ pub fn bake(tools: &Tools, image: &str, format: &str, out: &Path) -> Result<Vec<
     let lock_text = std::fs::read_to_string(&lock).map_err(io_err(&lock))?;
     let mut kubelet_version = fixture_kubelet_version(&lock_text);
     std::fs::create_dir_all(out).map_err(io_err(out))?;
-    // kiln bake wants `kubernetes.version` like `v1.34.1` and equal to the lock's kubelet
-    // version; the fixture lock writes the stand-in's as `1.34.1-standin`. Bake from a copy
-    // whose kube* entries say `v1.34.1-standin`, re-signed with the fixture's own throwaway
+    // kiln bake wants `kubernetes.version` equal to the lock's kubelet version, with the
+    // images' leading `v`; the fixture lock writes the stand-in's without it (`X.Y.Z-standin`).
+    // Bake from a copy whose kube* entries say `vX.Y.Z-standin`, re-signed with the fixture's own throwaway
     // key (the bytes and hashes are untouched).
     if let Some(v) = kubelet_version.clone().filter(|v| !v.starts_with('v')) {
         let fixed = lock_text.replace(
@@ -480,12 +481,12 @@ mod tests {
             "[[artifact]]\nname = \"kubelet\"\n[[artifact]]\nname = \"containerd\"\n",
         );
         assert_eq!(available, ["containerd", "kubelet"]);
-        let def = fixture_image_def("ubuntu", &available, Some("1.34.1-standin")).unwrap();
-        assert!(def.contains("version = \"1.34.1-standin\""), "{def}");
-        let lock = "[[artifact]]\nname = \"runc\"\nversion = \"1.1\"\n[[artifact]]\nname = \"kubelet\"\nversion = \"1.34.1-standin\"\n";
+        let def = fixture_image_def("ubuntu", &available, Some("1.30.0-standin")).unwrap();
+        assert!(def.contains("version = \"1.30.0-standin\""), "{def}");
+        let lock = "[[artifact]]\nname = \"runc\"\nversion = \"1.1\"\n[[artifact]]\nname = \"kubelet\"\nversion = \"1.30.0-standin\"\n";
         assert_eq!(
             fixture_kubelet_version(lock).as_deref(),
-            Some("1.34.1-standin")
+            Some("1.30.0-standin")
         );
         assert!(def.contains("name = \"kubelet\""));
         assert!(def.contains("name = \"containerd\""));

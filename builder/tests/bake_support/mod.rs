@@ -23,6 +23,37 @@ pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// The Kubernetes version the shipped image definitions pin (`[kubernetes] version` in
+/// `images/*.toml`, e.g. `v1.36.1`). Tests that mean "whatever version the images pin" use
+/// this rather than a literal, so a version bump edits `images/` and nothing here. Panics
+/// when the definitions disagree: the fixture lock holds one kubelet version.
+pub fn kube_version() -> String {
+    let mut seen: Option<(String, PathBuf)> = None;
+    for name in ["flatcar.toml", "ubuntu.toml", "windows.toml"] {
+        let path = repo().join("images").join(name);
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let def = kiln::image_def::ImageDef::parse(&text, &path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let v = def.kubernetes.version.clone();
+        if let Some((first, first_path)) = &seen {
+            assert_eq!(
+                first,
+                &v,
+                "{} and {} pin different kubernetes.version",
+                first_path.display(),
+                path.display()
+            );
+        } else {
+            seen = Some((v, path));
+        }
+    }
+    seen.unwrap().0
+}
+
+/// The crictl version of the fixture lock: test data, unrelated to the real lock's crictl.
+pub const FIXTURE_CRICTL: &str = "1.34.0";
+
 /// The `kiln` binary under test.
 pub fn kiln() -> Command {
     Command::new(env!("CARGO_BIN_EXE_kiln"))
@@ -226,11 +257,11 @@ pub fn artifacts(bins: Bins, work: &Path, kubelet_version: &str) -> Vec<Art> {
         });
         v.push(Art {
             name: "crictl".into(),
-            version: "1.34.0".into(),
+            version: FIXTURE_CRICTL.into(),
             os: "linux",
             arch,
             format: "tar.gz",
-            file: format!("crictl-v1.34.0-linux-{arch}.tar.gz"),
+            file: format!("crictl-v{FIXTURE_CRICTL}-linux-{arch}.tar.gz"),
             bytes: tar_gz(&[("crictl", next("crictl"))]),
             members: vec![("crictl".into(), "bin/crictl".into())],
         });
@@ -268,11 +299,11 @@ pub fn artifacts(bins: Bins, work: &Path, kubelet_version: &str) -> Vec<Art> {
     });
     v.push(Art {
         name: "crictl".into(),
-        version: "1.34.0".into(),
+        version: FIXTURE_CRICTL.into(),
         os: "windows",
         arch: "amd64",
         format: "tar.gz",
-        file: "crictl-v1.34.0-windows-amd64.tar.gz".into(),
+        file: format!("crictl-v{FIXTURE_CRICTL}-windows-amd64.tar.gz"),
         bytes: tar_gz(&[("crictl.exe", pe(bins, work, "crictl"))]),
         members: vec![("crictl.exe".into(), "crictl.exe".into())],
     });
@@ -323,7 +354,7 @@ pub fn write_store(dir: &Path, arts: &[Art]) -> (PathBuf, PathBuf) {
 /// A complete fixture.
 pub fn fixture(bins: Bins) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let arts = artifacts(bins, dir.path(), "v1.34.1");
+    let arts = artifacts(bins, dir.path(), &kube_version());
     let (store, lock) = write_store(dir.path(), &arts);
     let firstboot = dir.path().join("kiln-firstboot");
     let fb = match bins {

@@ -132,7 +132,7 @@ pub fn firstboot_accepts(root: &Path, join_mode: &str) {
     std::fs::write(
         image.join("image.env"),
         "KILN_CONTRACT=1\nKILN_IMAGE_ID=sha256:00\nKILN_IMAGE_NAME=test\nKILN_VERSION=0.1.0\n\
-         KILN_OS=linux\nKILN_ARCH=amd64\nKUBERNETES_VERSION=v1.34.1\n",
+         KILN_OS=linux\nKILN_ARCH=amd64\nKUBERNETES_VERSION=v1.30.0-test\n",
     )
     .unwrap();
     let config = kiln_firstboot::config::load(root, None)
