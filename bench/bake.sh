@@ -67,10 +67,10 @@ kv=$(awk -F'"' '/^\[/ { k = ($0 == "[kubernetes]") } k && /^version *=/ { print 
 entry kubelet "$kv" binary "$a/kubelet" kubelet=bin/kubelet
 entry kubeadm "$kv" binary "$a/kubeadm" kubeadm=bin/kubeadm
 entry kubectl "$kv" binary "$a/kubectl" kubectl=bin/kubectl
-entry runc 1.3.3 binary "$a/runc.amd64" runc.amd64=bin/runc
-entry containerd 2.1.4 tar.gz "$a/containerd.tar.gz" bin/containerd=bin/containerd bin/containerd-shim-runc-v2=bin/containerd-shim-runc-v2 bin/ctr=bin/ctr
-entry cni-plugins 1.8.0 tar.gz "$a/cni.tgz" ./bridge=libexec/cni/bridge ./host-local=libexec/cni/host-local ./loopback=libexec/cni/loopback ./portmap=libexec/cni/portmap ./bandwidth=libexec/cni/bandwidth ./firewall=libexec/cni/firewall
-entry crictl 1.34.0 tar.gz "$a/crictl.tar.gz" crictl=bin/crictl
+entry runc 1.5.1 binary "$a/runc.amd64" runc.amd64=bin/runc
+entry containerd 2.3.4 tar.gz "$a/containerd.tar.gz" bin/containerd=bin/containerd bin/containerd-shim-runc-v2=bin/containerd-shim-runc-v2 bin/ctr=bin/ctr
+entry cni-plugins 1.9.1 tar.gz "$a/cni.tgz" ./bridge=libexec/cni/bridge ./host-local=libexec/cni/host-local ./loopback=libexec/cni/loopback ./portmap=libexec/cni/portmap ./bandwidth=libexec/cni/bandwidth ./firewall=libexec/cni/firewall
+entry crictl 1.36.0 tar.gz "$a/crictl.tar.gz" crictl=bin/crictl
 # The same lock with a kubelet of other bytes: the bake before an upgrade.
 lock_old=$W/artifacts-old.lock; mk_elf "$a/kubelet-old" "$(scale 140)"
 # (mk_elf makes both the same size, so only the digest differs.)
@@ -112,8 +112,8 @@ rratio() { python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results'
 echo "sysext warm: $(rratio "$W/sysext.json" 1) (budget <= 1.0x)"
 echo "sysext upgrade: $(rratio "$W/sysext.json" 2) (budget <= 1.0x)"
 echo "sysext cold: $(rratio "$W/sysext.json" 3) (budget <= 1.0x)"
-cmp -s "$W/o1/kubernetes-v1.34.1-x86-64.raw" "$W/o5/kubernetes-v1.34.1-x86-64.raw" || { echo "bench/bake.sh: warm and cold sysext differ" >&2; exit 1; }
-echo "sysext size: kiln $(stat -c %s "$W/o1/kubernetes-v1.34.1-x86-64.raw") bytes vs mksquashfs $(stat -c %s "$W/base.raw") bytes"
+cmp -s "$W/o1/kubernetes-$kv-x86-64.raw" "$W/o5/kubernetes-$kv-x86-64.raw" || { echo "bench/bake.sh: warm and cold sysext differ" >&2; exit 1; }
+echo "sysext size: kiln $(stat -c %s "$W/o1/kubernetes-$kv-x86-64.raw") bytes vs mksquashfs $(stat -c %s "$W/base.raw") bytes"
 echo "rootfs warm: $(rratio "$W/rootfs.json" 1) (budget <= 1.0x)"
 echo "rootfs upgrade: $(rratio "$W/rootfs.json" 2) (budget <= 1.0x)"
 echo "rootfs cold: $(rratio "$W/rootfs.json" 3) (budget <= 1.0x)"

@@ -291,7 +291,7 @@ fn sysext_in_every_compression_holds_the_same_files() {
         let out = fx.dir.path().join(format!("out-{comp}"));
         let r = bake_cli(&fx, &toml, "sysext", "amd64", &out, &[]);
         ok(&r, &format!("kiln bake sysext ({comp})"));
-        let raw = out.join("kubernetes-v1.34.1-x86-64.raw");
+        let raw = out.join(format!("kubernetes-{}-x86-64.raw", kube_version()));
         let sb = run(Command::new("unsquashfs").arg("-s").arg(&raw));
         assert!(sb.contains(&format!("Compression {comp}")), "{sb}");
         let x = fx.dir.path().join(format!("x-{comp}"));
