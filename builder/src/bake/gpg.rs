@@ -111,15 +111,7 @@ impl GpgSigner {
                 file.display()
             )));
         }
-        tmp.as_file().sync_all().map_err(io_err(tmp.path()))?;
-        let f = tmp.persist(out).map_err(|e| BakeError::Io {
-            path: out.to_path_buf(),
-            source: e.error,
-        })?;
-        use std::os::unix::fs::PermissionsExt;
-        f.set_permissions(std::fs::Permissions::from_mode(0o644))
-            .map_err(io_err(out))?;
-        Ok(())
+        super::publish(tmp, out)
     }
 }
 

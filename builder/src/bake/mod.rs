@@ -933,6 +933,12 @@ pub fn write_atomic_with(
         .tempfile_in(dir)
         .map_err(io_err(dir))?;
     fill(tmp.as_file_mut()).map_err(io_err(path))?;
+    publish(tmp, path)
+}
+
+/// Publishes a filled temp file (made in `path`'s directory) as `path`: fsync, rename, mode
+/// 0644, fsync of the directory.
+pub(crate) fn publish(tmp: tempfile::NamedTempFile, path: &Path) -> Result<(), BakeError> {
     tmp.as_file().sync_all().map_err(io_err(path))?;
     let f = tmp.persist(path).map_err(|e| BakeError::Io {
         path: path.to_path_buf(),
@@ -942,7 +948,7 @@ pub fn write_atomic_with(
     use std::os::unix::fs::PermissionsExt;
     f.set_permissions(std::fs::Permissions::from_mode(0o644))
         .map_err(io_err(path))?;
-    if let Ok(d) = File::open(dir) {
+    if let Ok(d) = File::open(path.parent().unwrap_or(Path::new("."))) {
         let _ = d.sync_all();
     }
     Ok(())

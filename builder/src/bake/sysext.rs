@@ -191,13 +191,7 @@ fn pack_mksquashfs(
             ),
         });
     }
-    tmp.as_file().sync_all().map_err(io_err(tmp.path()))?;
-    let f = tmp.persist(out).map_err(|e| BakeError::Io {
-        path: out.to_path_buf(),
-        source: e.error,
-    })?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o644))
-        .map_err(io_err(out))?;
+    super::publish(tmp, out)?;
     std::fs::remove_dir_all(&root).map_err(io_err(&root))?;
     Ok(())
 }
