@@ -262,9 +262,6 @@ fn firstboot_reads_the_kubeconfig_and_kubelet_config_variants() {
         kiln_firstboot::config::Credential::Kubeconfig
     );
     assert_eq!(config.kubelet_config, "/etc/kiln/kubelet-config.yaml");
-    assert_eq!(config.provider, "auto");
-    assert_eq!(
-        config.node_value("API_SERVER"),
-        "https://api.example.internal"
-    );
+    assert_eq!(config.node.provider, None, "PROVIDER=auto");
+    assert_eq!(config.node.api_server, "https://api.example.internal");
 }

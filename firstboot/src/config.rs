@@ -1,51 +1,18 @@
 //! The contract's input files, read and validated once: `/usr/lib/kiln/image.env`,
 //! `max-pods.map`, `/etc/kiln/node.env`, the CA and the one credential. Every error names
 //! the file, line or key, what was expected and what was found. Secrets are never echoed.
+//! The keys, their shapes and the codec are the contract's ([`crate::contract`]); this
+//! module reads the files and turns what is wrong into a reason.
 
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use crate::envfile::{self, EnvFile};
+use crate::contract::envfile::{self, EnvFile};
+use crate::contract::image_env::{self, ImageEnv};
+use crate::contract::node_env::{self, Invalid, NodeEnv};
+use crate::contract::{paths, JoinMode, Provider, KILN_CONTRACT, VERSION_TEXT};
 use crate::error::Error;
 use crate::fsutil;
-use crate::provider;
 use crate::Reason;
-
-pub const IMAGE_ENV: &str = "/usr/lib/kiln/image.env";
-pub const MAX_PODS_MAP: &str = "/usr/lib/kiln/max-pods.map";
-pub const DEFAULT_KUBELET_CONFIG: &str = "/usr/lib/kiln/kubelet-config.yaml";
-pub const NODE_ENV: &str = "/etc/kiln/node.env";
-pub const CA_CRT: &str = "/etc/kiln/ca.crt";
-pub const BOOTSTRAP_KUBECONFIG: &str = "/etc/kiln/bootstrap-kubeconfig";
-pub const BOOTSTRAP_TOKEN: &str = "/etc/kiln/bootstrap-token";
-pub const KUBEADM_JOIN: &str = "/etc/kiln/kubeadm-join.yaml";
-pub const KUBELET_CONFIG_OVERRIDE: &str = "/etc/kiln/kubelet-config.yaml";
-/// The kubeconfig firstboot writes from a bootstrap token.
-pub const RUN_BOOTSTRAP_KUBECONFIG: &str = "/run/kiln/bootstrap-kubeconfig";
-
-/// The contract version this build speaks.
-pub const CONTRACT: &str = "1";
-const DEFAULT_DEADLINE: u64 = 300;
-const DEFAULT_MAX_PODS: u32 = 110;
-const IMAGE_REQUIRED: [&str; 7] = [
-    "KILN_CONTRACT",
-    "KILN_IMAGE_ID",
-    "KILN_IMAGE_NAME",
-    "KILN_VERSION",
-    "KILN_OS",
-    "KILN_ARCH",
-    "KUBERNETES_VERSION",
-];
-const NODE_REQUIRED: [&str; 3] = ["KILN_CONTRACT", "API_SERVER", "CLUSTER_NAME"];
-
-/// How the node joins the cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JoinMode {
-    /// kubelet's own TLS bootstrap with a bootstrap kubeconfig.
-    Kubelet,
-    /// `kubeadm join --config`.
-    Kubeadm,
-}
 
 /// The credential the provisioner placed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,42 +28,43 @@ pub enum Credential {
 /// The validated inputs of one run.
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub image: EnvFile,
-    pub node: EnvFile,
-    pub join_mode: JoinMode,
+    /// image.env.
+    pub image: ImageEnv,
+    /// node.env.
+    pub node: NodeEnv,
     pub credential: Credential,
-    /// `auto` or a provider name.
-    pub provider: String,
     pub deadline_secs: u64,
     /// Node path (not root-prefixed) of the kubelet config kubelet will read.
     pub kubelet_config: String,
-    pub kubelet_unit: String,
-    pub runtime_endpoint: String,
     max_pods_map: Vec<(String, u32)>,
-    default_max_pods: u32,
 }
 
 impl Config {
     /// The image id for status reports.
     pub fn image_id(&self) -> &str {
-        self.image.get("KILN_IMAGE_ID").unwrap_or("")
+        &self.image.image_id
     }
 
     /// `MAX_PODS` from node.env, else the baked map, else the image default.
     pub fn max_pods(&self, instance_type: &str) -> u32 {
-        if let Some(n) = self.node.non_empty("MAX_PODS").and_then(|v| v.parse().ok()) {
+        if let Some(n) = self.node.max_pods {
             return n;
         }
         self.max_pods_map
             .iter()
             .find(|(t, _)| t == instance_type)
             .map(|(_, n)| *n)
-            .unwrap_or(self.default_max_pods)
+            .unwrap_or(self.image.default_max_pods)
     }
 
-    /// A node.env value, empty when unset.
-    pub fn node_value(&self, key: &str) -> &str {
-        self.node.get(key).unwrap_or("")
+    /// How the node joins the cluster.
+    pub fn join_mode(&self) -> JoinMode {
+        self.node.join_mode
+    }
+
+    /// node.env's provider: `None` for `auto`.
+    pub fn provider(&self) -> Option<Provider> {
+        self.node.provider
     }
 }
 
@@ -108,10 +76,14 @@ fn invalid(m: String) -> Error {
     Error::config(Reason::ConfigInvalid, m)
 }
 
+/// A value the contract rejects, as `file: KEY: expected …, found …`.
+fn invalid_value(file: &Path, e: &Invalid<'_>) -> Error {
+    invalid(format!("{}: {e}", file.display()))
+}
+
 /// Reads and parses an env file; `Ok(None)` when it does not exist.
-fn read_env(root: &Path, path: &str) -> Result<Option<EnvFile>, Error> {
-    let full = fsutil::under(root, path);
-    let Some(text) = fsutil::read_capped(&full, envfile::MAX_LEN as u64).map_err(invalid)? else {
+fn read_env(full: &Path) -> Result<Option<EnvFile>, Error> {
+    let Some(text) = fsutil::read_capped(full, envfile::MAX_LEN as u64).map_err(invalid)? else {
         return Ok(None);
     };
     envfile::parse(&text)
@@ -119,17 +91,17 @@ fn read_env(root: &Path, path: &str) -> Result<Option<EnvFile>, Error> {
         .map_err(|e| invalid(format!("{}: {e}", full.display())))
 }
 
-fn require_env(root: &Path, path: &str, required: &[&str]) -> Result<EnvFile, Error> {
-    let full = fsutil::under(root, path);
-    let env = read_env(root, path)?
+/// Reads an env file that must exist, speak this contract version and set `required`.
+fn require_env(full: &Path, required: &[&str]) -> Result<EnvFile, Error> {
+    let env = read_env(full)?
         .ok_or_else(|| missing(format!("{}: required file not found", full.display())))?;
-    match env.get("KILN_CONTRACT") {
-        Some(CONTRACT) => {}
+    match env.get(KILN_CONTRACT) {
+        Some(VERSION_TEXT) => {}
         found => {
             return Err(Error::config(
                 Reason::ContractVersion,
                 format!(
-                    "{}: KILN_CONTRACT: expected {CONTRACT}, found {}",
+                    "{}: {KILN_CONTRACT}: expected {VERSION_TEXT}, found {}",
                     full.display(),
                     found.map_or("no such key".to_string(), |v| format!("{v:?}"))
                 ),
@@ -173,124 +145,21 @@ pub fn parse_max_pods(text: &str) -> Result<Vec<(String, u32)>, String> {
     Ok(out)
 }
 
-/// Checks one node.env value against its expected shape.
-fn validate(file: &Path, key: &str, value: &str) -> Result<(), Error> {
-    let bad = |expected: &str| {
-        invalid(format!(
-            "{}: {key}: expected {expected}, found {value:?}",
-            file.display()
-        ))
-    };
-    let is_name = |s: &str| {
-        !s.is_empty()
-            && s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'/'))
-    };
-    match key {
-        "API_SERVER" => {
-            let rest = value
-                .strip_prefix("https://")
-                .ok_or_else(|| bad("https://host[:port]"))?;
-            let host = rest.trim_end_matches('/');
-            if host.is_empty()
-                || host.contains(['/', '?', '#', '@'])
-                || !host.bytes().all(|b| b.is_ascii_graphic())
-            {
-                return Err(bad("https://host[:port]"));
-            }
-        }
-        "CLUSTER_NAME" if !is_name(value) => return Err(bad("a name of [A-Za-z0-9._-]")),
-        "JOIN_MODE" if !matches!(value, "" | "kubelet" | "kubeadm") => {
-            return Err(bad("kubelet or kubeadm"))
-        }
-        "PROVIDER" if !value.is_empty() && value != "auto" && !provider::NAMES.contains(&value) => {
-            return Err(bad(
-                "auto, aws, azure, gcp, openstack, vmware, qemu or none",
-            ))
-        }
-        "NODE_NAME" if !value.is_empty() && !is_name(value) => {
-            return Err(bad("a node name of [a-z0-9.-]"))
-        }
-        "NODE_IP" if !value.is_empty() && value.parse::<IpAddr>().is_err() => {
-            return Err(bad("an IP address"))
-        }
-        "MAX_PODS" if !value.is_empty() && value.parse::<u32>().map_or(true, |n| n == 0) => {
-            return Err(bad("a positive integer"))
-        }
-        "KILN_DEADLINE" if !value.is_empty() && value.parse::<u64>().map_or(true, |n| n == 0) => {
-            return Err(bad("a positive number of seconds"))
-        }
-        "CLUSTER_DNS"
-            if !value.is_empty() && value.split(',').any(|ip| ip.parse::<IpAddr>().is_err()) =>
-        {
-            return Err(bad("comma-separated IP addresses"))
-        }
-        "NODE_LABELS" if !value.is_empty() => {
-            for item in value.split(',') {
-                match item.split_once('=') {
-                    Some((k, v)) if is_name(k) && (v.is_empty() || is_name(v)) => {}
-                    _ => return Err(bad("comma-separated key=value labels")),
-                }
-            }
-        }
-        "NODE_TAINTS" if !value.is_empty() => {
-            for item in value.split(',') {
-                let ok = item.rsplit_once(':').is_some_and(|(kv, effect)| {
-                    matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute")
-                        && kv.split('=').next().is_some_and(is_name)
-                        && kv
-                            .split('=')
-                            .nth(1)
-                            .is_none_or(|v| v.is_empty() || is_name(v))
-                        && kv.split('=').count() <= 2
-                });
-                if !ok {
-                    return Err(bad("comma-separated key[=value]:Effect taints"));
-                }
-            }
-        }
-        _ => {}
-    }
-    Ok(())
-}
-
 /// Reads, checks and combines every input file under `root`.
 /// `deadline_flag` (`--deadline`) beats node.env, which beats image.env.
 pub fn load(root: &Path, deadline_flag: Option<u64>) -> Result<Config, Error> {
-    let image = require_env(root, IMAGE_ENV, &IMAGE_REQUIRED)?;
-    let node = require_env(root, NODE_ENV, &NODE_REQUIRED)?;
-    let node_path = fsutil::under(root, NODE_ENV);
-    for (k, v) in node.entries() {
-        validate(&node_path, k, v)?;
-    }
-    let image_path = fsutil::under(root, IMAGE_ENV);
-    let number = |file: &Path, env: &EnvFile, key: &str| -> Result<Option<u64>, Error> {
-        match env.non_empty(key) {
-            None => Ok(None),
-            Some(v) => v
-                .parse::<u64>()
-                .ok()
-                .filter(|n| *n > 0)
-                .map(Some)
-                .ok_or_else(|| {
-                    invalid(format!(
-                        "{}: {key}: expected a positive integer, found {v:?}",
-                        file.display()
-                    ))
-                }),
-        }
-    };
-    let deadline_secs = match deadline_flag {
-        Some(d) => d,
-        None => match number(&node_path, &node, "KILN_DEADLINE")? {
-            Some(d) => d,
-            None => number(&image_path, &image, "KILN_DEADLINE")?.unwrap_or(DEFAULT_DEADLINE),
-        },
-    };
-    let default_max_pods = number(&image_path, &image, "DEFAULT_MAX_PODS")?
-        .map_or(DEFAULT_MAX_PODS, |n| n.min(u64::from(u32::MAX)) as u32);
+    let image_path = fsutil::under(root, paths::IMAGE_ENV);
+    let node_path = fsutil::under(root, paths::NODE_ENV);
+    let image_raw = require_env(&image_path, &image_env::REQUIRED)?;
+    let node_raw = require_env(&node_path, &node_env::REQUIRED)?;
+    let node = NodeEnv::from_env(&node_raw).map_err(|e| invalid_value(&node_path, &e))?;
+    let image = ImageEnv::from_env(&image_raw).map_err(|e| invalid_value(&image_path, &e))?;
+    let deadline_secs = deadline_flag
+        .or(node.deadline_secs)
+        .or(image.deadline_secs)
+        .unwrap_or(image_env::DEFAULT_DEADLINE_SECS);
 
-    let map_path = fsutil::under(root, MAX_PODS_MAP);
+    let map_path = fsutil::under(root, paths::MAX_PODS_MAP);
     let max_pods_map = match fsutil::read_capped(&map_path, 4 * 1024 * 1024).map_err(invalid)? {
         Some(text) => {
             parse_max_pods(&text).map_err(|m| invalid(format!("{}: {m}", map_path.display())))?
@@ -298,7 +167,7 @@ pub fn load(root: &Path, deadline_flag: Option<u64>) -> Result<Config, Error> {
         None => Vec::new(),
     };
 
-    let ca = fsutil::under(root, CA_CRT);
+    let ca = fsutil::under(root, paths::CA_CRT);
     match fsutil::read_capped(&ca, 1024 * 1024).map_err(invalid)? {
         None => {
             return Err(missing(format!(
@@ -315,47 +184,29 @@ pub fn load(root: &Path, deadline_flag: Option<u64>) -> Result<Config, Error> {
         Some(_) => {}
     }
 
-    let join_mode = match node.get("JOIN_MODE") {
-        Some("kubeadm") => JoinMode::Kubeadm,
-        _ => JoinMode::Kubelet,
-    };
-    let credential = credential(root, join_mode)?;
+    let credential = credential(root, node.join_mode)?;
 
-    let override_cfg = fsutil::under(root, KUBELET_CONFIG_OVERRIDE);
+    let override_cfg = fsutil::under(root, paths::KUBELET_CONFIG_OVERRIDE);
     let kubelet_config = if override_cfg.is_file() {
-        KUBELET_CONFIG_OVERRIDE.to_string()
+        paths::KUBELET_CONFIG_OVERRIDE.to_string()
     } else {
-        image
-            .non_empty("KUBELET_CONFIG")
-            .unwrap_or(DEFAULT_KUBELET_CONFIG)
-            .to_string()
+        image.kubelet_config.clone()
     };
     Ok(Config {
-        provider: node.non_empty("PROVIDER").unwrap_or("auto").to_string(),
-        kubelet_unit: image
-            .non_empty("KUBELET_UNIT")
-            .unwrap_or("kubelet.service")
-            .to_string(),
-        runtime_endpoint: image
-            .non_empty("CONTAINER_RUNTIME_ENDPOINT")
-            .unwrap_or("unix:///run/containerd/containerd.sock")
-            .to_string(),
         kubelet_config,
         image,
         node,
-        join_mode,
         credential,
         deadline_secs,
         max_pods_map,
-        default_max_pods,
     })
 }
 
 /// Finds the one credential the join mode needs, and checks it is not readable by others.
 fn credential(root: &Path, mode: JoinMode) -> Result<Credential, Error> {
-    let kubeconfig = fsutil::under(root, BOOTSTRAP_KUBECONFIG);
-    let token = fsutil::under(root, BOOTSTRAP_TOKEN);
-    let join = fsutil::under(root, KUBEADM_JOIN);
+    let kubeconfig = fsutil::under(root, paths::BOOTSTRAP_KUBECONFIG);
+    let token = fsutil::under(root, paths::BOOTSTRAP_TOKEN);
+    let join = fsutil::under(root, paths::KUBEADM_JOIN);
     let present: Vec<&PathBuf> = match mode {
         JoinMode::Kubelet => [&kubeconfig, &token]
             .into_iter()
@@ -371,11 +222,7 @@ fn credential(root: &Path, mode: JoinMode) -> Result<Credential, Error> {
         [] => {
             return Err(missing(format!(
                 "no credential for JOIN_MODE={}: expected {looked}, found neither",
-                if mode == JoinMode::Kubeadm {
-                    "kubeadm"
-                } else {
-                    "kubelet"
-                }
+                mode.as_str()
             )))
         }
         [one] => *one,
@@ -440,6 +287,20 @@ pub fn valid_token(t: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Checks one node.env value against its expected shape ([`node_env::check`]).
+    fn validate(file: &Path, key: &str, value: &str) -> Result<(), Error> {
+        node_env::check(key, value).map_err(|expected| {
+            invalid_value(
+                file,
+                &Invalid {
+                    key,
+                    expected,
+                    found: value,
+                },
+            )
+        })
+    }
 
     #[test]
     fn max_pods_map() {

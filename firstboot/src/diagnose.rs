@@ -527,7 +527,7 @@ pub fn cmd_report(opts: &ReportOptions) -> u8 {
         }
         return 0;
     }
-    let path = opts.root.join(status::STATUS_PATH);
+    let path = crate::fsutil::under(&opts.root, crate::contract::paths::STATUS_JSON);
     let console = crate::console::Console::open(opts.console.as_deref());
     let mut reporter = match std::fs::read_to_string(&path) {
         Ok(text) => match Reporter::resume(&opts.root, console, &text) {

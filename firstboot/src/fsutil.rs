@@ -6,12 +6,10 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 /// Joins a contract path such as `/etc/kiln/node.env` under `root` (the `--root` prefix).
-/// On Windows the contract's directories have Windows places (`crate::windows::PATH_MAP`).
+/// On Windows the contract's directories have Windows places
+/// ([`crate::contract::paths::WINDOWS_PLACES`]).
 pub fn under(root: &Path, path: &str) -> PathBuf {
-    #[cfg(windows)]
-    return root.join(crate::windows::contract_path(path));
-    #[cfg(not(windows))]
-    root.join(path.trim_start_matches('/'))
+    root.join(&*crate::contract::paths::relative(path))
 }
 
 /// Writes `data` to `path` so that readers see the old file or the new one, never a torn one.

@@ -2,16 +2,15 @@
 //! `/etc/kiln`) and one instance metadata source into kubelet's environment, starts kubelet
 //! and reports the outcome. std only, no crates: see `docs/contract.md`.
 
-pub mod reason;
+pub mod contract;
 
-pub use reason::Reason;
+pub use contract::Reason;
 pub mod channels;
 pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod console;
 pub mod diagnose;
-pub mod envfile;
 pub mod error;
 pub mod fsutil;
 pub mod http;

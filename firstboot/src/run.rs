@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::channels::Channels;
-use crate::config::{self, Config, Credential, JoinMode};
+use crate::config::{self, Config, Credential};
+use crate::contract::{paths, JoinMode, Provider};
 use crate::diagnose::{self, ReportOptions};
 use crate::error::Error;
 use crate::fsutil;
@@ -17,11 +18,6 @@ use crate::service::{self, ToolError};
 use crate::status::{Phase, Reporter};
 use crate::wait::{self, WaitOptions};
 use crate::Reason;
-
-/// `/run/kiln/kubelet.env`.
-pub const KUBELET_ENV: &str = "/run/kiln/kubelet.env";
-/// Present once kubeadm has joined: a second run must not join again.
-const KUBEADM_KUBELET_CONF: &str = "/etc/kubernetes/kubelet.conf";
 
 /// Everything `kiln-firstboot run` takes from its command line.
 #[derive(Debug, Clone)]
@@ -138,16 +134,14 @@ fn wait_joined(
 ) -> Result<(), Error> {
     let wopts = WaitOptions {
         healthz_url: opts.healthz_url.clone(),
-        pki_dir: fsutil::under(&opts.root, "/var/lib/kubelet/pki"),
+        pki_dir: fsutil::under(&opts.root, paths::KUBELET_PKI_DIR),
         poll: Duration::from_millis(200),
     };
     let mut ropts = ReportOptions::new(&opts.root);
     ropts.systemctl = Some(PathBuf::from(&opts.systemctl));
     ropts.journalctl = Some(PathBuf::from(&opts.journalctl));
-    ropts.kubelet_unit = cfg.kubelet_unit.clone();
-    if let Some(unit) = cfg.image.non_empty("CONTAINERD_UNIT") {
-        ropts.containerd_unit = unit.to_string();
-    }
+    ropts.kubelet_unit = cfg.image.kubelet_unit.clone();
+    ropts.containerd_unit = cfg.image.containerd_unit.clone();
     let begun = Instant::now();
     let mut polls = 0u32;
     // Asking systemd every poll would cost a fork each time; once a second is enough.
@@ -191,7 +185,10 @@ fn wait_joined(
 
 /// Asks the chosen metadata source and applies node.env's overrides.
 fn metadata(opts: &Options, cfg: &Config, deadline: Instant) -> Result<Node, Error> {
-    let mut name = opts.provider.as_deref().unwrap_or(&cfg.provider);
+    let mut name = match opts.provider.as_deref() {
+        Some(p) => p,
+        None => cfg.node.provider.map_or("auto", Provider::name),
+    };
     if name == "auto" {
         name = provider::detect(&opts.root);
     }
@@ -206,16 +203,16 @@ fn metadata(opts: &Options, cfg: &Config, deadline: Instant) -> Result<Node, Err
         base_url: opts.metadata_url.as_deref(),
         client: &client,
         rpctool: &opts.rpctool,
-        api_server: cfg.node_value("API_SERVER"),
+        api_server: &cfg.node.api_server,
     };
     let md = source.fetch(&cx)?;
-    let node_ip = match cfg.node.non_empty("NODE_IP") {
-        Some(ip) => ip.to_string(),
+    let node_ip = match &cfg.node.node_ip {
+        Some(ip) => ip.clone(),
         None if md.node_ip.is_empty() => provider::route_ip(cx.api_server)?,
         None => md.node_ip,
     };
-    let node_name = match cfg.node.non_empty("NODE_NAME") {
-        Some(n) => n.to_string(),
+    let node_name = match &cfg.node.node_name {
+        Some(n) => n.clone(),
         None if !md.hostname.is_empty() => md.hostname,
         None => md.instance_id.clone(),
     };
@@ -224,7 +221,7 @@ fn metadata(opts: &Options, cfg: &Config, deadline: Instant) -> Result<Node, Err
             Reason::MetadataInvalid,
             format!(
                 "provider {name}: expected a hostname or instance id for the node name, found neither; set NODE_NAME in {}",
-                config::NODE_ENV
+                paths::NODE_ENV
             ),
         ));
     }
@@ -249,19 +246,19 @@ fn write(opts: &Options, cfg: &Config, node: &Node) -> Result<(), Error> {
     };
     if let Credential::Token(token) = &cfg.credential {
         put(
-            config::RUN_BOOTSTRAP_KUBECONFIG,
+            paths::RUN_BOOTSTRAP_KUBECONFIG,
             &kubelet_env::bootstrap_kubeconfig(cfg, token),
             0o600,
         )?;
     }
-    put(KUBELET_ENV, &kubelet_env::render(cfg, node), 0o644)
+    put(paths::KUBELET_ENV, &kubelet_env::render(cfg, node), 0o644)
 }
 
 /// Starts kubelet through the service manager, or joins with kubeadm first.
 fn start(opts: &Options, cfg: &Config, deadline: Instant) -> Result<(), Error> {
-    let joined = fsutil::under(&opts.root, KUBEADM_KUBELET_CONF).exists();
-    if cfg.join_mode == JoinMode::Kubeadm && !joined {
-        let join = fsutil::under(&opts.root, config::KUBEADM_JOIN);
+    let joined = fsutil::under(&opts.root, paths::KUBEADM_KUBELET_CONF).exists();
+    if cfg.node.join_mode == JoinMode::Kubeadm && !joined {
+        let join = fsutil::under(&opts.root, paths::KUBEADM_JOIN);
         let join = join.to_string_lossy();
         // kubeadm join starts kubelet itself through systemd.
         return service::run(&opts.kubeadm, &["join", "--config", &join], deadline).map_err(|e| {
@@ -278,7 +275,7 @@ fn start(opts: &Options, cfg: &Config, deadline: Instant) -> Result<(), Error> {
     // another unit's start job can deadlock on ordering, and the waits come after this.
     service::run(
         &opts.systemctl,
-        &["start", "--no-block", &cfg.kubelet_unit],
+        &["start", "--no-block", &cfg.image.kubelet_unit],
         deadline,
     )
     .map_err(|e| Error::Start {

@@ -12,28 +12,12 @@ use std::path::{Path, PathBuf};
 use crate::channels::Channels;
 use crate::clock;
 use crate::console::{Console, STATUS_PREFIX};
+use crate::contract::{self, paths};
 use crate::diagnose::{Diagnosis, UnitState};
+use crate::fsutil;
 use crate::json;
 use crate::Reason;
 
-/// The contract version written into status.json.
-pub const CONTRACT: u32 = 1;
-/// status.json, under `--root`.
-#[cfg(not(windows))]
-pub const STATUS_PATH: &str = "run/kiln/status.json";
-/// status.json, under `--root` (`C:\ProgramData\kiln\run`, docs/contract.md#windows-paths).
-#[cfg(windows)]
-pub const STATUS_PATH: &str = "ProgramData/kiln/run/status.json";
-/// The failure file kiln writes next to status.json.
-#[cfg(not(windows))]
-pub const FAILURE_PATH: &str = "run/kiln/failure";
-/// The failure file kiln writes next to status.json.
-#[cfg(windows)]
-pub const FAILURE_PATH: &str = "ProgramData/kiln/run/failure";
-/// Cluster API's success sentinel.
-pub const CAPI_SUCCESS_PATH: &str = "run/cluster-api/bootstrap-success.complete";
-/// The failure file beside Cluster API's sentinel (Cluster API #6476).
-pub const CAPI_FAILURE_PATH: &str = "run/cluster-api/bootstrap-failure.reason";
 /// The cap on the `log` lines kept in status.json, in bytes.
 pub const LOG_CAP: usize = 4096;
 /// The cap on `message`, in bytes.
@@ -404,7 +388,7 @@ impl Reporter {
         buf.clear();
         self.render(&mut buf);
         self.buf = buf;
-        let path = self.root.join(STATUS_PATH);
+        let path = fsutil::under(&self.root, paths::STATUS_JSON);
         if let Err(e) = write_atomic(&path, self.buf.as_bytes(), 0o644) {
             self.warn_write(&e);
         }
@@ -421,7 +405,8 @@ impl Reporter {
     fn render(&self, out: &mut String) {
         let _ = write!(
             out,
-            "{{\"kiln_contract\":{CONTRACT},\"kiln_version\":\"{}\"",
+            "{{\"kiln_contract\":{},\"kiln_version\":\"{}\"",
+            contract::VERSION,
             env!("CARGO_PKG_VERSION")
         );
         for (key, value) in [
@@ -504,9 +489,9 @@ pub fn publish_outcome_files(
     reason: Reason,
     message: &str,
 ) -> Result<(), WriteError> {
-    let success = root.join(CAPI_SUCCESS_PATH);
-    let failure = root.join(FAILURE_PATH);
-    let capi_failure = root.join(CAPI_FAILURE_PATH);
+    let success = fsutil::under(root, paths::CAPI_SUCCESS);
+    let failure = fsutil::under(root, paths::FAILURE);
+    let capi_failure = fsutil::under(root, paths::CAPI_FAILURE);
     match outcome {
         Outcome::Success => {
             remove_if_present(&failure)?;
@@ -573,7 +558,7 @@ impl std::error::Error for WriteError {
 
 /// Replaces `path` atomically (fsutil's temp file, fsync, rename), naming it on failure.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), WriteError> {
-    crate::fsutil::write_atomic(path, bytes, mode).map_err(|source| WriteError {
+    fsutil::write_atomic(path, bytes, mode).map_err(|source| WriteError {
         path: path.to_path_buf(),
         action: "write",
         source,
@@ -617,7 +602,7 @@ fn as_array(v: &json::Value) -> Option<&[json::Value]> {
 /// `json`). Exits 0 on success, the reason's exit code on failure, 8 while still running, and
 /// 1 when there is no readable status.
 pub fn cmd_status(root: &Path, json: bool) -> u8 {
-    let path = root.join(STATUS_PATH);
+    let path = fsutil::under(root, paths::STATUS_JSON);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) => {

@@ -137,16 +137,19 @@ pub fn firstboot_accepts(root: &Path, join_mode: &str) {
     .unwrap();
     let config = kiln_firstboot::config::load(root, None)
         .unwrap_or_else(|e| panic!("kiln-firstboot refused what kiln render wrote: {e}"));
-    assert_eq!(config.node_value("API_SERVER"), "https://10.0.0.10:6443");
+    assert_eq!(config.node.api_server, "https://10.0.0.10:6443");
     assert_eq!(
-        config.node_value("NODE_LABELS"),
+        config.node.node_labels,
         "node.kubernetes.io/role=worker,tier=web"
     );
     assert_eq!(
-        config.node_value("KUBELET_EXTRA_ARGS"),
+        config.node.kubelet_extra_args,
         "--v=2 --serialize-image-pulls=false"
     );
-    assert_eq!(config.provider, "aws");
+    assert_eq!(
+        config.node.provider,
+        Some(kiln_firstboot::contract::Provider::Aws)
+    );
     assert_eq!(config.deadline_secs, 600);
     assert_eq!(config.max_pods("m5.large"), 58);
     match join_mode {

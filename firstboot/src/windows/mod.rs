@@ -9,32 +9,6 @@ pub mod scm;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// The contract's Linux directories and their Windows places, relative to the system drive
-/// (`docs/contract.md#windows-paths`). Longest prefix first.
-pub const PATH_MAP: [(&str, &str); 5] = [
-    ("usr/lib/kiln/", "k/kiln/"),
-    ("usr/bin/", "k/"),
-    ("etc/kiln/", "ProgramData/kiln/"),
-    ("run/kiln/", "ProgramData/kiln/run/"),
-    ("run/cluster-api/", "run/cluster-api/"),
-];
-
-/// The Windows place of a contract path such as `/etc/kiln/node.env`, relative to the
-/// system drive: `ProgramData/kiln/node.env`. Paths outside the map keep their shape
-/// (`/var/lib/kubelet/pki` is kubelet's default `C:\var\lib\kubelet\pki` on Windows too).
-pub fn contract_path(path: &str) -> String {
-    let rel = path.trim_start_matches('/');
-    for (linux, windows) in PATH_MAP {
-        if let Some(rest) = rel.strip_prefix(linux) {
-            return format!("{windows}{rest}");
-        }
-        if rel == linux.trim_end_matches('/') {
-            return windows.trim_end_matches('/').to_string();
-        }
-    }
-    rel.to_string()
-}
-
 /// How the Service Control Manager starts a service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StartType {
@@ -212,7 +186,8 @@ pub fn containerd_environment(bin_dir: &Path) -> Result<Vec<String>, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
         Err(e) => return Err(format!("{}: {e}", path.display())),
     };
-    let env = crate::envfile::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let env =
+        crate::contract::envfile::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(env
         .entries()
         .iter()
@@ -359,7 +334,7 @@ pub fn start_kubelet_service(
 ) -> Result<(), crate::error::Error> {
     use crate::error::Error;
     use crate::Reason;
-    let env_path = crate::fsutil::under(&opts.root, crate::run::KUBELET_ENV);
+    let env_path = crate::fsutil::under(&opts.root, crate::contract::paths::KUBELET_ENV);
     let text = std::fs::read_to_string(&env_path).map_err(|e| Error::Start {
         reason: Reason::StartFailed,
         message: format!(
@@ -367,12 +342,12 @@ pub fn start_kubelet_service(
             env_path.display()
         ),
     })?;
-    let env = crate::envfile::parse(&text).map_err(|e| Error::Start {
+    let env = crate::contract::envfile::parse(&text).map_err(|e| Error::Start {
         reason: Reason::StartFailed,
         message: format!("{}: {e}", env_path.display()),
     })?;
     let command = kubelet_command(&bin_dir(&opts.root), env.get("KUBELET_ARGS").unwrap_or(""));
-    let name = service_name(&cfg.kubelet_unit);
+    let name = service_name(&cfg.image.kubelet_unit);
     let started = open_scm().and_then(|mut scm| start_kubelet(scm.as_mut(), name, &command));
     started.map_err(|e| Error::Start {
         reason: Reason::StartFailed,
@@ -549,28 +524,6 @@ impl ServiceManager for Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn contract_paths_map_to_the_windows_layout() {
-        let table = [
-            ("/etc/kiln/node.env", "ProgramData/kiln/node.env"),
-            ("etc/kiln/ca.crt", "ProgramData/kiln/ca.crt"),
-            ("/usr/lib/kiln/image.env", "k/kiln/image.env"),
-            ("/usr/bin/kubelet", "k/kubelet"),
-            ("/run/kiln/status.json", "ProgramData/kiln/run/status.json"),
-            ("run/kiln", "ProgramData/kiln/run"),
-            (
-                "/run/cluster-api/bootstrap-success.complete",
-                "run/cluster-api/bootstrap-success.complete",
-            ),
-            ("/var/lib/kubelet/pki", "var/lib/kubelet/pki"),
-            // A prefix match is on whole directories only.
-            ("/etc/kilnx/a", "etc/kilnx/a"),
-        ];
-        for (linux, windows) in table {
-            assert_eq!(contract_path(linux), windows, "{linux}");
-        }
-    }
 
     #[test]
     fn install_creates_then_updates_and_uninstall_reverses() {

@@ -180,6 +180,12 @@ mod tests {
     }
 
     #[test]
+    fn the_contract_version_hint_names_this_version() {
+        let want = format!("KILN_CONTRACT={}", crate::contract::VERSION_TEXT);
+        assert!(Reason::ContractVersion.hint().contains(&want));
+    }
+
+    #[test]
     fn every_failure_has_a_hint_and_nonzero_exit() {
         for r in Reason::ALL {
             if r != Reason::Ok {

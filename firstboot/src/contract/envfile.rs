@@ -1,18 +1,49 @@
-//! Env files (`KEY=VALUE` lines) as the contract's "Conventions" define them: a pure parser
-//! for reading and a quoting writer for `kubelet.env`, so both ends agree on one grammar.
+//! The env-file codec (`KEY=VALUE` lines, `docs/contract.md#conventions`): one pure parser
+//! and one quoting writer, used by kiln-firstboot to read `image.env` and `node.env` and write
+//! `kubelet.env`, and by the builder to write `image.env` and `node.env`. A line written here
+//! means the same thing to systemd's `EnvironmentFile=`, a POSIX shell and [`parse`].
 
+use std::borrow::Cow;
 use std::fmt;
 
 /// The largest env file the contract allows.
 pub const MAX_LEN: usize = 64 * 1024;
 
-/// A parsed env file: keys in file order, each once.
+/// An env file: keys in file order, each once, and (when it is being written) the `#`
+/// comment lines that head it. [`parse`] makes one from text; [`EnvFile::set`] builds one and
+/// its [`Display`](fmt::Display) writes it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EnvFile {
+    header: Vec<String>,
     entries: Vec<(String, String)>,
 }
 
 impl EnvFile {
+    /// Adds a `# comment` line at the top (written, never parsed back).
+    pub fn comment(&mut self, text: &str) -> &mut Self {
+        self.header.push(text.to_string());
+        self
+    }
+
+    /// Sets `key` to `value`: appended in order, or replaced in place when already set, so a
+    /// key is never written twice.
+    pub fn set(&mut self, key: &str, value: impl Into<String>) -> &mut Self {
+        let value = value.into();
+        match self.entries.iter_mut().find(|(k, _)| k == key) {
+            Some((_, v)) => *v = value,
+            None => self.entries.push((key.to_string(), value)),
+        }
+        self
+    }
+
+    /// Sets `key` when there is a value.
+    pub fn set_opt(&mut self, key: &str, value: Option<impl Into<String>>) -> &mut Self {
+        if let Some(v) = value {
+            self.set(key, v);
+        }
+        self
+    }
+
     /// The value of `key`, if the file sets it.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.entries
@@ -63,9 +94,66 @@ pub fn valid_key(key: &str) -> bool {
             .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == b'_')
 }
 
+impl fmt::Display for EnvFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = String::new();
+        for line in &self.header {
+            out.push_str("# ");
+            out.push_str(line);
+            out.push('\n');
+        }
+        for (k, v) in &self.entries {
+            write_line(&mut out, k, v);
+        }
+        f.write_str(&out)
+    }
+}
+
 /// Bytes an unquoted value may not hold: they would mean something else to a shell or systemd.
 fn unsafe_unquoted(c: char) -> bool {
     c.is_whitespace() || matches!(c, '"' | '\'' | '\\' | '$' | '`')
+}
+
+/// True when a value must be double-quoted to be written: it holds a byte that is unsafe
+/// unquoted, or a `#` (which a reader could take for a comment), or it is empty (so that a
+/// lone value still shows that it is one).
+fn needs_quotes(value: &str) -> bool {
+    value.is_empty() || value.chars().any(|c| unsafe_unquoted(c) || c == '#')
+}
+
+/// Whether a value can be written so that every reader sees the same thing: no line break
+/// (systemd would read the `\n` escape as a newline, a shell as two characters) and no
+/// backtick (a shell would run what is between two of them, even inside double quotes).
+/// The builder checks what an operator gave it with this before it writes.
+pub fn is_writable(value: &str) -> bool {
+    !value.contains(['\n', '\r', '`'])
+}
+
+/// Appends `value` double-quoted, with `\"`, `\\`, `\$`, `\n` and `` \` `` escaped.
+fn push_quoted(out: &mut String, value: &str) {
+    out.push('"');
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '$' => out.push_str("\\$"),
+            '\n' => out.push_str("\\n"),
+            '`' => out.push_str("\\`"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// One value as it is written after `=`: bare when that is safe, else double-quoted with
+/// escapes. The empty value is `""` here; [`write_line`] writes it as `KEY=`.
+pub fn quote(value: &str) -> Cow<'_, str> {
+    if !needs_quotes(value) {
+        return Cow::Borrowed(value);
+    }
+    let mut out = String::with_capacity(value.len() + 2);
+    push_quoted(&mut out, value);
+    Cow::Owned(out)
 }
 
 /// Parses an env file's text.
@@ -77,6 +165,8 @@ pub fn parse(text: &str) -> Result<EnvFile, ParseError> {
         ));
     }
     let mut out = EnvFile::default();
+    // The line of each entry, for the message about a key given twice.
+    let mut lines: Vec<usize> = Vec::new();
     for (i, raw) in text.split('\n').enumerate() {
         let n = i + 1;
         let line = raw.strip_suffix('\r').unwrap_or(raw);
@@ -101,9 +191,16 @@ pub fn parse(text: &str) -> Result<EnvFile, ParseError> {
             ));
         }
         let value = parse_value(&line[eq + 1..]).map_err(|m| err(n, format!("{key}: {m}")))?;
-        if out.get(key).is_some() {
-            return Err(err(n, format!("{key} is set twice")));
+        if let Some(first) = out.entries.iter().position(|(k, _)| k == key) {
+            return Err(err(
+                n,
+                format!(
+                    "{key} is set twice, on lines {} and {n}: a key given twice is an error",
+                    lines[first]
+                ),
+            ));
         }
+        lines.push(n);
         out.entries.push((key.to_string(), value));
     }
     Ok(out)
@@ -138,13 +235,13 @@ fn parse_value(v: &str) -> Result<String, String> {
                 }
             }
             let Some(end) = end else {
-                return Err("missing closing '\"'".to_string());
+                return Err("unterminated double quote: missing closing '\"'".to_string());
             };
             (out, &v[end..])
         }
         Some((_, '\'')) => {
             let Some(close) = v[1..].find('\'') else {
-                return Err("missing closing \"'\"".to_string());
+                return Err("unterminated single quote: missing closing \"'\"".to_string());
             };
             (v[1..1 + close].to_string(), &v[close + 2..])
         }
@@ -166,27 +263,23 @@ fn parse_value(v: &str) -> Result<String, String> {
     Ok(value)
 }
 
-/// Appends `KEY=value` and a newline, quoting the value only when it needs quotes, so the
-/// line means the same to systemd's `EnvironmentFile=`, a shell and [`parse`].
+/// Appends `KEY=value` and a newline, the value as [`quote`] writes it, except that an empty
+/// value is written `KEY=` (the contract's form for `kubelet.env`).
 pub fn write_line(out: &mut String, key: &str, value: &str) {
     out.push_str(key);
     out.push('=');
-    if value.chars().any(unsafe_unquoted) {
-        out.push('"');
-        for c in value.chars() {
-            match c {
-                '"' => out.push_str("\\\""),
-                '\\' => out.push_str("\\\\"),
-                '$' => out.push_str("\\$"),
-                '\n' => out.push_str("\\n"),
-                '`' => out.push_str("\\`"),
-                c => out.push(c),
-            }
-        }
-        out.push('"');
-    } else {
-        out.push_str(value);
+    if !value.is_empty() {
+        out.push_str(&quote(value));
     }
+    out.push('\n');
+}
+
+/// Appends `KEY="value"` and a newline, double-quoted even when it need not be (the contract
+/// shows `KUBELET_ARGS` that way).
+pub fn write_quoted_line(out: &mut String, key: &str, value: &str) {
+    out.push_str(key);
+    out.push('=');
+    push_quoted(out, value);
     out.push('\n');
 }
 
@@ -272,5 +365,93 @@ mod tests {
             write_line(&mut s, "K", v);
             assert_eq!(one(&s).as_deref(), Ok(v), "{s:?}");
         }
+    }
+
+    // The builder's writer tests, from `builder/src/render/env.rs`, now against this codec.
+    #[test]
+    fn quoting_table() {
+        let cases = [
+            ("plain", "plain"),
+            ("a=b,c=d", "a=b,c=d"),
+            ("https://10.0.0.1:6443", "https://10.0.0.1:6443"),
+            ("", "\"\""),
+            ("--v=2 --foo=bar", "\"--v=2 --foo=bar\""),
+            ("a\"b", "\"a\\\"b\""),
+            ("x$y", "\"x\\$y\""),
+            ("back\\slash", "\"back\\\\slash\""),
+            ("a#b", "\"a#b\""),
+        ];
+        for (input, want) in cases {
+            assert_eq!(quote(input), want, "quote({input:?})");
+            let line = format!("K={want}\n");
+            assert_eq!(
+                parse(&line).unwrap().entries(),
+                [("K".to_string(), input.to_string())],
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn parse_rejects_what_the_builder_rejects() {
+        let cases = [
+            ("K = v\n", "whitespace around"),
+            ("k=v\n", "does not match"),
+            ("K=a b\n", "unquoted value"),
+            ("K=\"open\n", "unterminated"),
+            ("K=1\nK=2\n", "given twice"),
+            ("JUSTTEXT\n", "expected KEY=VALUE"),
+            ("K=x # comment\n", "unquoted value"),
+            ("K=\"x\" y\n", "after the closing quote"),
+        ];
+        for (input, want) in cases {
+            let err = parse(input).unwrap_err().to_string();
+            assert!(err.contains(want), "{input:?}: {err}");
+        }
+        assert_eq!(
+            parse("# c\n\nA='lit $x'\nB=x\n").unwrap().entries(),
+            [
+                ("A".to_string(), "lit $x".to_string()),
+                ("B".to_string(), "x".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn writable_values() {
+        assert!(is_writable("--v=2 --x=y"));
+        assert!(!is_writable("a\nb"));
+        assert!(!is_writable("a\rb"));
+        assert!(!is_writable("`id`"));
+    }
+
+    #[test]
+    fn a_built_file_writes_its_header_and_keys_once_and_parses_back() {
+        let mut f = EnvFile::default();
+        f.comment("written by a test")
+            .set("A", "1")
+            .set("B", "two words")
+            .set_opt("C", None::<String>)
+            .set_opt("D", Some(""))
+            .set("A", "3");
+        let text = f.to_string();
+        assert_eq!(text, "# written by a test\nA=3\nB=\"two words\"\nD=\n");
+        let back = parse(&text).unwrap();
+        assert_eq!(back.entries(), f.entries());
+    }
+
+    #[test]
+    fn a_line_can_be_quoted_on_purpose() {
+        let mut s = String::new();
+        write_quoted_line(&mut s, "K", "--a=1 --b=\"$x\" `c`\nd");
+        assert_eq!(s, "K=\"--a=1 --b=\\\"\\$x\\\" \\`c\\`\\nd\"\n");
+        assert_eq!(one(&s).as_deref(), Ok("--a=1 --b=\"$x\" `c`\nd"));
+    }
+
+    #[test]
+    fn the_second_of_two_keys_names_both_lines() {
+        let e = parse("A=1\n# c\nK=1\nK=2\n").unwrap_err();
+        assert_eq!(e.line, 4);
+        assert!(e.message.contains("lines 3 and 4"), "{e}");
     }
 }

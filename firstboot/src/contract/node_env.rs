@@ -1,0 +1,407 @@
+//! `/etc/kiln/node.env`, the node's settings (`docs/contract.md#nodeenv`): its keys, the
+//! shape each value must have, and [`NodeEnv`], the typed value firstboot reads it into.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use super::envfile::EnvFile;
+use super::KILN_CONTRACT;
+
+/// The API server URL, `https://host[:port]`.
+pub const API_SERVER: &str = "API_SERVER";
+/// The cluster name.
+pub const CLUSTER_NAME: &str = "CLUSTER_NAME";
+/// `kubelet` or `kubeadm` ([`JoinMode`]).
+pub const JOIN_MODE: &str = "JOIN_MODE";
+/// `auto` or a [`Provider`] name.
+pub const PROVIDER: &str = "PROVIDER";
+/// Overrides the node name from metadata.
+pub const NODE_NAME: &str = "NODE_NAME";
+/// Overrides the node address from metadata.
+pub const NODE_IP: &str = "NODE_IP";
+/// Comma-separated `key=value` labels.
+pub const NODE_LABELS: &str = "NODE_LABELS";
+/// Comma-separated `key[=value]:Effect` taints.
+pub const NODE_TAINTS: &str = "NODE_TAINTS";
+/// Overrides `max-pods.map`.
+pub const MAX_PODS: &str = "MAX_PODS";
+/// Comma-separated cluster DNS addresses.
+pub const CLUSTER_DNS: &str = "CLUSTER_DNS";
+/// Extra kubelet flags, space-separated.
+pub const KUBELET_EXTRA_ARGS: &str = "KUBELET_EXTRA_ARGS";
+/// Overrides the image's boot deadline, in seconds.
+pub const KILN_DEADLINE: &str = "KILN_DEADLINE";
+/// Proxy for kubelet and containerd.
+pub const HTTP_PROXY: &str = "HTTP_PROXY";
+/// Proxy for kubelet and containerd.
+pub const HTTPS_PROXY: &str = "HTTPS_PROXY";
+/// Proxy exceptions for kubelet and containerd.
+pub const NO_PROXY: &str = "NO_PROXY";
+
+/// The proxy keys, in the contract's order.
+pub const PROXIES: [&str; 3] = [HTTP_PROXY, HTTPS_PROXY, NO_PROXY];
+
+/// The keys node.env must set, each non-empty.
+pub const REQUIRED: [&str; 3] = [KILN_CONTRACT, API_SERVER, CLUSTER_NAME];
+
+/// How the node joins the cluster (`JOIN_MODE`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum JoinMode {
+    /// kubelet's own TLS bootstrap with a bootstrap kubeconfig (the default).
+    #[default]
+    Kubelet,
+    /// `kubeadm join --config /etc/kiln/kubeadm-join.yaml`.
+    Kubeadm,
+}
+
+impl JoinMode {
+    /// The value written in node.env.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JoinMode::Kubelet => "kubelet",
+            JoinMode::Kubeadm => "kubeadm",
+        }
+    }
+
+    /// The mode a node.env value names; the empty value is the default.
+    pub fn parse(value: &str) -> Option<JoinMode> {
+        match value {
+            "" | "kubelet" => Some(JoinMode::Kubelet),
+            "kubeadm" => Some(JoinMode::Kubeadm),
+            _ => None,
+        }
+    }
+}
+
+/// A metadata source (`docs/contract.md#metadata-sources`). `PROVIDER=auto`, the default,
+/// is no provider at all: firstboot detects one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provider {
+    /// AWS IMDSv2.
+    Aws,
+    /// Azure IMDS.
+    Azure,
+    /// The GCP metadata server.
+    Gcp,
+    /// OpenStack's metadata service.
+    Openstack,
+    /// VMware guestinfo.
+    Vmware,
+    /// QEMU fw_cfg.
+    Qemu,
+    /// No metadata: node.env says everything.
+    None,
+}
+
+/// What `PROVIDER` and `--provider` accept, as a message says it.
+pub const PROVIDER_EXPECTED: &str = "auto, aws, azure, gcp, openstack, vmware, qemu or none";
+
+impl Provider {
+    /// Every provider, in the contract's order.
+    pub const ALL: [Provider; 7] = [
+        Provider::Aws,
+        Provider::Azure,
+        Provider::Gcp,
+        Provider::Openstack,
+        Provider::Vmware,
+        Provider::Qemu,
+        Provider::None,
+    ];
+
+    /// The name in node.env, kubelet.env and status.json.
+    pub fn name(self) -> &'static str {
+        match self {
+            Provider::Aws => "aws",
+            Provider::Azure => "azure",
+            Provider::Gcp => "gcp",
+            Provider::Openstack => "openstack",
+            Provider::Vmware => "vmware",
+            Provider::Qemu => "qemu",
+            Provider::None => "none",
+        }
+    }
+
+    /// The provider called `name` (exactly, lower case).
+    pub fn from_name(name: &str) -> Option<Provider> {
+        Provider::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// A `PROVIDER` or `--provider` value: `Ok(None)` for `auto` (and the empty value),
+    /// `Ok(Some(p))` for a provider's name.
+    pub fn parse_choice(value: &str) -> Result<Option<Provider>, UnknownProvider<'_>> {
+        match value {
+            "" | "auto" => Ok(None),
+            name => Provider::from_name(name)
+                .map(Some)
+                .ok_or(UnknownProvider(name)),
+        }
+    }
+}
+
+/// A provider name that is not one; its message says which names there are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnknownProvider<'a>(pub &'a str);
+
+impl fmt::Display for UnknownProvider<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "expected {PROVIDER_EXPECTED}, found {:?}", self.0)
+    }
+}
+
+impl fmt::Display for Provider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// True for a name of `[A-Za-z0-9._/-]`, the shape of cluster names, node names and the
+/// parts of labels and taints.
+fn is_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'/'))
+}
+
+/// Checks one node.env value against the shape its key requires; the error says what was
+/// expected. Unknown keys, and the empty value of an optional key, are accepted.
+pub fn check(key: &str, value: &str) -> Result<(), &'static str> {
+    let set = !value.is_empty();
+    match key {
+        API_SERVER => {
+            let host = value
+                .strip_prefix("https://")
+                .ok_or("https://host[:port]")?
+                .trim_end_matches('/');
+            if host.is_empty()
+                || host.contains(['/', '?', '#', '@'])
+                || !host.bytes().all(|b| b.is_ascii_graphic())
+            {
+                return Err("https://host[:port]");
+            }
+        }
+        CLUSTER_NAME if !is_name(value) => return Err("a name of [A-Za-z0-9._-]"),
+        JOIN_MODE if JoinMode::parse(value).is_none() => return Err("kubelet or kubeadm"),
+        PROVIDER if Provider::parse_choice(value).is_err() => return Err(PROVIDER_EXPECTED),
+        NODE_NAME if set && !is_name(value) => return Err("a node name of [a-z0-9.-]"),
+        NODE_IP if set && value.parse::<IpAddr>().is_err() => return Err("an IP address"),
+        MAX_PODS if set && value.parse::<u32>().map_or(true, |n| n == 0) => {
+            return Err("a positive integer")
+        }
+        KILN_DEADLINE if set && value.parse::<u64>().map_or(true, |n| n == 0) => {
+            return Err("a positive number of seconds")
+        }
+        CLUSTER_DNS if set && value.split(',').any(|ip| ip.parse::<IpAddr>().is_err()) => {
+            return Err("comma-separated IP addresses")
+        }
+        NODE_LABELS if set => {
+            for item in value.split(',') {
+                match item.split_once('=') {
+                    Some((k, v)) if is_name(k) && (v.is_empty() || is_name(v)) => {}
+                    _ => return Err("comma-separated key=value labels"),
+                }
+            }
+        }
+        NODE_TAINTS if set => {
+            for item in value.split(',') {
+                let ok = item.rsplit_once(':').is_some_and(|(kv, effect)| {
+                    matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute")
+                        && kv.split('=').next().is_some_and(is_name)
+                        && kv
+                            .split('=')
+                            .nth(1)
+                            .is_none_or(|v| v.is_empty() || is_name(v))
+                        && kv.split('=').count() <= 2
+                });
+                if !ok {
+                    return Err("comma-separated key[=value]:Effect taints");
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// A value that does not have the shape its key requires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Invalid<'a> {
+    /// The key.
+    pub key: &'a str,
+    /// What the key requires.
+    pub expected: &'static str,
+    /// The value found.
+    pub found: &'a str,
+}
+
+impl fmt::Display for Invalid<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: expected {}, found {:?}",
+            self.key, self.expected, self.found
+        )
+    }
+}
+
+/// node.env, checked and typed. Optional text values are empty when unset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeEnv {
+    /// `API_SERVER`.
+    pub api_server: String,
+    /// `CLUSTER_NAME`.
+    pub cluster_name: String,
+    /// `JOIN_MODE`.
+    pub join_mode: JoinMode,
+    /// `PROVIDER`: `None` for `auto`.
+    pub provider: Option<Provider>,
+    /// `NODE_NAME`, when set.
+    pub node_name: Option<String>,
+    /// `NODE_IP`, when set.
+    pub node_ip: Option<String>,
+    /// `NODE_LABELS`.
+    pub node_labels: String,
+    /// `NODE_TAINTS`.
+    pub node_taints: String,
+    /// `MAX_PODS`, when set.
+    pub max_pods: Option<u32>,
+    /// `CLUSTER_DNS`.
+    pub cluster_dns: String,
+    /// `KUBELET_EXTRA_ARGS`, as written.
+    pub kubelet_extra_args: String,
+    /// `KILN_DEADLINE` in seconds, when set.
+    pub deadline_secs: Option<u64>,
+    /// `HTTP_PROXY`.
+    pub http_proxy: String,
+    /// `HTTPS_PROXY`.
+    pub https_proxy: String,
+    /// `NO_PROXY`.
+    pub no_proxy: String,
+}
+
+impl NodeEnv {
+    /// Checks every entry in file order ([`check`]) and types the known keys. The required
+    /// keys' presence and `KILN_CONTRACT` are the caller's to check first (they are
+    /// `CONFIG_MISSING` and `CONTRACT_VERSION`, not `CONFIG_INVALID`).
+    pub fn from_env(env: &EnvFile) -> Result<NodeEnv, Invalid<'_>> {
+        for (key, value) in env.entries() {
+            check(key, value).map_err(|expected| Invalid {
+                key,
+                expected,
+                found: value,
+            })?;
+        }
+        let text = |key: &str| env.get(key).unwrap_or("").to_string();
+        let opt = |key: &str| env.non_empty(key).map(str::to_string);
+        Ok(NodeEnv {
+            api_server: text(API_SERVER),
+            cluster_name: text(CLUSTER_NAME),
+            join_mode: env
+                .get(JOIN_MODE)
+                .and_then(JoinMode::parse)
+                .unwrap_or_default(),
+            provider: env
+                .get(PROVIDER)
+                .and_then(|v| Provider::parse_choice(v).ok())
+                .flatten(),
+            node_name: opt(NODE_NAME),
+            node_ip: opt(NODE_IP),
+            node_labels: text(NODE_LABELS),
+            node_taints: text(NODE_TAINTS),
+            max_pods: env.non_empty(MAX_PODS).and_then(|v| v.parse().ok()),
+            cluster_dns: text(CLUSTER_DNS),
+            kubelet_extra_args: text(KUBELET_EXTRA_ARGS),
+            deadline_secs: env.non_empty(KILN_DEADLINE).and_then(|v| v.parse().ok()),
+            http_proxy: text(HTTP_PROXY),
+            https_proxy: text(HTTPS_PROXY),
+            no_proxy: text(NO_PROXY),
+        })
+    }
+
+    /// The proxy keys that are set (non-empty), in [`PROXIES`] order, with their values.
+    pub fn proxies(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        [
+            (HTTP_PROXY, &self.http_proxy),
+            (HTTPS_PROXY, &self.https_proxy),
+            (NO_PROXY, &self.no_proxy),
+        ]
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| (k, v.as_str()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::envfile::parse;
+
+    #[test]
+    fn providers_parse_and_print_their_names() {
+        for p in Provider::ALL {
+            assert_eq!(Provider::parse_choice(p.name()), Ok(Some(p)));
+            assert_eq!(p.to_string(), p.name());
+            assert!(PROVIDER_EXPECTED.contains(p.name()), "{p}");
+        }
+        assert_eq!(Provider::parse_choice("auto"), Ok(None));
+        assert_eq!(Provider::parse_choice(""), Ok(None));
+        for bad in ["AWS", "digitalocean", " aws"] {
+            let e = Provider::parse_choice(bad).unwrap_err().to_string();
+            assert!(e.contains(PROVIDER_EXPECTED) && e.contains(bad), "{e}");
+        }
+    }
+
+    #[test]
+    fn join_modes() {
+        for m in [JoinMode::Kubelet, JoinMode::Kubeadm] {
+            assert_eq!(JoinMode::parse(m.as_str()), Some(m));
+        }
+        assert_eq!(JoinMode::parse(""), Some(JoinMode::Kubelet));
+        assert_eq!(JoinMode::parse("ssh"), None);
+    }
+
+    #[test]
+    fn a_full_node_env_types_every_key() {
+        let env = parse(
+            "KILN_CONTRACT=1\nAPI_SERVER=https://10.0.0.10:6443\nCLUSTER_NAME=prod\n\
+             JOIN_MODE=kubeadm\nPROVIDER=gcp\nNODE_NAME=w1\nNODE_IP=10.0.0.7\n\
+             NODE_LABELS=a=b\nNODE_TAINTS=gpu:NoSchedule\nMAX_PODS=58\nCLUSTER_DNS=10.96.0.10\n\
+             KUBELET_EXTRA_ARGS=\" --v=2 \"\nKILN_DEADLINE=600\nNO_PROXY=.local\nHTTP_PROXY=http://p:3128\n",
+        )
+        .unwrap();
+        let n = NodeEnv::from_env(&env).unwrap();
+        assert_eq!(
+            n,
+            NodeEnv {
+                api_server: "https://10.0.0.10:6443".into(),
+                cluster_name: "prod".into(),
+                join_mode: JoinMode::Kubeadm,
+                provider: Some(Provider::Gcp),
+                node_name: Some("w1".into()),
+                node_ip: Some("10.0.0.7".into()),
+                node_labels: "a=b".into(),
+                node_taints: "gpu:NoSchedule".into(),
+                max_pods: Some(58),
+                cluster_dns: "10.96.0.10".into(),
+                kubelet_extra_args: " --v=2 ".into(),
+                deadline_secs: Some(600),
+                http_proxy: "http://p:3128".into(),
+                https_proxy: String::new(),
+                no_proxy: ".local".into(),
+            }
+        );
+        assert_eq!(
+            n.proxies().collect::<Vec<_>>(),
+            [(HTTP_PROXY, "http://p:3128"), (NO_PROXY, ".local")]
+        );
+    }
+
+    #[test]
+    fn the_first_bad_entry_in_file_order_is_reported() {
+        let env = parse("NODE_IP=x\nMAX_PODS=0\n").unwrap();
+        let e = NodeEnv::from_env(&env).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "NODE_IP: expected an IP address, found \"x\""
+        );
+    }
+}
