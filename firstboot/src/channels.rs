@@ -3,7 +3,9 @@
 //! no such channel and relies on the serial console.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use crate::http::Client;
 
 /// The guestinfo key set on VMware.
 pub const VMWARE_KEY: &str = "guestinfo.kiln.status";
@@ -103,14 +105,18 @@ pub fn vmware_info_set(rpctool: &Path, key: &str, value: &str) -> Result<(), Cha
         what,
     };
     let arg = format!("info-set {key} {value}");
-    let out = crate::diagnose::run_command(rpctool, &[&arg], Duration::from_secs(5))
-        .map_err(|e| err(e.to_string()))?;
+    let out = crate::service::output(rpctool, &[&arg], Instant::now() + Duration::from_secs(5))
+        .map_err(|e| err(e.message().to_string()))?;
     if out.success {
         Ok(())
     } else {
         Err(err(format!(
             "info-set {key} failed: {}",
-            out.stderr.trim().lines().next().unwrap_or("no output")
+            out.stderr_text()
+                .trim()
+                .lines()
+                .next()
+                .unwrap_or("no output")
         )))
     }
 }
@@ -126,18 +132,19 @@ pub fn gcp_put_status(base_url: &str, value: &str) -> Result<(), ChannelError> {
         target: url.clone(),
         what,
     };
-    let (code, body) = crate::wait::http_request(
-        "PUT",
-        &url,
-        &[("Metadata-Flavor", "Google")],
-        value.as_bytes(),
-        Duration::from_secs(2),
-    )
-    .map_err(|e| err(e.what))?;
+    let resp = Client::once(Duration::from_secs(2))
+        .send_body(
+            "PUT",
+            &url,
+            &[("Metadata-Flavor", "Google")],
+            value.as_bytes(),
+        )
+        .map_err(|e| err(e.to_string()))?;
+    let code = resp.status;
     if code == 200 {
         Ok(())
     } else {
-        let text = String::from_utf8_lossy(&body);
+        let text = String::from_utf8_lossy(&resp.body);
         Err(err(format!(
             "answered {code} {:?}, expected 200 (are guest attributes enabled: enable-guest-attributes=TRUE?)",
             text.trim()

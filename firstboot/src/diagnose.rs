@@ -6,9 +6,9 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::service;
 use crate::status::{self, push_capped, Reporter, LOG_CAP, MESSAGE_CAP};
 use crate::Reason;
 
@@ -269,24 +269,21 @@ pub fn unit_states(opts: &ReportOptions) -> Vec<UnitState> {
                 "ActiveState,Result,ExecMainStatus,NRestarts",
                 unit.as_str(),
             ];
-            match run_command(systemctl, &args, opts.command_timeout) {
+            match service::output(systemctl, &args, Instant::now() + opts.command_timeout) {
                 // No ActiveState at all means the tool did not answer for this unit (systemd
                 // itself says `inactive` for an unknown unit): record nothing rather than "".
-                Ok(out) if out.success => Some(UnitState::parse_show(unit, &out.stdout))
+                Ok(out) if out.success => Some(UnitState::parse_show(unit, &out.stdout_text()))
                     .filter(|u| !u.active_state.is_empty()),
                 Ok(out) => {
                     eprintln!(
                         "kiln-firstboot: warning: {} show {unit} failed: {}",
                         systemctl.display(),
-                        out.stderr.trim()
+                        out.stderr_text().trim()
                     );
                     None
                 }
                 Err(e) => {
-                    eprintln!(
-                        "kiln-firstboot: warning: cannot run {}: {e}",
-                        systemctl.display()
-                    );
+                    eprintln!("kiln-firstboot: warning: {}", e.message());
                     None
                 }
             }
@@ -323,15 +320,12 @@ pub fn read_logs(opts: &ReportOptions) -> Vec<String> {
                 "-n",
                 &n,
             ];
-            match run_command(journalctl, &args, opts.command_timeout) {
+            match service::output(journalctl, &args, Instant::now() + opts.command_timeout) {
                 Ok(out) => {
                     let label = unit.strip_suffix(".service").unwrap_or(unit);
-                    push_labelled(&mut lines, label, &out.stdout);
+                    push_labelled(&mut lines, label, &out.stdout_text());
                 }
-                Err(e) => eprintln!(
-                    "kiln-firstboot: warning: cannot run {}: {e}",
-                    journalctl.display()
-                ),
+                Err(e) => eprintln!("kiln-firstboot: warning: {}", e.message()),
             }
         }
     }
@@ -548,62 +542,6 @@ pub fn cmd_report(opts: &ReportOptions) -> u8 {
         .unwrap_or_default();
     print!("{summary}");
     reporter.exit_code()
-}
-
-/// What a finished command printed.
-#[derive(Debug)]
-pub(crate) struct CommandOutput {
-    pub success: bool,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-/// Runs a command with a time limit (a hung `journalctl` must not hang the boot), reading its
-/// output on threads so a full pipe cannot deadlock the wait.
-pub(crate) fn run_command(
-    program: &Path,
-    args: &[&str],
-    timeout: Duration,
-) -> std::io::Result<CommandOutput> {
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let reader = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            // Enough for 200 journal lines per unit; more is cut, not buffered.
-            let _ = r.by_ref().take(1 << 20).read_to_end(&mut buf);
-            String::from_utf8_lossy(&buf).into_owned()
-        })
-    };
-    let out = child.stdout.take().map(|s| reader(Box::new(s)));
-    let err = child.stderr.take().map(|s| reader(Box::new(s)));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait()? {
-            break st;
-        }
-        if start.elapsed() >= timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("{} did not finish within {timeout:?}", program.display()),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let join = |h: Option<std::thread::JoinHandle<String>>| {
-        h.map(|h| h.join().unwrap_or_default()).unwrap_or_default()
-    };
-    Ok(CommandOutput {
-        success: status.success(),
-        stdout: join(out),
-        stderr: join(err),
-    })
 }
 
 #[cfg(test)]

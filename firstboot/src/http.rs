@@ -336,10 +336,13 @@ enum Attempt {
 }
 
 /// Sends requests until a shared deadline. Proxies are never used: metadata must be direct.
+/// The one HTTP client of firstboot: metadata, kubelet's healthz, the GCP guest attribute.
 #[derive(Debug, Clone)]
 pub struct Client {
     deadline: Instant,
     max_body: usize,
+    /// Retry transient failures until the deadline; off: one attempt, any status returned.
+    retry: bool,
 }
 
 impl Client {
@@ -348,17 +351,45 @@ impl Client {
         Client {
             deadline,
             max_body: MAX_BODY,
+            retry: true,
         }
     }
 
-    /// Sends `method url` with `headers` and returns the first non-transient response:
-    /// any status except 408, 429 and 5xx. Connect errors, timeouts, truncated answers,
-    /// 408, 429 and 5xx are retried with capped backoff until the deadline.
+    /// A client that makes one attempt per request, within `timeout`, and returns whatever
+    /// status it gets: for probes (kubelet's healthz) and best-effort reports, whose callers
+    /// poll or give up themselves.
+    pub fn once(timeout: Duration) -> Client {
+        Client {
+            retry: false,
+            ..Client::new(Instant::now() + timeout)
+        }
+    }
+
+    /// When every request of this client ends at the latest.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Sends `method url` with `headers` and no body; see [`Client::send_body`].
     pub fn send(
         &self,
         method: &str,
         url: &str,
         headers: &[(&str, &str)],
+    ) -> Result<Response, HttpError> {
+        self.send_body(method, url, headers, b"")
+    }
+
+    /// Sends `method url` with `headers` and `body` and returns the first non-transient
+    /// response: any status except 408, 429 and 5xx. Connect errors, timeouts, truncated
+    /// answers, 408, 429 and 5xx are retried with capped backoff until the deadline (unless
+    /// the client was made with [`Client::once`]).
+    pub fn send_body(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
     ) -> Result<Response, HttpError> {
         let mut target = Url::parse(url).map_err(HttpError::Invalid)?;
         let origin = (target.host.clone(), target.port);
@@ -368,7 +399,7 @@ impl Client {
         let started = Instant::now();
         loop {
             attempts += 1;
-            let failure = match self.attempt(method, &target, headers) {
+            let failure = match self.attempt(method, &target, headers, body) {
                 Ok(resp) if matches!(resp.status, 301 | 302 | 307 | 308) => {
                     let loc = resp.header("location").unwrap_or("").to_string();
                     let next = target
@@ -388,7 +419,10 @@ impl Client {
                     target = next;
                     continue;
                 }
-                Ok(resp) if resp.status == 408 || resp.status == 429 || resp.status >= 500 => {
+                Ok(resp)
+                    if self.retry
+                        && (resp.status == 408 || resp.status == 429 || resp.status >= 500) =>
+                {
                     format!("answered HTTP {}", resp.status)
                 }
                 Ok(resp) => return Ok(resp),
@@ -397,6 +431,11 @@ impl Client {
                 }
                 Err(Attempt::Transient(m)) => m,
             };
+            if !self.retry {
+                return Err(HttpError::Unreachable(format!(
+                    "{method} {target}: {failure}"
+                )));
+            }
             let now = Instant::now();
             if now + backoff >= self.deadline {
                 return Err(HttpError::Unreachable(format!(
@@ -415,6 +454,7 @@ impl Client {
         method: &str,
         url: &Url,
         headers: &[(&str, &str)],
+        body: &[u8],
     ) -> Result<Response, Attempt> {
         let end = self.deadline.min(Instant::now() + ATTEMPT_TIMEOUT);
         let left = |what: &str| {
@@ -456,8 +496,10 @@ impl Client {
             req.push_str(v);
             req.push_str("\r\n");
         }
-        if method == "PUT" || method == "POST" {
-            req.push_str("Content-Length: 0\r\n");
+        if method == "PUT" || method == "POST" || !body.is_empty() {
+            req.push_str("Content-Length: ");
+            req.push_str(&body.len().to_string());
+            req.push_str("\r\n");
         }
         req.push_str("\r\n");
         let io = |e: std::io::Error, what: &str| {
@@ -469,7 +511,9 @@ impl Client {
         };
         s.set_write_timeout(Some(left("sending")?))
             .map_err(|e| io(e, "sending"))?;
-        s.write_all(req.as_bytes()).map_err(|e| io(e, "sending"))?;
+        s.write_all(req.as_bytes())
+            .and_then(|()| s.write_all(body))
+            .map_err(|e| io(e, "sending"))?;
 
         let mut buf = Vec::with_capacity(4096);
         let mut chunk = [0u8; 8192];
@@ -495,6 +539,15 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // From wait.rs, whose own HTTP code this client replaced (Go's net/http chunks small
+    // handler bodies, so kubelet's healthz answer can come that way).
+    #[test]
+    fn dechunk_joins_chunks() {
+        let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n3\r\n!!!\r\n0\r\n\r\n";
+        let resp = parse_response(raw, false, MAX_BODY).unwrap().unwrap();
+        assert_eq!(resp.body, b"ok!!!");
+    }
 
     #[test]
     fn urls() {

@@ -4,10 +4,10 @@
 //! Both waits poll until the run's one global deadline and can end early when the caller's
 //! `alive` check says kubelet has died, so a crash-looping kubelet is diagnosed at once.
 
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use crate::http::Client;
 
 /// kubelet's default health endpoint (`healthzBindAddress:healthzPort`).
 pub const DEFAULT_HEALTHZ_URL: &str = "http://127.0.0.1:10248/healthz";
@@ -133,8 +133,11 @@ pub fn check_client_cert(path: &Path) -> Result<(), String> {
 
 /// One GET of a health endpoint: `Ok` on `200` with body `ok`, else what was seen.
 pub fn probe_healthz(url: &str, timeout: Duration) -> Result<(), String> {
-    let (code, body) = http_request("GET", url, &[], b"", timeout).map_err(|e| e.to_string())?;
-    let body = String::from_utf8_lossy(&body);
+    let resp = Client::once(timeout)
+        .send("GET", url, &[])
+        .map_err(|e| e.to_string())?;
+    let code = resp.status;
+    let body = String::from_utf8_lossy(&resp.body);
     if code == 200 && body.trim() == "ok" {
         Ok(())
     } else {
@@ -146,126 +149,9 @@ pub fn probe_healthz(url: &str, timeout: Duration) -> Result<(), String> {
     }
 }
 
-/// An HTTP exchange that failed before a status line arrived.
-#[derive(Debug)]
-pub struct HttpError {
-    pub url: String,
-    pub what: String,
-}
-
-impl std::fmt::Display for HttpError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.url, self.what)
-    }
-}
-
-impl std::error::Error for HttpError {}
-
-/// A minimal HTTP/1.1 exchange (`Connection: close`) for loopback-style endpoints: kubelet's
-/// healthz and the GCP guest-attributes PUT. Plain `http://` only; bodies up to 64 KiB.
-pub fn http_request(
-    method: &str,
-    url: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-    timeout: Duration,
-) -> Result<(u16, Vec<u8>), HttpError> {
-    let err = |what: String| HttpError {
-        url: url.to_string(),
-        what,
-    };
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| err("only http:// URLs are supported".to_string()))?;
-    let (hostport, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    let addr_text = if hostport.contains(':') && !hostport.ends_with(']') {
-        hostport.to_string()
-    } else {
-        format!("{hostport}:80")
-    };
-    let addr = addr_text
-        .to_socket_addrs()
-        .map_err(|e| err(format!("bad address {hostport}: {e}")))?
-        .next()
-        .ok_or_else(|| err(format!("{hostport} has no address")))?;
-    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| err(e.to_string()))?;
-    let _ = s.set_read_timeout(Some(timeout));
-    let _ = s.set_write_timeout(Some(timeout));
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(k);
-        req.push_str(": ");
-        req.push_str(v);
-        req.push_str("\r\n");
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes())
-        .and_then(|()| s.write_all(body))
-        .map_err(|e| err(format!("sending the request: {e}")))?;
-    let mut resp = Vec::with_capacity(256);
-    s.take(64 * 1024)
-        .read_to_end(&mut resp)
-        .map_err(|e| err(format!("reading the answer: {e}")))?;
-    let head_end = resp
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| err(format!("no HTTP header in {} bytes", resp.len())))?;
-    let head = String::from_utf8_lossy(&resp[..head_end]);
-    let code = head
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|c| c.parse::<u16>().ok())
-        .ok_or_else(|| {
-            err(format!(
-                "bad status line {:?}",
-                head.lines().next().unwrap_or("")
-            ))
-        })?;
-    let chunked = head.lines().any(|l| {
-        l.to_ascii_lowercase().starts_with("transfer-encoding:")
-            && l.to_ascii_lowercase().contains("chunked")
-    });
-    let mut body = resp[head_end + 4..].to_vec();
-    if chunked {
-        body = dechunk(&body);
-    }
-    Ok((code, body))
-}
-
-/// Undoes `Transfer-Encoding: chunked` (Go's net/http uses it for small handler bodies too).
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
-        let size_text = String::from_utf8_lossy(&b[..eol]);
-        let size_text = size_text.split(';').next().unwrap_or("").trim();
-        let Ok(size) = usize::from_str_radix(size_text, 16) else {
-            break;
-        };
-        b = &b[eol + 2..];
-        if size == 0 || size > b.len() {
-            break;
-        }
-        out.extend_from_slice(&b[..size]);
-        b = b.get(size + 2..).unwrap_or(&[]);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dechunk_joins_chunks() {
-        assert_eq!(dechunk(b"2\r\nok\r\n3\r\n!!!\r\n0\r\n\r\n"), b"ok!!!");
-    }
 
     #[test]
     fn cert_check_wants_a_pem_certificate() {

@@ -1,10 +1,9 @@
 //! VMware vSphere: guestinfo keys `guestinfo.kiln.<key>` read with `vmware-rpctool`
 //! (its path is configurable), the VM's BIOS UUID from DMI for the provider ID.
 
-use std::process::{Command, Stdio};
-
 use super::{check_token, dmi_field, valid_ip, Context, Metadata, MetadataSource};
 use crate::error::Error;
+use crate::service;
 use crate::Reason;
 
 #[derive(Debug)]
@@ -14,18 +13,9 @@ pub struct Vmware;
 /// key is unset, which is "empty" here; failing to run the tool at all is an error.
 fn info_get(cx: &Context<'_>, key: &str) -> Result<String, Error> {
     let arg = format!("info-get guestinfo.kiln.{key}");
-    let out = Command::new(cx.rpctool)
-        .arg(&arg)
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .map_err(|e| {
-            Error::metadata(
-                Reason::MetadataUnreachable,
-                format!("cannot run {} \"{arg}\": {e}", cx.rpctool),
-            )
-        })?;
-    if !out.status.success() {
+    let out = service::output(cx.rpctool, &[&arg], cx.client.deadline())
+        .map_err(|e| Error::metadata(Reason::MetadataUnreachable, e.message().to_string()))?;
+    if !out.success {
         return Ok(String::new());
     }
     let v = String::from_utf8(out.stdout).map_err(|_| {
