@@ -3,8 +3,6 @@
 
 use std::path::PathBuf;
 
-use crate::run::Options;
-
 /// What the command line asks for.
 #[derive(Debug, Clone)]
 pub enum Command {
@@ -22,6 +20,43 @@ pub enum Command {
     },
     Help,
     Version,
+}
+
+/// Everything `kiln-firstboot run` takes from its command line.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub root: PathBuf,
+    /// `--provider`, beating `PROVIDER` in node.env.
+    pub provider: Option<String>,
+    pub metadata_url: Option<String>,
+    pub systemctl: String,
+    pub kubeadm: String,
+    pub rpctool: String,
+    pub console: Option<PathBuf>,
+    pub no_start: bool,
+    pub deadline: Option<u64>,
+    /// kubelet's health endpoint, waited for after the start.
+    pub healthz_url: String,
+    /// The journal reader used by diagnosis.
+    pub journalctl: String,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            root: PathBuf::from(if cfg!(windows) { "C:\\" } else { "/" }),
+            provider: None,
+            metadata_url: None,
+            systemctl: "/usr/bin/systemctl".to_string(),
+            kubeadm: "/usr/bin/kubeadm".to_string(),
+            rpctool: "/usr/bin/vmware-rpctool".to_string(),
+            console: None,
+            no_start: false,
+            deadline: None,
+            healthz_url: crate::wait::DEFAULT_HEALTHZ_URL.to_string(),
+            journalctl: "/usr/bin/journalctl".to_string(),
+        }
+    }
 }
 
 /// The text of `--help`.

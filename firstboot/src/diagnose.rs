@@ -1,15 +1,20 @@
 //! Failure diagnosis: asks the service manager about the kubelet and containerd units, reads
 //! their logs, and matches them against ONE table of known failure signatures.
 //!
-//! Used by the run loop when a wait phase times out or kubelet dies, and by
-//! `kiln-firstboot report` (the kubelet unit's `OnFailure=`) for a kubelet that dies later.
+//! It only turns unit states and logs into a [`Diagnosis`]; who records it is the caller's
+//! business: the run loop when a wait phase times out or kubelet dies, and
+//! `kiln-firstboot report` ([`crate::report`], the kubelet unit's `OnFailure=`) for a
+//! kubelet that dies later.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::contract::status_json::{LOG_CAP, MESSAGE_CAP};
+use crate::json;
 use crate::service;
-use crate::status::{self, push_capped, Reporter, LOG_CAP, MESSAGE_CAP};
+use crate::text::push_capped;
+use crate::wait::DEFAULT_HEALTHZ_URL;
 use crate::Reason;
 
 /// One known failure: every needle must appear in one log line (case-sensitive, as printed).
@@ -181,11 +186,11 @@ impl UnitState {
     /// Appends this unit as a status.json object.
     pub fn render_json(&self, out: &mut String) {
         out.push_str("{\"name\":");
-        status::json_str(out, &self.name);
+        json::write_str(out, &self.name);
         out.push_str(",\"active_state\":");
-        status::json_str(out, &self.active_state);
+        json::write_str(out, &self.active_state);
         out.push_str(",\"result\":");
-        status::json_str(out, &self.result);
+        json::write_str(out, &self.result);
         if let Some(st) = self.exec_main_status {
             out.push_str(&format!(",\"exec_main_status\":{st}"));
         }
@@ -236,7 +241,7 @@ impl ReportOptions {
             kubelet_unit: "kubelet.service".to_string(),
             containerd_unit: "containerd.service".to_string(),
             log_files: Vec::new(),
-            healthz_url: crate::wait::DEFAULT_HEALTHZ_URL.to_string(),
+            healthz_url: DEFAULT_HEALTHZ_URL.to_string(),
             journal_lines: 200,
             command_timeout: Duration::from_secs(5),
             service_result: None,
@@ -487,61 +492,6 @@ pub fn diagnose(opts: &ReportOptions) -> Diagnosis {
     let units = unit_states(opts);
     let lines = read_logs(opts);
     conclude(units, &lines, &opts.kubelet_unit)
-}
-
-/// `kiln-firstboot report`: diagnoses kubelet now. If kubelet is running and healthy it only
-/// prints what it found (exit 0); otherwise it records the failure in status.json, the
-/// failure files, the console and the cloud channels, and exits with the reason's code.
-pub fn cmd_report(opts: &ReportOptions) -> u8 {
-    if opts.service_result.as_deref() == Some("success") {
-        println!(
-            "kiln-firstboot: {} stopped cleanly; nothing to report",
-            opts.kubelet_unit
-        );
-        return 0;
-    }
-    let diagnosis = diagnose(opts);
-    let kubelet_up = diagnosis
-        .units
-        .iter()
-        .find(|u| u.name == opts.kubelet_unit)
-        .is_none_or(UnitState::is_healthy);
-    let healthy =
-        kubelet_up && crate::wait::probe_healthz(&opts.healthz_url, Duration::from_secs(2)).is_ok();
-    if healthy {
-        println!(
-            "kiln-firstboot: kubelet is running and {} answers ok; nothing to report",
-            opts.healthz_url
-        );
-        if diagnosis.reason != Reason::JoinTimeout {
-            println!(
-                "  (its logs match {}: {})",
-                diagnosis.reason, diagnosis.message
-            );
-        }
-        return 0;
-    }
-    let path = crate::fsutil::under(&opts.root, crate::contract::paths::STATUS_JSON);
-    let console = crate::console::Console::open(opts.console.as_deref());
-    let mut reporter = match std::fs::read_to_string(&path) {
-        Ok(text) => match Reporter::resume(&opts.root, console, &text) {
-            Ok(r) => r,
-            Err((e, console)) => {
-                eprintln!(
-                    "kiln-firstboot: warning: {} is not a kiln status file ({e}); starting a new one",
-                    path.display()
-                );
-                Reporter::with_console(&opts.root, console)
-            }
-        },
-        Err(_) => Reporter::with_console(&opts.root, console),
-    };
-    reporter.conclude(&diagnosis);
-    let summary = status::StatusView::parse(reporter.last_json())
-        .map(|v| v.summary())
-        .unwrap_or_default();
-    print!("{summary}");
-    reporter.exit_code()
 }
 
 #[cfg(test)]

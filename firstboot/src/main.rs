@@ -7,7 +7,7 @@ use kiln_firstboot::cli::{self, Command};
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     #[cfg(windows)]
-    if let Some(code) = kiln_firstboot::windows::main(&args) {
+    if let Some(code) = kiln_firstboot::windows::entry::main(&args) {
         return ExitCode::from(code);
     }
     let code = match cli::parse(&args) {
@@ -20,7 +20,7 @@ fn main() -> ExitCode {
             println!("kiln-firstboot {}", env!("CARGO_PKG_VERSION"));
             0
         }
-        Ok(Command::Status { root, json }) => kiln_firstboot::status::cmd_status(&root, json),
+        Ok(Command::Status { root, json }) => kiln_firstboot::report::cmd_status(&root, json),
         Ok(Command::Report {
             root,
             journalctl,
@@ -35,7 +35,7 @@ fn main() -> ExitCode {
             opts.healthz_url = healthz_url;
             // Set by systemd for ExecStopPost= commands (systemd.exec(5)).
             opts.service_result = std::env::var("SERVICE_RESULT").ok();
-            kiln_firstboot::diagnose::cmd_report(&opts)
+            kiln_firstboot::report::cmd_report(&opts)
         }
         Err(e) => {
             eprintln!("kiln-firstboot: {e}\nkiln-firstboot: run `kiln-firstboot --help`");

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::channels::Channels;
+use crate::cli::Options;
 use crate::config::{self, Config, Credential};
 use crate::contract::{paths, JoinMode, Provider};
 use crate::diagnose::{self, ReportOptions};
@@ -18,43 +19,6 @@ use crate::service::{self, ToolError};
 use crate::status::{Phase, Reporter};
 use crate::wait::{self, WaitOptions};
 use crate::Reason;
-
-/// Everything `kiln-firstboot run` takes from its command line.
-#[derive(Debug, Clone)]
-pub struct Options {
-    pub root: PathBuf,
-    /// `--provider`, beating `PROVIDER` in node.env.
-    pub provider: Option<String>,
-    pub metadata_url: Option<String>,
-    pub systemctl: String,
-    pub kubeadm: String,
-    pub rpctool: String,
-    pub console: Option<PathBuf>,
-    pub no_start: bool,
-    pub deadline: Option<u64>,
-    /// kubelet's health endpoint, waited for after the start.
-    pub healthz_url: String,
-    /// The journal reader used by diagnosis.
-    pub journalctl: String,
-}
-
-impl Default for Options {
-    fn default() -> Options {
-        Options {
-            root: PathBuf::from(if cfg!(windows) { "C:\\" } else { "/" }),
-            provider: None,
-            metadata_url: None,
-            systemctl: "/usr/bin/systemctl".to_string(),
-            kubeadm: "/usr/bin/kubeadm".to_string(),
-            rpctool: "/usr/bin/vmware-rpctool".to_string(),
-            console: None,
-            no_start: false,
-            deadline: None,
-            healthz_url: wait::DEFAULT_HEALTHZ_URL.to_string(),
-            journalctl: "/usr/bin/journalctl".to_string(),
-        }
-    }
-}
 
 /// Runs one boot and returns the process exit code.
 pub fn run(opts: &Options) -> u8 {
@@ -269,7 +233,7 @@ fn start(opts: &Options, cfg: &Config, deadline: Instant) -> Result<(), Error> {
         });
     }
     if cfg!(windows) {
-        return crate::windows::start_kubelet_service(opts, cfg);
+        return crate::windows::kubelet::start_kubelet_service(opts, cfg);
     }
     // --no-block: firstboot runs as a systemd unit; waiting for the start job from inside
     // another unit's start job can deadlock on ordering, and the waits come after this.

@@ -3,25 +3,21 @@
 //! The run loop talks to one [`Reporter`]: `begin` a phase, then end it with `success`,
 //! `failure` or `skipped`, and `finish` once. Every call rewrites status.json atomically, so a
 //! crash at any point leaves a file that tells the truth about what had happened by then.
-//! `kiln-firstboot status` reads the file back ([`cmd_status`]).
+//! `kiln-firstboot status` reads the file back ([`crate::report::cmd_status`]).
 
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::channels::Channels;
 use crate::clock;
 use crate::console::{Console, STATUS_PREFIX};
+use crate::contract::status_json::MESSAGE_CAP;
 use crate::contract::{self, paths};
 use crate::diagnose::{Diagnosis, UnitState};
 use crate::fsutil;
 use crate::json;
+use crate::text::push_capped;
 use crate::Reason;
-
-/// The cap on the `log` lines kept in status.json, in bytes.
-pub const LOG_CAP: usize = 4096;
-/// The cap on `message`, in bytes.
-pub const MESSAGE_CAP: usize = 512;
 
 /// The phases of one boot, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -290,7 +286,11 @@ impl Reporter {
         let s = |key: &str| v.get(key).and_then(json::Value::as_text).unwrap_or("");
         r.identity(s("provider"), s("node_name"), s("image_id"));
         let reason_of = |code: &str| Reason::ALL.into_iter().find(|r| r.code() == code);
-        for p in v.get("phases").and_then(as_array).unwrap_or(&[]) {
+        for p in v
+            .get("phases")
+            .and_then(json::Value::as_array)
+            .unwrap_or(&[])
+        {
             let name = p.get("name").and_then(json::Value::as_text).unwrap_or("");
             let Some(phase) = Phase::ALL.into_iter().find(|ph| ph.name() == name) else {
                 continue;
@@ -303,8 +303,8 @@ impl Reporter {
             };
             r.phases.push(PhaseRecord {
                 phase,
-                start_ms: p.get("start_ms").and_then(as_u64).unwrap_or(0),
-                end_ms: p.get("end_ms").and_then(as_u64),
+                start_ms: p.get("start_ms").and_then(json::Value::as_u64).unwrap_or(0),
+                end_ms: p.get("end_ms").and_then(json::Value::as_u64),
                 result,
                 reason: p
                     .get("reason")
@@ -418,7 +418,7 @@ impl Reporter {
                 out.push_str(",\"");
                 out.push_str(key);
                 out.push_str("\":");
-                json_str(out, value);
+                json::write_str(out, value);
             }
         }
         out.push_str(",\"result\":\"");
@@ -428,9 +428,9 @@ impl Reporter {
             out.push_str(",\"reason\":\"");
             out.push_str(reason.code());
             out.push_str("\",\"message\":");
-            json_str(out, &self.message);
+            json::write_str(out, &self.message);
             out.push_str(",\"hint\":");
-            json_str(out, reason.hint());
+            json::write_str(out, reason.hint());
         }
         out.push_str(",\"phases\":[");
         for (i, rec) in self.phases.iter().enumerate() {
@@ -463,7 +463,7 @@ impl Reporter {
                 if i > 0 {
                     out.push(',');
                 }
-                json_str(out, line);
+                json::write_str(out, line);
             }
             out.push(']');
         }
@@ -563,230 +563,4 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), WriteErr
         action: "write",
         source,
     })
-}
-
-/// Appends `s` to `out` as a JSON string literal.
-pub fn json_str(out: &mut String, s: &str) {
-    json::write_str(out, s);
-}
-
-/// Appends at most `cap` bytes of `s` to `out`, cutting on a character boundary.
-pub fn push_capped(out: &mut String, s: &str, cap: usize) {
-    let room = cap.saturating_sub(out.len());
-    if s.len() <= room {
-        out.push_str(s);
-        return;
-    }
-    let mut end = room;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    out.push_str(&s[..end]);
-}
-
-fn as_u64(v: &json::Value) -> Option<u64> {
-    match v {
-        json::Value::Number(n) => n.parse().ok(),
-        _ => None,
-    }
-}
-
-fn as_array(v: &json::Value) -> Option<&[json::Value]> {
-    match v {
-        json::Value::Array(a) => Some(a),
-        _ => None,
-    }
-}
-
-/// `kiln-firstboot status [--json]`: prints status.json as a short summary (or as is with
-/// `json`). Exits 0 on success, the reason's exit code on failure, 8 while still running, and
-/// 1 when there is no readable status.
-pub fn cmd_status(root: &Path, json: bool) -> u8 {
-    let path = fsutil::under(root, paths::STATUS_JSON);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!(
-                "kiln-firstboot: cannot read {}: {e}; has kiln-firstboot run on this boot? (systemctl status kiln-firstboot)",
-                path.display()
-            );
-            return 1;
-        }
-    };
-    let status = match StatusView::parse(&text) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!(
-                "kiln-firstboot: {} is not a kiln status file: {e}",
-                path.display()
-            );
-            return 1;
-        }
-    };
-    let mut out = std::io::stdout().lock();
-    if json {
-        let _ = writeln!(out, "{}", text.trim_end());
-    } else {
-        let _ = out.write_all(status.summary().as_bytes());
-    }
-    status.exit_code()
-}
-
-/// status.json read back: the fields `status` shows.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StatusView {
-    pub result: String,
-    pub reason: Option<String>,
-    pub message: Option<String>,
-    pub hint: Option<String>,
-    pub provider: Option<String>,
-    pub node_name: Option<String>,
-    pub image_id: Option<String>,
-    /// `(name, result, duration_ms, reason)`, duration absent while running.
-    pub phases: Vec<(String, String, Option<u64>, Option<String>)>,
-    pub log: Vec<String>,
-    /// The recorded unit states, one line each (`kubelet.service failed (result=…)`).
-    pub units: Vec<String>,
-}
-
-impl StatusView {
-    /// Parses the text of a status.json.
-    pub fn parse(text: &str) -> Result<StatusView, json::ParseError> {
-        let v = json::parse(text)?;
-        let s = |key: &str| {
-            v.get(key)
-                .and_then(json::Value::as_text)
-                .map(str::to_string)
-        };
-        let result = s("result").ok_or(json::ParseError {
-            offset: 0,
-            message: "expected a \"result\" key",
-        })?;
-        let phases = v
-            .get("phases")
-            .and_then(as_array)
-            .unwrap_or(&[])
-            .iter()
-            .map(|p| {
-                let f = |key: &str| p.get(key).and_then(json::Value::as_text).unwrap_or("");
-                let start = p.get("start_ms").and_then(as_u64);
-                let end = p.get("end_ms").and_then(as_u64);
-                let dur = match (start, end) {
-                    (Some(a), Some(b)) => Some(b.saturating_sub(a)),
-                    _ => None,
-                };
-                let reason = p
-                    .get("reason")
-                    .and_then(json::Value::as_text)
-                    .map(str::to_string);
-                (f("name").to_string(), f("result").to_string(), dur, reason)
-            })
-            .collect();
-        let log = v
-            .get("log")
-            .and_then(as_array)
-            .unwrap_or(&[])
-            .iter()
-            .filter_map(|l| l.as_text().map(str::to_string))
-            .collect();
-        let units = v
-            .get("units")
-            .and_then(as_array)
-            .unwrap_or(&[])
-            .iter()
-            .map(|u| {
-                let f = |k: &str| u.get(k).and_then(json::Value::as_text).unwrap_or("");
-                UnitState {
-                    name: f("name").to_string(),
-                    active_state: f("active_state").to_string(),
-                    result: f("result").to_string(),
-                    exec_main_status: f("exec_main_status").parse().ok(),
-                    restarts: f("restarts").parse().ok(),
-                }
-                .describe()
-            })
-            .collect();
-        Ok(StatusView {
-            result,
-            reason: s("reason"),
-            message: s("message"),
-            hint: s("hint"),
-            provider: s("provider"),
-            node_name: s("node_name"),
-            image_id: s("image_id"),
-            phases,
-            log,
-            units,
-        })
-    }
-
-    /// The exit code `kiln-firstboot status` returns for this status.
-    pub fn exit_code(&self) -> u8 {
-        match self.result.as_str() {
-            "success" => 0,
-            "running" => 8,
-            _ => self
-                .reason
-                .as_deref()
-                .and_then(|code| Reason::ALL.into_iter().find(|r| r.code() == code))
-                .map_or(1, Reason::exit_code),
-        }
-    }
-
-    /// A few lines for a human at a terminal.
-    pub fn summary(&self) -> String {
-        let mut o = String::with_capacity(512);
-        let _ = write!(o, "kiln-firstboot: {}", self.result);
-        if let Some(r) = &self.reason {
-            let _ = write!(o, " ({r})");
-        }
-        if let Some(n) = &self.node_name {
-            let _ = write!(o, " node {n}");
-        }
-        if let Some(p) = &self.provider {
-            let _ = write!(o, " on {p}");
-        }
-        if let Some(i) = &self.image_id {
-            let _ = write!(o, " image {i}");
-        }
-        o.push('\n');
-        if let Some(m) = self.message.as_deref().filter(|m| !m.is_empty()) {
-            let _ = writeln!(o, "  {m}");
-        }
-        if let Some(h) = self.hint.as_deref().filter(|h| !h.is_empty()) {
-            let _ = writeln!(o, "  hint: {h}");
-        }
-        for (name, result, dur, reason) in &self.phases {
-            let _ = write!(o, "  {name:<14} {result:<8}");
-            if let Some(d) = dur {
-                let _ = write!(o, " {d:>6} ms");
-            }
-            if let Some(r) = reason {
-                let _ = write!(o, "  {r}");
-            }
-            o.push('\n');
-        }
-        for u in &self.units {
-            let _ = writeln!(o, "  {u}");
-        }
-        if !self.log.is_empty() {
-            o.push_str("  last log lines:\n");
-            for l in &self.log {
-                let _ = writeln!(o, "    {l}");
-            }
-        }
-        o
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn capped_push_cuts_on_char_boundary() {
-        let mut s = String::from("ab");
-        push_capped(&mut s, "cdé", 5);
-        assert_eq!(s, "abcd");
-    }
 }

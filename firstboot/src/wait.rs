@@ -142,7 +142,7 @@ pub fn probe_healthz(url: &str, timeout: Duration) -> Result<(), String> {
         Ok(())
     } else {
         let mut shown = String::new();
-        crate::status::push_capped(&mut shown, body.trim(), 120);
+        crate::text::push_capped(&mut shown, body.trim(), 120);
         Err(format!(
             "{url} answered {code} {shown:?}, expected 200 \"ok\""
         ))

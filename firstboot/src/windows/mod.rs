@@ -3,6 +3,8 @@
 //! a small [`ServiceManager`] trait, so the same sequence is tested against Wine's real
 //! Service Control Manager (`scm::Scm`, Windows only) and against a recorder anywhere.
 
+pub mod entry;
+pub mod kubelet;
 #[cfg(windows)]
 pub mod scm;
 
@@ -324,115 +326,6 @@ pub fn parse_install_args(args: &[String]) -> Result<InstallOptions, String> {
     let root = root.unwrap_or_else(|| PathBuf::from("C:\\"));
     let bin_dir = bin.unwrap_or_else(|| bin_dir(&root));
     Ok(InstallOptions { root, bin_dir })
-}
-
-/// Reads `KUBELET_ARGS` back from the `kubelet.env` this run wrote (the one rendering of the
-/// flags), puts them on kubelet's service command line and starts it through the SCM.
-pub fn start_kubelet_service(
-    opts: &crate::run::Options,
-    cfg: &crate::config::Config,
-) -> Result<(), crate::error::Error> {
-    use crate::error::Error;
-    use crate::Reason;
-    let env_path = crate::fsutil::under(&opts.root, crate::contract::paths::KUBELET_ENV);
-    let text = std::fs::read_to_string(&env_path).map_err(|e| Error::Start {
-        reason: Reason::StartFailed,
-        message: format!(
-            "{}: cannot read kubelet's flags back: {e}",
-            env_path.display()
-        ),
-    })?;
-    let env = crate::contract::envfile::parse(&text).map_err(|e| Error::Start {
-        reason: Reason::StartFailed,
-        message: format!("{}: {e}", env_path.display()),
-    })?;
-    let command = kubelet_command(&bin_dir(&opts.root), env.get("KUBELET_ARGS").unwrap_or(""));
-    let name = service_name(&cfg.image.kubelet_unit);
-    let started = open_scm().and_then(|mut scm| start_kubelet(scm.as_mut(), name, &command));
-    started.map_err(|e| Error::Start {
-        reason: Reason::StartFailed,
-        message: e.to_string(),
-    })
-}
-
-/// The machine's service manager: the real SCM on Windows; elsewhere there is none.
-fn open_scm() -> Result<Box<dyn ServiceManager>, ServiceError> {
-    #[cfg(windows)]
-    return Ok(Box::new(scm::Scm::open()?));
-    #[cfg(not(windows))]
-    Err(ServiceError {
-        call: "OpenSCManagerW",
-        service: "(service manager)".into(),
-        code: 120, // ERROR_CALL_NOT_IMPLEMENTED
-    })
-}
-
-/// The Windows-only subcommands, before the common parser sees the arguments:
-/// `install`, `uninstall` and `service` (how the SCM starts kiln-firstboot). `None`: not one
-/// of them.
-pub fn main(args: &[String]) -> Option<u8> {
-    let (sub, rest) = args.split_first()?;
-    let fail = |msg: String, code: u8| {
-        eprintln!("kiln-firstboot {sub}: {msg}");
-        code
-    };
-    match sub.as_str() {
-        "install" | "uninstall" => {
-            let o = match parse_install_args(rest) {
-                Ok(o) => o,
-                Err(e) => return Some(fail(e, crate::Reason::Usage.exit_code())),
-            };
-            let mut scm = match open_scm() {
-                Ok(s) => s,
-                Err(e) => return Some(fail(e.to_string(), 1)),
-            };
-            let mut specs = node_services(&o.bin_dir, &o.root);
-            if sub == "install" {
-                match containerd_environment(&o.bin_dir) {
-                    Ok(env) => {
-                        if let Some(c) = specs.iter_mut().find(|s| s.name == "containerd") {
-                            c.environment = env;
-                        }
-                    }
-                    Err(e) => return Some(fail(e, 1)),
-                }
-                match install(scm.as_mut(), &specs) {
-                    Ok(done) => {
-                        for (name, how) in done {
-                            println!("kiln-firstboot install: {name} {how:?}");
-                        }
-                        Some(0)
-                    }
-                    Err(e) => Some(fail(e.to_string(), 1)),
-                }
-            } else {
-                let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
-                match uninstall(scm.as_mut(), &names) {
-                    Ok(removed) => {
-                        println!("kiln-firstboot uninstall: removed {}", removed.join(", "));
-                        Some(0)
-                    }
-                    Err(e) => Some(fail(e.to_string(), 1)),
-                }
-            }
-        }
-        #[cfg(windows)]
-        "service" => {
-            let opts = match crate::cli::parse(rest) {
-                Ok(crate::cli::Command::Run(o)) => o,
-                Ok(_) => return Some(fail("takes the options of `run` only".into(), 2)),
-                Err(e) => return Some(fail(e.to_string(), crate::Reason::Usage.exit_code())),
-            };
-            match scm::run_as_service(|| crate::run::run(&opts)) {
-                Ok(code) => Some(code),
-                Err(e) => Some(fail(
-                    format!("{e}; `service` is how the Service Control Manager starts kiln-firstboot, use `run` from a console"),
-                    1,
-                )),
-            }
-        }
-        _ => None,
-    }
 }
 
 /// A [`ServiceManager`] that keeps services in memory and records every call, for testing

@@ -1,0 +1,253 @@
+//! The two commands that look at a boot after the fact: `kiln-firstboot status` prints
+//! status.json back ([`cmd_status`], [`StatusView`]); `kiln-firstboot report` diagnoses a
+//! kubelet that died after boot and records it like a failed run ([`cmd_report`]).
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::console::Console;
+use crate::contract::paths;
+use crate::diagnose::{self, ReportOptions, UnitState};
+use crate::fsutil;
+use crate::json;
+use crate::status::Reporter;
+use crate::wait;
+use crate::Reason;
+
+/// `kiln-firstboot status [--json]`: prints status.json as a short summary (or as is with
+/// `json`). Exits 0 on success, the reason's exit code on failure, 8 while still running, and
+/// 1 when there is no readable status.
+pub fn cmd_status(root: &Path, json: bool) -> u8 {
+    let path = fsutil::under(root, paths::STATUS_JSON);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!(
+                "kiln-firstboot: cannot read {}: {e}; has kiln-firstboot run on this boot? (systemctl status kiln-firstboot)",
+                path.display()
+            );
+            return 1;
+        }
+    };
+    let status = match StatusView::parse(&text) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!(
+                "kiln-firstboot: {} is not a kiln status file: {e}",
+                path.display()
+            );
+            return 1;
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    if json {
+        let _ = writeln!(out, "{}", text.trim_end());
+    } else {
+        let _ = out.write_all(status.summary().as_bytes());
+    }
+    status.exit_code()
+}
+
+/// status.json read back: the fields `status` shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusView {
+    pub result: String,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    pub hint: Option<String>,
+    pub provider: Option<String>,
+    pub node_name: Option<String>,
+    pub image_id: Option<String>,
+    /// `(name, result, duration_ms, reason)`, duration absent while running.
+    pub phases: Vec<(String, String, Option<u64>, Option<String>)>,
+    pub log: Vec<String>,
+    /// The recorded unit states, one line each (`kubelet.service failed (result=…)`).
+    pub units: Vec<String>,
+}
+
+impl StatusView {
+    /// Parses the text of a status.json.
+    pub fn parse(text: &str) -> Result<StatusView, json::ParseError> {
+        let v = json::parse(text)?;
+        let s = |key: &str| {
+            v.get(key)
+                .and_then(json::Value::as_text)
+                .map(str::to_string)
+        };
+        let result = s("result").ok_or(json::ParseError {
+            offset: 0,
+            message: "expected a \"result\" key",
+        })?;
+        let phases = v
+            .get("phases")
+            .and_then(json::Value::as_array)
+            .unwrap_or(&[])
+            .iter()
+            .map(|p| {
+                let f = |key: &str| p.get(key).and_then(json::Value::as_text).unwrap_or("");
+                let start = p.get("start_ms").and_then(json::Value::as_u64);
+                let end = p.get("end_ms").and_then(json::Value::as_u64);
+                let dur = match (start, end) {
+                    (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+                    _ => None,
+                };
+                let reason = p
+                    .get("reason")
+                    .and_then(json::Value::as_text)
+                    .map(str::to_string);
+                (f("name").to_string(), f("result").to_string(), dur, reason)
+            })
+            .collect();
+        let log = v
+            .get("log")
+            .and_then(json::Value::as_array)
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(|l| l.as_text().map(str::to_string))
+            .collect();
+        let units = v
+            .get("units")
+            .and_then(json::Value::as_array)
+            .unwrap_or(&[])
+            .iter()
+            .map(|u| {
+                let f = |k: &str| u.get(k).and_then(json::Value::as_text).unwrap_or("");
+                UnitState {
+                    name: f("name").to_string(),
+                    active_state: f("active_state").to_string(),
+                    result: f("result").to_string(),
+                    exec_main_status: f("exec_main_status").parse().ok(),
+                    restarts: f("restarts").parse().ok(),
+                }
+                .describe()
+            })
+            .collect();
+        Ok(StatusView {
+            result,
+            reason: s("reason"),
+            message: s("message"),
+            hint: s("hint"),
+            provider: s("provider"),
+            node_name: s("node_name"),
+            image_id: s("image_id"),
+            phases,
+            log,
+            units,
+        })
+    }
+
+    /// The exit code `kiln-firstboot status` returns for this status.
+    pub fn exit_code(&self) -> u8 {
+        match self.result.as_str() {
+            "success" => 0,
+            "running" => 8,
+            _ => self
+                .reason
+                .as_deref()
+                .and_then(|code| Reason::ALL.into_iter().find(|r| r.code() == code))
+                .map_or(1, Reason::exit_code),
+        }
+    }
+
+    /// A few lines for a human at a terminal.
+    pub fn summary(&self) -> String {
+        let mut o = String::with_capacity(512);
+        let _ = write!(o, "kiln-firstboot: {}", self.result);
+        if let Some(r) = &self.reason {
+            let _ = write!(o, " ({r})");
+        }
+        if let Some(n) = &self.node_name {
+            let _ = write!(o, " node {n}");
+        }
+        if let Some(p) = &self.provider {
+            let _ = write!(o, " on {p}");
+        }
+        if let Some(i) = &self.image_id {
+            let _ = write!(o, " image {i}");
+        }
+        o.push('\n');
+        if let Some(m) = self.message.as_deref().filter(|m| !m.is_empty()) {
+            let _ = writeln!(o, "  {m}");
+        }
+        if let Some(h) = self.hint.as_deref().filter(|h| !h.is_empty()) {
+            let _ = writeln!(o, "  hint: {h}");
+        }
+        for (name, result, dur, reason) in &self.phases {
+            let _ = write!(o, "  {name:<14} {result:<8}");
+            if let Some(d) = dur {
+                let _ = write!(o, " {d:>6} ms");
+            }
+            if let Some(r) = reason {
+                let _ = write!(o, "  {r}");
+            }
+            o.push('\n');
+        }
+        for u in &self.units {
+            let _ = writeln!(o, "  {u}");
+        }
+        if !self.log.is_empty() {
+            o.push_str("  last log lines:\n");
+            for l in &self.log {
+                let _ = writeln!(o, "    {l}");
+            }
+        }
+        o
+    }
+}
+
+/// `kiln-firstboot report`: diagnoses kubelet now. If kubelet is running and healthy it only
+/// prints what it found (exit 0); otherwise it records the failure in status.json, the
+/// failure files, the console and the cloud channels, and exits with the reason's code.
+pub fn cmd_report(opts: &ReportOptions) -> u8 {
+    if opts.service_result.as_deref() == Some("success") {
+        println!(
+            "kiln-firstboot: {} stopped cleanly; nothing to report",
+            opts.kubelet_unit
+        );
+        return 0;
+    }
+    let diagnosis = diagnose::diagnose(opts);
+    let kubelet_up = diagnosis
+        .units
+        .iter()
+        .find(|u| u.name == opts.kubelet_unit)
+        .is_none_or(UnitState::is_healthy);
+    let healthy =
+        kubelet_up && wait::probe_healthz(&opts.healthz_url, Duration::from_secs(2)).is_ok();
+    if healthy {
+        println!(
+            "kiln-firstboot: kubelet is running and {} answers ok; nothing to report",
+            opts.healthz_url
+        );
+        if diagnosis.reason != Reason::JoinTimeout {
+            println!(
+                "  (its logs match {}: {})",
+                diagnosis.reason, diagnosis.message
+            );
+        }
+        return 0;
+    }
+    let path = fsutil::under(&opts.root, paths::STATUS_JSON);
+    let console = Console::open(opts.console.as_deref());
+    let mut reporter = match std::fs::read_to_string(&path) {
+        Ok(text) => match Reporter::resume(&opts.root, console, &text) {
+            Ok(r) => r,
+            Err((e, console)) => {
+                eprintln!(
+                    "kiln-firstboot: warning: {} is not a kiln status file ({e}); starting a new one",
+                    path.display()
+                );
+                Reporter::with_console(&opts.root, console)
+            }
+        },
+        Err(_) => Reporter::with_console(&opts.root, console),
+    };
+    reporter.conclude(&diagnosis);
+    let summary = StatusView::parse(reporter.last_json())
+        .map(|v| v.summary())
+        .unwrap_or_default();
+    print!("{summary}");
+    reporter.exit_code()
+}

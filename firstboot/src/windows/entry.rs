@@ -1,0 +1,74 @@
+//! The Windows-only subcommands (`install`, `uninstall`, `service`), dispatched before the
+//! common argument parser sees the command line.
+
+use super::kubelet::open_scm;
+use super::{containerd_environment, install, node_services, parse_install_args, uninstall};
+use crate::Reason;
+
+/// The Windows-only subcommands, before the common parser sees the arguments:
+/// `install`, `uninstall` and `service` (how the SCM starts kiln-firstboot). `None`: not one
+/// of them.
+pub fn main(args: &[String]) -> Option<u8> {
+    let (sub, rest) = args.split_first()?;
+    let fail = |msg: String, code: u8| {
+        eprintln!("kiln-firstboot {sub}: {msg}");
+        code
+    };
+    match sub.as_str() {
+        "install" | "uninstall" => {
+            let o = match parse_install_args(rest) {
+                Ok(o) => o,
+                Err(e) => return Some(fail(e, Reason::Usage.exit_code())),
+            };
+            let mut scm = match open_scm() {
+                Ok(s) => s,
+                Err(e) => return Some(fail(e.to_string(), 1)),
+            };
+            let mut specs = node_services(&o.bin_dir, &o.root);
+            if sub == "install" {
+                match containerd_environment(&o.bin_dir) {
+                    Ok(env) => {
+                        if let Some(c) = specs.iter_mut().find(|s| s.name == "containerd") {
+                            c.environment = env;
+                        }
+                    }
+                    Err(e) => return Some(fail(e, 1)),
+                }
+                match install(scm.as_mut(), &specs) {
+                    Ok(done) => {
+                        for (name, how) in done {
+                            println!("kiln-firstboot install: {name} {how:?}");
+                        }
+                        Some(0)
+                    }
+                    Err(e) => Some(fail(e.to_string(), 1)),
+                }
+            } else {
+                let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+                match uninstall(scm.as_mut(), &names) {
+                    Ok(removed) => {
+                        println!("kiln-firstboot uninstall: removed {}", removed.join(", "));
+                        Some(0)
+                    }
+                    Err(e) => Some(fail(e.to_string(), 1)),
+                }
+            }
+        }
+        #[cfg(windows)]
+        "service" => {
+            let opts = match crate::cli::parse(rest) {
+                Ok(crate::cli::Command::Run(o)) => o,
+                Ok(_) => return Some(fail("takes the options of `run` only".into(), 2)),
+                Err(e) => return Some(fail(e.to_string(), Reason::Usage.exit_code())),
+            };
+            match super::scm::run_as_service(|| crate::run::run(&opts)) {
+                Ok(code) => Some(code),
+                Err(e) => Some(fail(
+                    format!("{e}; `service` is how the Service Control Manager starts kiln-firstboot, use `run` from a console"),
+                    1,
+                )),
+            }
+        }
+        _ => None,
+    }
+}
