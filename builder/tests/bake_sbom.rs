@@ -21,10 +21,13 @@ fn pyspdxtools() -> Option<PathBuf> {
     if p.exists() {
         Some(p)
     } else {
-        eprintln!(
-            "\n\n!!!!! SKIPPED: {} is missing, so the SBOMs were NOT validated by the SPDX \
-             reference validator. Run `make deps` (scripts/deps.sh installs spdx-tools). !!!!!\n",
-            p.display()
+        optout::cannot_run(
+            "spdx-validator",
+            &format!(
+                "{} is missing, so the SBOMs cannot be validated by the SPDX reference \
+                 validator; `make deps` (scripts/deps.sh) installs spdx-tools",
+                p.display()
+            ),
         );
         None
     }

@@ -24,19 +24,27 @@ fn tools() -> Option<PathBuf> {
     if dir.join("lib/systemd/systemd-sysupdate").exists() {
         Some(dir)
     } else {
-        eprintln!(
-            "\n\n!!!!! SKIPPED: no systemd-sysupdate under {} (run `scripts/sysupdate-tools.sh \
-             target/sysupdate`; `make unit` does). The transfer file was NOT run through the \
-             real systemd-sysupdate. !!!!!\n",
-            dir.display()
+        optout::cannot_run(
+            "sysupdate",
+            &format!(
+                "no systemd-sysupdate under {} (run `scripts/sysupdate-tools.sh \
+                 target/sysupdate`; `make unit` does), so the transfer file cannot be run \
+                 through the real systemd-sysupdate",
+                dir.display()
+            ),
         );
         None
     }
 }
 
 /// Runs `systemd-sysupdate ARGS` in a private mount namespace whose /etc/systemd holds only
-/// `keyring` as import-pubring.gpg. `None` when the machine does not allow `unshare -m`.
+/// `keyring` as import-pubring.gpg. `None` when the machine does not allow `unshare -m`
+/// (probed first, so a failure of the real command is never mistaken for a refusal).
 fn sysupdate(tools: &Path, keyring: &Path, defs: &Path, root: &Path, args: &str) -> Option<Output> {
+    if let Some(why) = optout::mount_namespace_unavailable() {
+        optout::cannot_run("mount-namespace", &why);
+        return None;
+    }
     let script = r#"set -e
 mount --make-rprivate /
 mount -t tmpfs kiln-test /etc/systemd
@@ -55,13 +63,6 @@ exec "$t/lib/systemd/systemd-sysupdate" --definitions="$DEFS" --root="$ROOT" --n
         .env("SYSTEMD_LOG_COLOR", "0")
         .output()
         .unwrap();
-    let se = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success()
-        && (se.contains("Operation not permitted") || se.contains("unshare failed"))
-    {
-        eprintln!("\n\n!!!!! SKIPPED: unshare -m is not allowed here: {se} !!!!!\n");
-        return None;
-    }
     Some(out)
 }
 

@@ -12,6 +12,9 @@ use kiln::bake::squashfs::{self, Codec, Options, SquashError, BLOCK_SIZE};
 use kiln::bake::{Data, Node};
 use sha2::{Digest, Sha256};
 
+#[path = "../../testkit/optout.rs"]
+mod optout;
+
 const EPOCH: u64 = 1_704_067_200;
 
 /// A tree entry as the test builds it.
@@ -405,18 +408,45 @@ fn check_tar(tar_bytes: &[u8], tree: &Tree) {
 /// Loop-mounts an image read-only; unmounts on drop.
 struct Mount(PathBuf);
 
+/// What keeps this machine from loop-mounting at all, before anything is tried: a refusal by
+/// the environment is told apart from the kernel rejecting kiln's image.
+fn loop_mount_unavailable() -> Option<String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("loop mounts need root".into());
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        return Some("/dev/loop-control does not exist (no loop devices)".into());
+    }
+    None
+}
+
 impl Mount {
-    fn new(img: &Path, at: &Path) -> Option<Mount> {
-        std::fs::create_dir_all(at).ok()?;
-        let ok = Command::new("mount")
+    /// Mounts `img` at `at`. `Err(reason)` when the environment refused the mount system
+    /// call itself (EPERM); any other failure is the kernel rejecting the image and panics.
+    fn new(img: &Path, at: &Path) -> Result<Mount, String> {
+        std::fs::create_dir_all(at).unwrap();
+        let out = Command::new("mount")
             .args(["-o", "loop,ro", "-t", "squashfs"])
             .arg(img)
             .arg(at)
             .output()
-            .ok()?
-            .status
-            .success();
-        ok.then(|| Mount(at.to_path_buf()))
+            .expect("mount(8) could not be started (util-linux)");
+        if out.status.success() {
+            return Ok(Mount(at.to_path_buf()));
+        }
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        if err.contains("Operation not permitted") || err.contains("permission denied") {
+            return Err(format!(
+                "mount was refused by the environment: {}",
+                err.trim()
+            ));
+        }
+        panic!(
+            "the kernel refused to mount kiln's squashfs image {}: {}",
+            img.display(),
+            err.trim()
+        );
     }
 }
 
@@ -432,9 +462,12 @@ fn the_kernel_reads_it_where_the_test_may_mount() {
     let tree = edge_tree();
     let img = t.path().join("kiln.raw");
     write(&tree, &img, &opts(2, None));
-    let Some(m) = Mount::new(&img, &t.path().join("mnt")) else {
-        eprintln!("skipped: cannot loop-mount here (needs root and loop devices); unsquashfs and rdsquashfs cover the format");
-        return;
+    if let Some(why) = loop_mount_unavailable() {
+        return optout::cannot_run("loop-mount", &why);
+    }
+    let m = match Mount::new(&img, &t.path().join("mnt")) {
+        Ok(m) => m,
+        Err(why) => return optout::cannot_run("loop-mount", &why),
     };
     check_extracted(&m.0, &tree);
     // Lookups by name go through the directory index in the big directory.

@@ -8,6 +8,8 @@
 #![cfg(unix)]
 
 mod common;
+#[path = "../../testkit/deadline.rs"]
+mod deadline;
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -187,7 +189,7 @@ fn a_kubelet_that_never_gets_healthy_is_diagnosed_at_the_deadline() {
         ],
     );
     assert_eq!(out.code, 7, "{out:#?}");
-    assert!(out.elapsed < Duration::from_secs(15), "{:?}", out.elapsed);
+    deadline::bounded(out.elapsed, 3);
     assert!(out.stderr.contains("API_X509"), "{}", out.stderr);
     let json = root.read("run/kiln/status.json");
     assert!(
@@ -251,15 +253,11 @@ fn a_dead_kubelet_ends_the_wait_early() {
             "--console",
             root.path("console.log").to_str().unwrap(),
             "--deadline",
-            "60",
+            "600",
         ],
     );
     assert_eq!(out.code, 7, "{out:#?}");
-    assert!(
-        out.elapsed < Duration::from_secs(15),
-        "waited {:?}",
-        out.elapsed
-    );
+    deadline::ended_early(out.elapsed, 600);
     let json = root.read("run/kiln/status.json");
     assert!(json.contains("\"reason\":\"SWAP_ENABLED\""), "{json}");
     assert!(
@@ -340,11 +338,12 @@ fn a_stuck_console_never_blocks_the_boot() {
             "--console",
             fifo.to_str().unwrap(),
             "--deadline",
-            "20",
+            "600",
         ],
     );
     assert_eq!(out.code, 0, "{out:#?}");
-    assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
+    // A console write that blocked would hold the run until its deadline.
+    deadline::ended_early(out.elapsed, 600);
     assert!(out.stderr.contains("did not take a line"), "{}", out.stderr);
     // Warned once, not once per line.
     assert_eq!(

@@ -7,10 +7,15 @@
 #![cfg(unix)]
 
 mod common;
+#[path = "../../testkit/deadline.rs"]
+mod deadline;
+#[path = "../../testkit/optout.rs"]
+mod optout;
 
 use std::time::Duration;
 
 use common::*;
+use deadline::{bounded, ended_at_deadline};
 
 /// Runs firstboot for AWS against `url` with a short deadline and a recording systemctl.
 fn aws(root: &Root, url: &str, deadline: &str) -> Outcome {
@@ -82,10 +87,13 @@ fn token_put_401_is_the_hop_limit() {
             "the hint: {}",
             out.stderr
         );
-        assert!(
-            out.elapsed < Duration::from_secs(5),
-            "no retries on 401/403: {:?}",
-            out.elapsed
+        assert_eq!(
+            srv.requests()
+                .iter()
+                .filter(|r| r.route() == "/latest/api/token")
+                .count(),
+            1,
+            "no retries on 401/403"
         );
         nothing_written(&root);
     }
@@ -102,11 +110,7 @@ fn http_500_forever_ends_at_the_deadline() {
         "{}",
         out.stderr
     );
-    assert!(
-        out.elapsed >= Duration::from_millis(1500) && out.elapsed < Duration::from_secs(5),
-        "{:?}",
-        out.elapsed
-    );
+    ended_at_deadline(out.elapsed, 2);
     assert!(srv.requests().len() > 2, "transient errors are retried");
     nothing_written(&root);
 }
@@ -122,7 +126,7 @@ fn a_listener_that_never_answers_ends_at_the_deadline() {
         "{}",
         out.stderr
     );
-    assert!(out.elapsed < Duration::from_secs(5), "{:?}", out.elapsed);
+    bounded(out.elapsed, 2);
     nothing_written(&root);
 }
 
@@ -137,7 +141,7 @@ fn a_server_that_accepts_and_hangs_ends_at_the_deadline() {
         "{}",
         out.stderr
     );
-    assert!(out.elapsed < Duration::from_secs(4), "{:?}", out.elapsed);
+    bounded(out.elapsed, 1);
     nothing_written(&root);
 }
 
@@ -170,7 +174,7 @@ fn a_slow_body_past_the_deadline_fails() {
         "{}",
         out.stderr
     );
-    assert!(out.elapsed < Duration::from_secs(5), "{:?}", out.elapsed);
+    bounded(out.elapsed, 2);
     nothing_written(&root);
 }
 
@@ -221,10 +225,13 @@ fn oversized_answers_are_refused_at_once() {
         "{}",
         out.stderr
     );
-    assert!(
-        out.elapsed < Duration::from_secs(3),
-        "not retried: {:?}",
-        out.elapsed
+    assert_eq!(
+        srv.requests()
+            .iter()
+            .filter(|r| r.route() == "/latest/meta-data/instance-id")
+            .count(),
+        1,
+        "not retried"
     );
     nothing_written(&root);
 
@@ -635,11 +642,8 @@ fn the_deadline_comes_from_node_env_unless_the_flag_says_otherwise() {
         ],
     );
     assert_eq!(out.code, 4, "{out:#?}");
-    assert!(
-        out.elapsed < Duration::from_secs(3),
-        "node.env's 1 s deadline: {:?}",
-        out.elapsed
-    );
+    // The default deadline is 300 s: ending within 1 s + SLACK shows node.env's was used.
+    bounded(out.elapsed, 1);
 
     let out = firstboot(
         &root,
@@ -692,8 +696,7 @@ fn a_secret_owned_by_someone_else_is_refused() {
         Ok(()) => {}
         // Only root can give a file away; as anyone else this case cannot be set up.
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            eprintln!("skipped: chown needs root ({e})");
-            return;
+            return optout::cannot_run("root", &format!("chown needs root ({e})"));
         }
         Err(e) => panic!("chown {}: {e}", token.display()),
     }

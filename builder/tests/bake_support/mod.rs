@@ -10,6 +10,8 @@
 #![allow(dead_code)]
 
 pub mod gpg;
+#[path = "../../../testkit/optout.rs"]
+pub mod optout;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
