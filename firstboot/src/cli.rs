@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use crate::contract::Provider;
+
 /// What the command line asks for.
 #[derive(Debug, Clone)]
 pub enum Command {
@@ -26,8 +28,8 @@ pub enum Command {
 #[derive(Debug, Clone)]
 pub struct Options {
     pub root: PathBuf,
-    /// `--provider`, beating `PROVIDER` in node.env.
-    pub provider: Option<String>,
+    /// `--provider`, beating `PROVIDER` in node.env: `Some(None)` is `auto`.
+    pub provider: Option<Option<Provider>>,
     pub metadata_url: Option<String>,
     pub systemctl: String,
     pub kubeadm: String,
@@ -156,12 +158,8 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             "--root" => opts.root = PathBuf::from(value()?),
             "--provider" => {
                 let v = value()?;
-                if v != "auto" && !crate::provider::NAMES.contains(&v.as_str()) {
-                    return Err(format!(
-                        "--provider: expected auto, aws, azure, gcp, openstack, vmware, qemu or none, found {v:?}"
-                    ));
-                }
-                opts.provider = Some(v);
+                let choice = Provider::parse_choice(&v).map_err(|e| format!("--provider: {e}"))?;
+                opts.provider = Some(choice);
             }
             "--metadata-url" => {
                 let v = value()?;
@@ -210,6 +208,21 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_help_names_every_provider() {
+        let line = USAGE
+            .lines()
+            .find(|l| l.trim_start().starts_with("--provider NAME"))
+            .unwrap();
+        for p in Provider::ALL {
+            assert!(
+                line.contains(&format!(" {},", p.name()))
+                    || line.contains(&format!(" {} ", p.name())),
+                "{p}: {line}"
+            );
+        }
+    }
+
     fn p(args: &[&str]) -> Result<Command, String> {
         parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
     }
@@ -231,7 +244,7 @@ mod tests {
         ]) else {
             panic!()
         };
-        assert_eq!(o.provider.as_deref(), Some("aws"));
+        assert_eq!(o.provider, Some(Some(Provider::Aws)));
         assert_eq!(o.metadata_url.as_deref(), Some("http://127.0.0.1:1"));
     }
 

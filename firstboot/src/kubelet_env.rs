@@ -4,12 +4,13 @@
 use crate::config::{Config, Credential};
 use crate::contract::envfile::{write_line, write_quoted_line};
 use crate::contract::kubelet_env as key;
-use crate::contract::{paths, JoinMode, VERSION_TEXT};
+use crate::contract::{paths, JoinMode, Provider, VERSION_TEXT};
 
 /// What the node is, after overrides: the values `kubelet.env` is made of.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Node {
-    pub provider: String,
+    /// The metadata source that answered.
+    pub provider: Provider,
     pub node_name: String,
     pub node_ip: String,
     pub instance_id: String,
@@ -76,7 +77,7 @@ pub fn render(cfg: &Config, node: &Node) -> String {
     let mut out = String::with_capacity(1024);
     let mut put = |k: &str, v: &str| write_line(&mut out, k, v);
     put(key::KILN_CONTRACT, VERSION_TEXT);
-    put(key::PROVIDER, &node.provider);
+    put(key::PROVIDER, node.provider.name());
     put(key::NODE_NAME, &node.node_name);
     put(key::NODE_IP, &node.node_ip);
     put(key::INSTANCE_ID, &node.instance_id);

@@ -5,7 +5,6 @@
 pub mod contract;
 
 pub use contract::Reason;
-pub mod channels;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -5,16 +5,15 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::channels::Channels;
 use crate::cli::Options;
 use crate::config::{self, Config, Credential};
-use crate::contract::{paths, JoinMode, Provider};
+use crate::contract::{paths, JoinMode};
 use crate::diagnose::{self, ReportOptions};
 use crate::error::Error;
 use crate::fsutil;
 use crate::http::Client;
 use crate::kubelet_env::{self, Node};
-use crate::provider::{self, Context};
+use crate::provider::{self, Context, ReportTarget};
 use crate::service::{self, ToolError};
 use crate::status::{Phase, Reporter};
 use crate::wait::{self, WaitOptions};
@@ -57,13 +56,15 @@ fn boot(opts: &Options, rep: &mut Reporter, started: Instant) -> Result<(), Erro
 
     rep.begin(Phase::Metadata);
     let node = metadata(opts, &cfg, deadline).map_err(|e| fail(rep, Phase::Metadata, e))?;
-    rep.identity(&node.provider, &node.node_name, cfg.image_id());
-    rep.set_channels(Channels::for_provider(
-        &node.provider,
-        &opts.root,
-        opts.metadata_url.as_deref(),
-        &opts.rpctool,
-    ));
+    rep.identity(node.provider.name(), &node.node_name, cfg.image_id());
+    rep.set_report_back(
+        node.provider,
+        ReportTarget {
+            root: opts.root.clone(),
+            base_url: opts.metadata_url.clone(),
+            rpctool: PathBuf::from(&opts.rpctool),
+        },
+    );
     rep.success(Phase::Metadata, &format!("provider={}", node.provider));
 
     rep.begin(Phase::Write);
@@ -149,18 +150,12 @@ fn wait_joined(
 
 /// Asks the chosen metadata source and applies node.env's overrides.
 fn metadata(opts: &Options, cfg: &Config, deadline: Instant) -> Result<Node, Error> {
-    let mut name = match opts.provider.as_deref() {
-        Some(p) => p,
-        None => cfg.node.provider.map_or("auto", Provider::name),
-    };
-    if name == "auto" {
-        name = provider::detect(&opts.root);
-    }
-    let source = provider::by_name(name).ok_or_else(|| {
-        Error::Usage(format!(
-            "--provider: expected auto, aws, azure, gcp, openstack, vmware, qemu or none, found {name:?}"
-        ))
-    })?;
+    // `auto` (no provider) is detected from DMI; `--provider` beats node.env.
+    let name = opts
+        .provider
+        .unwrap_or(cfg.node.provider)
+        .unwrap_or_else(|| provider::detect(&opts.root));
+    let source = provider::source(name);
     let client = Client::new(deadline);
     let cx = Context {
         root: &opts.root,
@@ -190,7 +185,7 @@ fn metadata(opts: &Options, cfg: &Config, deadline: Instant) -> Result<Node, Err
         ));
     }
     Ok(Node {
-        provider: name.to_string(),
+        provider: name,
         node_name,
         node_ip,
         instance_id: md.instance_id,

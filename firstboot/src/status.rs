@@ -8,7 +8,6 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::channels::Channels;
 use crate::clock;
 use crate::console::{Console, STATUS_PREFIX};
 use crate::contract::status_json::MESSAGE_CAP;
@@ -16,6 +15,7 @@ use crate::contract::{self, paths};
 use crate::diagnose::{Diagnosis, UnitState};
 use crate::fsutil;
 use crate::json;
+use crate::provider::{self, Provider, ReportTarget};
 use crate::text::push_capped;
 use crate::Reason;
 
@@ -109,7 +109,8 @@ pub struct PhaseRecord {
 pub struct Reporter {
     root: PathBuf,
     console: Console,
-    channels: Channels,
+    /// The platform whose report-back channel gets the final status, and where it is.
+    report_back: Option<(Provider, ReportTarget)>,
     provider: String,
     node_name: String,
     image_id: String,
@@ -136,7 +137,7 @@ impl Reporter {
         Reporter {
             root: root.to_path_buf(),
             console,
-            channels: Channels::default(),
+            report_back: None,
             provider: String::new(),
             node_name: String::new(),
             image_id: String::new(),
@@ -158,9 +159,10 @@ impl Reporter {
         self.image_id = image_id.to_string();
     }
 
-    /// Sets the cloud channels `finish` publishes the final status through.
-    pub fn set_channels(&mut self, channels: Channels) {
-        self.channels = channels;
+    /// Sets the platform whose report-back channel `finish` publishes the final status
+    /// through ([`provider::MetadataSource::report_back`]).
+    pub fn set_report_back(&mut self, provider: Provider, to: ReportTarget) {
+        self.report_back = Some((provider, to));
     }
 
     /// Starts a phase.
@@ -265,9 +267,10 @@ impl Reporter {
         line.push_str(STATUS_PREFIX);
         line.push_str(self.buf.trim_end());
         self.console.line(&line);
-        let json = self.buf.trim_end().to_string();
-        for err in self.channels.publish(&json) {
-            eprintln!("kiln-firstboot: warning: {err}");
+        if let Some((p, to)) = &self.report_back {
+            if let Err(err) = provider::source(*p).report_back(to, self.buf.trim_end()) {
+                eprintln!("kiln-firstboot: warning: {err}");
+            }
         }
     }
 

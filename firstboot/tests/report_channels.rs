@@ -1,6 +1,7 @@
-//! The cloud channels against local stand-ins: a recording `vmware-rpctool`, a loopback
-//! metadata server taking the GCP guest-attribute PUT, and a KVP pool file checked against
-//! the Hyper-V record layout (512-byte key, 2048-byte value, NUL-padded).
+//! The providers' report-back channels against local stand-ins: a recording
+//! `vmware-rpctool`, a loopback metadata server taking the GCP guest-attribute PUT, and a KVP
+//! pool file checked against the Hyper-V record layout (512-byte key, 2048-byte value,
+//! NUL-padded).
 
 // These tests play systemctl, kubeadm and friends with /bin/sh stand-ins and check Unix
 // modes; the Windows build is tested under Wine by tests/windows.rs (make test-windows).
@@ -8,10 +9,23 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use common::{ok, status, Root, Server};
-use kiln_firstboot::channels::{self, Channels};
+use kiln_firstboot::provider::{self, azure, gcp, ChannelError, Provider, ReportTarget};
+
+/// Publishes `json` through `p`'s report-back channel.
+fn report(p: Provider, to: &ReportTarget, json: &str) -> Result<(), ChannelError> {
+    provider::source(p).report_back(to, json)
+}
+
+fn target(root: &Path, base_url: Option<&str>, rpctool: &str) -> ReportTarget {
+    ReportTarget {
+        root: root.to_path_buf(),
+        base_url: base_url.map(str::to_string),
+        rpctool: PathBuf::from(rpctool),
+    }
+}
 
 const STATUS: &str = "{\"kiln_contract\":1,\"result\":\"failure\",\"reason\":\"API_X509\",\"message\":\"kubelet: x509: certificate signed by unknown authority\"}";
 
@@ -19,28 +33,16 @@ const STATUS: &str = "{\"kiln_contract\":1,\"result\":\"failure\",\"reason\":\"A
 fn vmware_sets_guestinfo_through_rpctool() {
     let root = Root::empty();
     let tool = root.stub("vmware-rpctool", "exit 0");
-    let ch = Channels {
-        vmware_rpctool: Some(PathBuf::from(&tool)),
-        ..Channels::default()
-    };
-    assert!(ch.publish(STATUS).is_empty());
+    let to = target(&root.dir, None, &tool);
+    report(Provider::Vmware, &to, STATUS).unwrap();
     assert_eq!(
         root.calls("vmware-rpctool"),
         [format!("info-set guestinfo.kiln.status {STATUS}")]
     );
     // A tool that fails is reported, not fatal.
     let bad = root.stub("bad-rpctool", "echo 'Permission denied' >&2; exit 1");
-    let errs = Channels {
-        vmware_rpctool: Some(PathBuf::from(&bad)),
-        ..Channels::default()
-    }
-    .publish(STATUS);
-    assert_eq!(errs.len(), 1);
-    assert!(
-        errs[0].to_string().contains("Permission denied"),
-        "{}",
-        errs[0]
-    );
+    let err = report(Provider::Vmware, &target(&root.dir, None, &bad), STATUS).unwrap_err();
+    assert!(err.to_string().contains("Permission denied"), "{err}");
 }
 
 #[test]
@@ -52,8 +54,8 @@ fn gcp_puts_the_guest_attribute() {
             status(403)
         }
     });
-    let ch = Channels::for_provider("gcp", std::path::Path::new("/"), Some(&srv.url), "");
-    assert!(ch.publish(STATUS).is_empty());
+    let to = target(Path::new("/"), Some(&srv.url), "");
+    report(Provider::Gcp, &to, STATUS).unwrap();
     let reqs = srv.requests();
     assert_eq!(reqs.len(), 1);
     assert_eq!(reqs[0].method, "PUT");
@@ -62,18 +64,17 @@ fn gcp_puts_the_guest_attribute() {
         "/computeMetadata/v1/instance/guest-attributes/kiln/status"
     );
     // A base URL given with the API prefix lands on the same path.
-    let ch = Channels::for_provider(
-        "gcp",
-        std::path::Path::new("/"),
+    let to = target(
+        Path::new("/"),
         Some(&format!("{}/computeMetadata/v1/", srv.url)),
         "",
     );
-    assert!(ch.publish(STATUS).is_empty());
+    report(Provider::Gcp, &to, STATUS).unwrap();
     assert_eq!(srv.requests()[1].path, reqs[0].path);
 
     // Guest attributes disabled: the server says 403 and the error says what to enable.
     let off = Server::start(|_| status(403));
-    let errs = channels::gcp_put_status(&off.url, STATUS).unwrap_err();
+    let errs = gcp::put_status(&off.url, STATUS).unwrap_err();
     assert!(errs.to_string().contains("answered 403"), "{errs}");
     assert!(
         errs.to_string().contains("enable-guest-attributes"),
@@ -108,7 +109,7 @@ fn gcp_body_is_the_status() {
             .unwrap();
         String::from_utf8(buf).unwrap()
     });
-    channels::gcp_put_status(&url, STATUS).unwrap();
+    gcp::put_status(&url, STATUS).unwrap();
     let req = h.join().unwrap();
     assert!(
         req.starts_with(
@@ -146,14 +147,13 @@ fn azure_kvp_records_follow_the_pool_layout() {
     // A status longer than the host reads from one value (3011 bytes): split in pieces of at
     // most 1022 bytes, never inside a character.
     let long = format!("{{\"log\":\"{}\"}}", "é".repeat(1500));
-    let ch = Channels::for_provider("azure", &root.dir, None, "");
-    assert_eq!(ch.azure_kvp_pool.as_deref(), Some(pool.as_path()));
-    assert!(ch.publish(&long).is_empty());
+    let to = target(&root.dir, None, "");
+    report(Provider::Azure, &to, &long).unwrap();
     let bytes = std::fs::read(&pool).unwrap();
     assert_eq!(bytes.len() % 2560, 0, "{} bytes", bytes.len());
     // The foreign record is untouched, byte for byte, in first place.
     assert_eq!(&bytes[..2560], &foreign[..]);
-    let recs = channels::kvp_parse(&bytes);
+    let recs = azure::kvp_parse(&bytes);
     let keys: Vec<&str> = recs.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(
         keys,
@@ -177,30 +177,38 @@ fn azure_kvp_records_follow_the_pool_layout() {
         assert!(r[512 + vlen..].iter().all(|&b| b == 0));
     }
     assert_eq!(
-        channels::kvp_read_status(&pool, "KILN_STATUS").as_deref(),
+        azure::kvp_read_status(&pool, "KILN_STATUS").as_deref(),
         Some(long.as_str())
     );
 
     // A second publish replaces kiln's records instead of piling them up.
-    assert!(ch.publish(STATUS).is_empty());
-    let recs = channels::kvp_parse(&std::fs::read(&pool).unwrap());
+    report(Provider::Azure, &to, STATUS).unwrap();
+    let recs = azure::kvp_parse(&std::fs::read(&pool).unwrap());
     assert_eq!(recs.len(), 3, "{recs:?}");
     assert_eq!(recs[0].0, "CLOUD_INIT|1|finish|init-network|abc");
     assert_eq!(
-        channels::kvp_read_status(&pool, "KILN_STATUS").as_deref(),
+        azure::kvp_read_status(&pool, "KILN_STATUS").as_deref(),
         Some(STATUS)
     );
 }
 
 #[test]
-fn aws_has_no_channel_but_the_console() {
-    let ch = Channels::for_provider(
-        "aws",
-        std::path::Path::new("/"),
-        Some("http://127.0.0.1:9"),
-        "x",
-    );
-    assert!(
-        ch.vmware_rpctool.is_none() && ch.gcp_base_url.is_none() && ch.azure_kvp_pool.is_none()
-    );
+fn aws_and_the_others_have_no_channel_but_the_console() {
+    // Every channel a provider could use is there and records what reaches it: a tool, a
+    // metadata server and a root for the KVP pool. None of them may be touched.
+    let root = Root::empty();
+    let tool = root.stub("vmware-rpctool", "exit 0");
+    let srv = Server::start(|_| ok(""));
+    let to = target(&root.dir, Some(&srv.url), &tool);
+    for p in [
+        Provider::Aws,
+        Provider::Openstack,
+        Provider::Qemu,
+        Provider::None,
+    ] {
+        report(p, &to, STATUS).unwrap();
+    }
+    assert!(root.calls("vmware-rpctool").is_empty());
+    assert!(srv.requests().is_empty());
+    assert!(!root.path("var/lib/hyperv").exists());
 }

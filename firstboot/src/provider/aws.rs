@@ -2,6 +2,7 @@
 //! carrying it. IMDSv1 is never tried, so a node never depends on the weaker protocol.
 
 use super::{get_text, http_error, parallel, valid_ip, Context, Metadata, MetadataSource};
+use crate::contract::Provider;
 use crate::error::Error;
 use crate::Reason;
 
@@ -12,8 +13,8 @@ const TOKEN_TTL: &str = "300";
 pub struct Aws;
 
 impl MetadataSource for Aws {
-    fn name(&self) -> &'static str {
-        "aws"
+    fn provider(&self) -> Provider {
+        Provider::Aws
     }
 
     fn fetch(&self, cx: &Context<'_>) -> Result<Metadata, Error> {

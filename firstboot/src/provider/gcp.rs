@@ -3,9 +3,17 @@
 //! stray server on the address is not mistaken for the metadata service.
 
 use super::{body_text, check_token};
+use std::time::Duration;
+
 use super::{http_error, last_segment, parallel, valid_ip, Context, Metadata, MetadataSource};
+use super::{ChannelError, ReportTarget, LINK_LOCAL};
+use crate::contract::Provider;
 use crate::error::Error;
+use crate::http::Client;
 use crate::Reason;
+
+/// The guest attribute the final status is PUT to, under the metadata server.
+pub const STATUS_ATTRIBUTE_PATH: &str = "/computeMetadata/v1/instance/guest-attributes/kiln/status";
 
 #[derive(Debug)]
 pub struct Gcp;
@@ -34,8 +42,12 @@ fn get(cx: &Context<'_>, path: &str) -> Result<String, Error> {
 }
 
 impl MetadataSource for Gcp {
-    fn name(&self) -> &'static str {
-        "gcp"
+    fn provider(&self) -> Provider {
+        Provider::Gcp
+    }
+
+    fn report_back(&self, to: &ReportTarget, status_json: &str) -> Result<(), ChannelError> {
+        put_status(to.base_url.as_deref().unwrap_or(LINK_LOCAL), status_json)
     }
 
     fn fetch(&self, cx: &Context<'_>) -> Result<Metadata, Error> {
@@ -67,5 +79,36 @@ impl MetadataSource for Gcp {
             zone,
             region,
         })
+    }
+}
+
+/// PUTs `value` to the GCP guest attribute `kiln/status` (readable with
+/// `gcloud compute instances get-guest-attributes --query-path=kiln/`).
+pub fn put_status(base_url: &str, value: &str) -> Result<(), ChannelError> {
+    let base = base_url.trim_end_matches('/');
+    let base = base.strip_suffix("/computeMetadata/v1").unwrap_or(base);
+    let url = format!("{base}{STATUS_ATTRIBUTE_PATH}");
+    let err = |what: String| ChannelError {
+        channel: "gcp",
+        target: url.clone(),
+        what,
+    };
+    let resp = Client::once(Duration::from_secs(2))
+        .send_body(
+            "PUT",
+            &url,
+            &[("Metadata-Flavor", "Google")],
+            value.as_bytes(),
+        )
+        .map_err(|e| err(e.to_string()))?;
+    let code = resp.status;
+    if code == 200 {
+        Ok(())
+    } else {
+        let text = String::from_utf8_lossy(&resp.body);
+        Err(err(format!(
+            "answered {code} {:?}, expected 200 (are guest attributes enabled: enable-guest-attributes=TRUE?)",
+            text.trim()
+        )))
     }
 }

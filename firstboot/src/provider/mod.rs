@@ -1,21 +1,25 @@
 //! Metadata sources: one small trait, one implementation per platform, one `match` from a
-//! name to an implementation, and DMI-based detection for `PROVIDER=auto`.
+//! [`Provider`] to an implementation ([`source`]), and DMI-based detection for
+//! `PROVIDER=auto`. A platform that has a report-back channel (VMware guestinfo, GCP guest
+//! attributes, Azure KVP) overrides [`MetadataSource::report_back`] in its own file.
 
+use std::fmt;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+pub use crate::contract::Provider;
 use crate::error::Error;
 use crate::fsutil;
 use crate::http::{Client, HttpError};
 use crate::Reason;
 
-mod aws;
-mod azure;
-mod gcp;
-mod none;
-mod openstack;
-mod qemu;
-mod vmware;
+pub mod aws;
+pub mod azure;
+pub mod gcp;
+pub mod none;
+pub mod openstack;
+pub mod qemu;
+pub mod vmware;
 
 /// The real link-local metadata address: the default base URL of every HTTP source.
 pub const LINK_LOCAL: &str = "http://169.254.169.254";
@@ -53,52 +57,93 @@ impl Context<'_> {
     }
 }
 
-/// One platform's metadata service.
-pub trait MetadataSource {
-    /// The name used in `PROVIDER=` and `kubelet.env`.
-    fn name(&self) -> &'static str;
-    /// Reads this instance's metadata.
-    fn fetch(&self, cx: &Context<'_>) -> Result<Metadata, Error>;
+/// Where a platform's report-back channel is: owned, so the status reporter can keep it
+/// until the run ends. Paths are under `root`, URLs under `base_url`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReportTarget {
+    /// The `--root` prefix.
+    pub root: PathBuf,
+    /// `--metadata-url`, else the platform's default.
+    pub base_url: Option<String>,
+    /// Path of `vmware-rpctool`.
+    pub rpctool: PathBuf,
 }
 
-/// Every provider name `PROVIDER=` accepts besides `auto`.
-pub const NAMES: [&str; 7] = ["aws", "azure", "gcp", "openstack", "vmware", "qemu", "none"];
+/// A channel that did not take the status (a warning, never a failed boot).
+#[derive(Debug)]
+pub struct ChannelError {
+    /// Which channel: `vmware`, `gcp`, `azure-kvp`.
+    pub channel: &'static str,
+    /// The tool, URL or file it went to.
+    pub target: String,
+    /// What went wrong.
+    pub what: String,
+}
 
-/// The source called `name`.
-pub fn by_name(name: &str) -> Option<&'static dyn MetadataSource> {
-    Some(match name {
-        "aws" => &aws::Aws,
-        "azure" => &azure::Azure,
-        "gcp" => &gcp::Gcp,
-        "openstack" => &openstack::OpenStack,
-        "vmware" => &vmware::Vmware,
-        "qemu" => &qemu::Qemu,
-        "none" => &none::NoMetadata,
-        _ => return None,
-    })
+impl fmt::Display for ChannelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} channel {}: {}", self.channel, self.target, self.what)
+    }
+}
+
+impl std::error::Error for ChannelError {}
+
+/// One platform's metadata service.
+pub trait MetadataSource {
+    /// Which provider this is.
+    fn provider(&self) -> Provider;
+
+    /// The name used in `PROVIDER=` and `kubelet.env`.
+    fn name(&self) -> &'static str {
+        self.provider().name()
+    }
+
+    /// Reads this instance's metadata.
+    fn fetch(&self, cx: &Context<'_>) -> Result<Metadata, Error>;
+
+    /// Publishes the final status JSON on the platform's own channel, one that needs no
+    /// inbound connectivity (`docs/contract.md#cloud-channels`). Most platforms have none:
+    /// the serial console is their channel, and this does nothing.
+    fn report_back(&self, to: &ReportTarget, status_json: &str) -> Result<(), ChannelError> {
+        let _ = (to, status_json);
+        Ok(())
+    }
+}
+
+/// The one `match` from a provider to its source.
+pub fn source(provider: Provider) -> &'static dyn MetadataSource {
+    match provider {
+        Provider::Aws => &aws::Aws,
+        Provider::Azure => &azure::Azure,
+        Provider::Gcp => &gcp::Gcp,
+        Provider::Openstack => &openstack::OpenStack,
+        Provider::Vmware => &vmware::Vmware,
+        Provider::Qemu => &qemu::Qemu,
+        Provider::None => &none::NoMetadata,
+    }
 }
 
 /// Azure's fixed chassis asset tag, the documented way to recognise an Azure VM.
 const AZURE_ASSET_TAG: &str = "7783-7084-3265-9085-8269-3286-77";
 
 /// Picks a provider from DMI facts under `<root>/sys/class/dmi/id/`. Never probes the network.
-pub fn detect(root: &Path) -> &'static str {
+pub fn detect(root: &Path) -> Provider {
     let dmi = |f: &str| dmi_field(root, f);
     let (vendor, product, bios) = (dmi("sys_vendor"), dmi("product_name"), dmi("bios_vendor"));
     if vendor == "Amazon EC2" || bios == "Amazon EC2" {
-        "aws"
+        Provider::Aws
     } else if dmi("chassis_asset_tag") == AZURE_ASSET_TAG {
-        "azure"
+        Provider::Azure
     } else if product == "Google Compute Engine" || vendor == "Google" {
-        "gcp"
+        Provider::Gcp
     } else if vendor == "OpenStack Foundation" || product == "OpenStack Nova" {
-        "openstack"
+        Provider::Openstack
     } else if vendor == "VMware, Inc." {
-        "vmware"
+        Provider::Vmware
     } else if vendor == "QEMU" && fsutil::under(root, qemu::FW_CFG_DIR).is_dir() {
-        "qemu"
+        Provider::Qemu
     } else {
-        "none"
+        Provider::None
     }
 }
 
@@ -252,11 +297,13 @@ mod tests {
 
     #[test]
     fn names_map_to_sources() {
-        for n in NAMES {
-            assert_eq!(by_name(n).map(|s| s.name()), Some(n));
+        for p in Provider::ALL {
+            assert_eq!(source(p).provider(), p);
+            let n = p.name();
+            assert_eq!(Provider::from_name(n).map(|p| source(p).name()), Some(n));
         }
-        assert!(by_name("auto").is_none());
-        assert!(by_name("AWS").is_none());
+        assert!(Provider::from_name("auto").is_none());
+        assert!(Provider::from_name("AWS").is_none());
     }
 
     #[test]
@@ -317,7 +364,7 @@ mod tests {
             if *fw_cfg {
                 std::fs::create_dir_all(fsutil::under(&root, qemu::FW_CFG_DIR)).unwrap();
             }
-            assert_eq!(detect(&root), *want, "{files:?} fw_cfg={fw_cfg}");
+            assert_eq!(detect(&root).name(), *want, "{files:?} fw_cfg={fw_cfg}");
         }
         std::fs::remove_dir_all(base).unwrap();
     }

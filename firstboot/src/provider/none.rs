@@ -2,6 +2,7 @@
 //! its hostname and its IP is the source address of the route to the API server.
 
 use super::{check_token, route_ip, Context, Metadata, MetadataSource};
+use crate::contract::Provider;
 use crate::error::Error;
 use crate::fsutil;
 
@@ -9,8 +10,8 @@ use crate::fsutil;
 pub struct NoMetadata;
 
 impl MetadataSource for NoMetadata {
-    fn name(&self) -> &'static str {
-        "none"
+    fn provider(&self) -> Provider {
+        Provider::None
     }
 
     fn fetch(&self, cx: &Context<'_>) -> Result<Metadata, Error> {

@@ -5,6 +5,7 @@ use super::{
     body_text, check_token, get_text, http_error, parallel, valid_ip, Context, Metadata,
     MetadataSource,
 };
+use crate::contract::Provider;
 use crate::error::Error;
 use crate::json::{self, Value};
 use crate::Reason;
@@ -13,8 +14,8 @@ use crate::Reason;
 pub struct OpenStack;
 
 impl MetadataSource for OpenStack {
-    fn name(&self) -> &'static str {
-        "openstack"
+    fn provider(&self) -> Provider {
+        Provider::Openstack
     }
 
     fn fetch(&self, cx: &Context<'_>) -> Result<Metadata, Error> {

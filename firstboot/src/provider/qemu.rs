@@ -2,6 +2,7 @@
 //! read from sysfs, so boot tests have a metadata source without any network.
 
 use super::{check_token, valid_ip, Context, Metadata, MetadataSource};
+use crate::contract::Provider;
 use crate::error::Error;
 use crate::fsutil;
 use crate::Reason;
@@ -23,8 +24,8 @@ fn entry(cx: &Context<'_>, key: &str) -> Result<String, Error> {
 }
 
 impl MetadataSource for Qemu {
-    fn name(&self) -> &'static str {
-        "qemu"
+    fn provider(&self) -> Provider {
+        Provider::Qemu
     }
 
     fn fetch(&self, cx: &Context<'_>) -> Result<Metadata, Error> {

@@ -1,10 +1,19 @@
 //! VMware vSphere: guestinfo keys `guestinfo.kiln.<key>` read with `vmware-rpctool`
 //! (its path is configurable), the VM's BIOS UUID from DMI for the provider ID.
 
-use super::{check_token, dmi_field, valid_ip, Context, Metadata, MetadataSource};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::{
+    check_token, dmi_field, valid_ip, ChannelError, Context, Metadata, MetadataSource, ReportTarget,
+};
+use crate::contract::Provider;
 use crate::error::Error;
 use crate::service;
 use crate::Reason;
+
+/// The guestinfo key the final status is set in.
+pub const STATUS_KEY: &str = "guestinfo.kiln.status";
 
 #[derive(Debug)]
 pub struct Vmware;
@@ -33,8 +42,12 @@ fn info_get(cx: &Context<'_>, key: &str) -> Result<String, Error> {
 }
 
 impl MetadataSource for Vmware {
-    fn name(&self) -> &'static str {
-        "vmware"
+    fn provider(&self) -> Provider {
+        Provider::Vmware
+    }
+
+    fn report_back(&self, to: &ReportTarget, status_json: &str) -> Result<(), ChannelError> {
+        info_set(&to.rpctool, STATUS_KEY, status_json)
     }
 
     fn fetch(&self, cx: &Context<'_>) -> Result<Metadata, Error> {
@@ -70,5 +83,30 @@ impl MetadataSource for Vmware {
             },
             instance_id,
         })
+    }
+}
+
+/// `vmware-rpctool "info-set guestinfo.kiln.status <json>"`: one argument, as open-vm-tools
+/// expects; readable from vSphere as the VM's `guestinfo.kiln.status` variable.
+pub fn info_set(rpctool: &Path, key: &str, value: &str) -> Result<(), ChannelError> {
+    let err = |what: String| ChannelError {
+        channel: "vmware",
+        target: rpctool.display().to_string(),
+        what,
+    };
+    let arg = format!("info-set {key} {value}");
+    let out = service::output(rpctool, &[&arg], Instant::now() + Duration::from_secs(5))
+        .map_err(|e| err(e.message().to_string()))?;
+    if out.success {
+        Ok(())
+    } else {
+        Err(err(format!(
+            "info-set {key} failed: {}",
+            out.stderr_text()
+                .trim()
+                .lines()
+                .next()
+                .unwrap_or("no output")
+        )))
     }
 }
