@@ -1,21 +1,36 @@
 //! `kiln install --root DIR LAYER.tar.zst`: applies a rootfs layer to a mounted root (or `/`
-//! inside a Packer/image-builder VM). Idempotent, atomic per file, and it never touches a file
+//! inside a Packer/image-builder VM). Idempotent, all or nothing, and it never touches a file
 //! it does not own: ownership is recorded in `/usr/lib/kiln/install.manifest`.
 //!
-//! Paths are resolved the way a chroot would see them: a symlink in the root (merged `/usr`,
-//! `/etc/systemd/system` on a separate mount…) is followed inside the root, never out of it.
+//! In order: the layer is checked against its `SHA256SUMS` (and signature) before the root
+//! is looked at ([`verify`]); every entry is checked against the archive rules
+//! ([`crate::archive_rules`]); the whole change is planned against the root; then every file
+//! is staged beside its target and the plan is committed, or rolled back on the first
+//! failure ([`apply`]). All paths resolve inside the root ([`root`]).
 
-use std::collections::{BTreeMap, VecDeque};
-use std::fs::{self, File};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::io::{self, Read, Seek};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use sha2::{Digest, Sha256};
 
+use crate::archive_rules::{self, Capped, EntryCheck, Kind, Policy};
 use crate::bake::INSTALL_MANIFEST;
 
-/// Why an install stopped. Nothing is written unless every check passed first.
+mod apply;
+pub mod manifest;
+pub mod root;
+pub mod verify;
+
+pub use manifest::{parse_manifest, Owned};
+pub use root::Resolver;
+pub use verify::{LayerTrust, Verification};
+
+use root::{Dir, Node, Root};
+
+/// Why an install stopped. The root is as it was unless the error says otherwise.
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {
     /// An I/O error on a named path.
@@ -33,7 +48,7 @@ pub enum InstallError {
         archive: PathBuf,
         /// The entry.
         entry: String,
-        /// What is wrong with it.
+        /// The rule it breaks.
         why: String,
     },
     /// A path in the root is not kiln's to change.
@@ -54,6 +69,28 @@ pub enum InstallError {
         /// What is wrong.
         why: String,
     },
+    /// The layer could not be verified.
+    #[error(transparent)]
+    Verify(#[from] verify::VerifyError),
+    /// The root's install manifest is malformed.
+    #[error(transparent)]
+    Manifest(#[from] manifest::ManifestError),
+    /// A change failed and undoing the earlier ones failed too.
+    #[error("{source}; rolling back also failed, so the root may be partly changed: {}", problems.join("; "))]
+    RollbackFailed {
+        /// The first failure.
+        source: Box<InstallError>,
+        /// What could not be undone.
+        problems: Vec<String>,
+    },
+}
+
+impl InstallError {
+    /// Whether a check refused the input (a hostile or unverified layer), as opposed to an
+    /// I/O failure or a root kiln does not own.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, InstallError::Hostile { .. } | InstallError::Verify(_))
+    }
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> InstallError {
@@ -61,9 +98,59 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> InstallError {
     move |source| InstallError::Io { path, source }
 }
 
+fn hostile(archive: &Path, entry: &str, why: impl Into<String>) -> InstallError {
+    InstallError::Hostile {
+        archive: archive.to_path_buf(),
+        entry: entry.to_string(),
+        why: why.into(),
+    }
+}
+
+/// How to install.
+#[derive(Debug, Clone)]
+pub struct InstallOptions {
+    /// Check and report, write nothing.
+    pub dry_run: bool,
+    /// What the layer must prove first.
+    pub trust: LayerTrust,
+    /// Paths (without the leading `/`) that may be installed setuid/setgid.
+    pub allow_setid: BTreeSet<String>,
+    /// The most the layer may unpack to.
+    pub max_bytes: u64,
+    /// Force a path resolver (default: `openat2` where the kernel has it).
+    pub resolver: Option<Resolver>,
+    /// Fault injection for tests: the change with this index (0-based, counting directories
+    /// made, files staged, renames and removals) fails as if the disk had.
+    #[doc(hidden)]
+    pub fail_at: Option<usize>,
+}
+
+impl InstallOptions {
+    /// Defaults: checked against `SHA256SUMS` beside the layer, no setuid, 4 GiB cap.
+    pub fn new(trust: LayerTrust) -> InstallOptions {
+        InstallOptions {
+            dry_run: false,
+            trust,
+            allow_setid: BTreeSet::new(),
+            max_bytes: archive_rules::DEFAULT_MAX_BYTES,
+            resolver: None,
+            fail_at: None,
+        }
+    }
+
+    fn policy(&self) -> Policy {
+        let mut p = Policy::layer();
+        p.setid_allowed = self.allow_setid.clone();
+        p.max_bytes = self.max_bytes;
+        p
+    }
+}
+
 /// What one install did, by layer path.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct InstallReport {
+    /// What was proven about the layer.
+    pub verified: Option<Verification>,
     /// Files and links written (new or updated).
     pub written: Vec<String>,
     /// Files and links already as the layer wants them.
@@ -84,241 +171,309 @@ enum Want {
     Link { target: String },
 }
 
-/// A manifest line: `sha256  mode  /path` (mode is octal, or `link`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Owned {
-    /// sha256 of the content (of the target, for links).
-    pub sha256: String,
-    /// `0755`, `0644` or `link`.
-    pub mode: String,
+impl Want {
+    fn owned(&self) -> Option<Owned> {
+        match self {
+            Want::Dir => None,
+            Want::File { mode, sha256 } => Some(Owned {
+                sha256: sha256.clone(),
+                mode: format!("{mode:04o}"),
+            }),
+            Want::Link { target } => Some(Owned {
+                sha256: hex::encode(Sha256::digest(target.as_bytes())),
+                mode: "link".into(),
+            }),
+        }
+    }
 }
 
-/// Parses an install manifest; `path` names it in errors.
-pub fn parse_manifest(text: &str, path: &Path) -> Result<BTreeMap<String, Owned>, InstallError> {
-    let mut out = BTreeMap::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.starts_with('#') || line.trim().is_empty() {
+/// Hashes what passes through, so every pass over the layer proves it read the verified bytes.
+struct Tee<R> {
+    inner: R,
+    h: Sha256,
+}
+
+impl<R: Read> Read for Tee<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.h.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+/// One pass over the layer: every entry checked under `policy`, `each` called with the
+/// cleaned name, the raw name, what it is, its mode and its content; at the end the whole
+/// file must have hashed to `sha256` (the verified hash), or nothing read in the pass counts.
+fn read_layer(
+    file: &File,
+    archive: &Path,
+    policy: &Policy,
+    sha256: &str,
+    mut each: impl FnMut(&str, &str, &Kind, u32, &mut dyn Read) -> Result<(), InstallError>,
+) -> Result<(), InstallError> {
+    let mut f = file.try_clone().map_err(io_err(archive))?;
+    f.rewind().map_err(io_err(archive))?;
+    let tee = Tee {
+        inner: f,
+        h: Sha256::new(),
+    };
+    let dec = zstd::Decoder::new(tee).map_err(io_err(archive))?;
+    let (capped, flag) = Capped::new(dec, policy.stream_cap());
+    let mut tar = tar::Archive::new(capped);
+    let mut last = String::from("(first entry)");
+    let read_err = |last: &str, e: io::Error| {
+        if archive_rules::tripped(&flag) {
+            hostile(
+                archive,
+                last,
+                archive_rules::Rule::TooLarge {
+                    cap: policy.max_bytes,
+                }
+                .to_string(),
+            )
+        } else {
+            io_err(archive)(e)
+        }
+    };
+    let mut check = EntryCheck::new(policy.clone());
+    for e in tar.entries().map_err(|e| read_err(&last, e))? {
+        let mut e = e.map_err(|e| read_err(&last, e))?;
+        last = String::from_utf8_lossy(&e.path_bytes()).into_owned();
+        let Some(kind) = archive_rules::tar_kind(&e) else {
             continue;
-        }
-        let parts: Vec<&str> = line.splitn(3, "  ").collect();
-        let ok = parts.len() == 3
-            && parts[0].len() == 64
-            && parts[0].bytes().all(|b| b.is_ascii_hexdigit())
-            && parts[2].starts_with('/');
-        if !ok {
-            return Err(InstallError::Io {
-                path: path.to_path_buf(),
-                source: io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "line {}: expected `sha256  mode  /path`, found {line:?}",
-                        i + 1
-                    ),
-                ),
-            });
-        }
-        out.insert(
-            parts[2].trim_start_matches('/').to_string(),
-            Owned {
-                sha256: parts[0].to_string(),
-                mode: parts[1].to_string(),
-            },
-        );
+        };
+        let mode = e.header().mode().map_err(io_err(archive))? & 0o7777;
+        let raw = e.path_bytes().into_owned();
+        let Some(name) = check
+            .check(&raw, &kind, mode)
+            .map_err(|r| hostile(archive, &last, r.to_string()))?
+        else {
+            continue;
+        };
+        each(&name, &last, &kind, mode, &mut e).map_err(|err| match err {
+            InstallError::Io { source, .. } if archive_rules::tripped(&flag) => {
+                read_err(&last, source)
+            }
+            other => other,
+        })?;
     }
-    Ok(out)
-}
-
-fn hostile(archive: &Path, entry: &str, why: impl Into<String>) -> InstallError {
-    InstallError::Hostile {
-        archive: archive.to_path_buf(),
-        entry: entry.to_string(),
-        why: why.into(),
+    // Read what follows the end-of-archive marker too, so the hash covers the whole file.
+    let mut rest = tar.into_inner().into_inner().finish();
+    io::copy(&mut rest, &mut io::sink()).map_err(io_err(archive))?;
+    let got = hex::encode(rest.into_inner().h.finalize());
+    if got != sha256 {
+        return Err(hostile(
+            archive,
+            "(whole layer)",
+            format!("the file changed while it was read (sha256 {got}, verified {sha256})"),
+        ));
     }
-}
-
-/// Checks a layer entry path and returns it without `./` and trailing `/`.
-fn clean_path(archive: &Path, raw: &str) -> Result<String, InstallError> {
-    let p = crate::lock::member_key(raw).trim_end_matches('/');
-    if raw.starts_with('/') {
-        return Err(hostile(archive, raw, "absolute path"));
-    }
-    if p.is_empty() || p.split('/').any(|c| c == ".." || c.is_empty() || c == ".") {
-        return Err(hostile(archive, raw, "path with `..`, `.` or empty parts"));
-    }
-    Ok(p.to_string())
-}
-
-fn open_layer(archive: &Path) -> Result<tar::Archive<Box<dyn Read>>, InstallError> {
-    let f = File::open(archive).map_err(io_err(archive))?;
-    let dec = zstd::Decoder::new(f).map_err(io_err(archive))?;
-    Ok(tar::Archive::new(Box::new(dec) as Box<dyn Read>))
+    Ok(())
 }
 
 /// Reads the whole layer once: every entry checked, every file hashed.
-fn scan(archive: &Path) -> Result<BTreeMap<String, Want>, InstallError> {
+fn scan(
+    file: &File,
+    archive: &Path,
+    policy: &Policy,
+    sha256: &str,
+) -> Result<BTreeMap<String, Want>, InstallError> {
     let mut out = BTreeMap::new();
-    let mut tar = open_layer(archive)?;
-    for e in tar.entries().map_err(io_err(archive))? {
-        let mut e = e.map_err(io_err(archive))?;
-        let raw = String::from_utf8_lossy(&e.path_bytes()).into_owned();
-        let path = clean_path(archive, &raw)?;
-        let mode = e.header().mode().map_err(io_err(archive))? & 0o7777;
-        let want = match e.header().entry_type() {
-            tar::EntryType::Directory => Want::Dir,
-            tar::EntryType::Regular | tar::EntryType::Continuous => {
-                if mode & 0o6000 != 0 {
-                    return Err(hostile(archive, &raw, "setuid/setgid file"));
-                }
+    read_layer(file, archive, policy, sha256, |name, _, kind, mode, r| {
+        let want = match kind {
+            Kind::Dir => Want::Dir,
+            Kind::File { .. } => {
                 let mut h = Sha256::new();
-                io::copy(&mut e, &mut h).map_err(io_err(archive))?;
+                io::copy(r, &mut h).map_err(io_err(archive))?;
                 Want::File {
                     mode,
                     sha256: hex::encode(h.finalize()),
                 }
             }
-            tar::EntryType::Symlink => {
-                let target = e
-                    .link_name_bytes()
-                    .map(|b| String::from_utf8_lossy(&b).into_owned())
-                    .unwrap_or_default();
-                if target.is_empty() || target.contains('\0') {
-                    return Err(hostile(archive, &raw, "empty symlink target"));
-                }
-                if !target.starts_with('/') {
-                    let depth = path.split('/').count() as i64 - 1;
-                    let mut d = depth;
-                    for c in target.split('/') {
-                        match c {
-                            "" | "." => {}
-                            ".." => d -= 1,
-                            _ => d += 1,
-                        }
-                        if d < 0 {
-                            return Err(hostile(archive, &raw, "symlink points outside the root"));
-                        }
-                    }
-                }
-                Want::Link { target }
-            }
-            tar::EntryType::Link => return Err(hostile(archive, &raw, "hard link")),
-            tar::EntryType::Char | tar::EntryType::Block => {
-                return Err(hostile(archive, &raw, "device node"))
-            }
-            tar::EntryType::Fifo => return Err(hostile(archive, &raw, "FIFO")),
-            other => return Err(hostile(archive, &raw, format!("entry type {other:?}"))),
+            Kind::Symlink(target) => Want::Link {
+                target: target.clone(),
+            },
+            // The layer policy refuses everything else before it gets here.
+            _ => return Ok(()),
         };
-        if out.insert(path, want).is_some() {
-            return Err(hostile(archive, &raw, "path appears twice"));
-        }
-    }
+        out.insert(name.to_string(), want);
+        Ok(())
+    })?;
     Ok(out)
 }
 
-/// Resolves `rel` inside `root` like a chroot would: parent symlinks are followed within the
-/// root (`..` stops at the root); the last component is not followed.
-pub fn resolve_in_root(root: &Path, rel: &str) -> Result<PathBuf, InstallError> {
-    let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
-    let Some((last, parents)) = comps.split_last() else {
-        return Ok(root.to_path_buf());
-    };
-    let mut queue: VecDeque<String> = parents.iter().map(|s| s.to_string()).collect();
-    let mut cur: Vec<String> = Vec::new();
-    let mut hops = 0;
-    while let Some(c) = queue.pop_front() {
-        match c.as_str() {
-            "" | "." => continue,
-            ".." => {
-                cur.pop();
-                continue;
-            }
-            _ => {}
-        }
-        let mut host = root.to_path_buf();
-        host.extend(&cur);
-        host.push(&c);
-        match fs::symlink_metadata(&host) {
-            Ok(m) if m.file_type().is_symlink() => {
-                hops += 1;
-                if hops > 40 {
-                    return Err(InstallError::Root {
-                        root: root.to_path_buf(),
-                        why: format!("too many symlinks resolving /{rel}"),
-                    });
-                }
-                let t = fs::read_link(&host).map_err(io_err(&host))?;
-                let t = t.to_string_lossy().into_owned();
-                if t.starts_with('/') {
-                    cur.clear();
-                }
-                for (i, p) in t.split('/').filter(|p| !p.is_empty()).enumerate() {
-                    queue.insert(i, p.to_string());
-                }
-            }
-            Ok(m) if m.is_dir() => cur.push(c),
-            Ok(_) => {
-                return Err(InstallError::NotOwned {
-                    path: host,
-                    why: format!("is not a directory, but /{rel} needs it to be one"),
-                    manifest: root.join(INSTALL_MANIFEST),
-                })
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => cur.push(c),
-            Err(e) => return Err(io_err(&host)(e)),
-        }
-    }
-    let mut host = root.to_path_buf();
-    host.extend(&cur);
-    host.push(last);
-    Ok(host)
+/// Splits `a/b/c` into (`a/b`, `c`); a top-level name has the parent `""`.
+fn split(rel: &str) -> (&str, &str) {
+    rel.rsplit_once('/').unwrap_or(("", rel))
 }
 
-/// What is at a path now: `None`, a dir, or (sha256, mode-string) of a file or link.
-fn current(path: &Path) -> Result<Option<Option<Owned>>, InstallError> {
-    match fs::symlink_metadata(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io_err(path)(e)),
-        Ok(m) if m.is_dir() => Ok(Some(None)),
-        Ok(m) if m.file_type().is_symlink() => {
-            let t = fs::read_link(path).map_err(io_err(path))?;
-            Ok(Some(Some(Owned {
-                sha256: hex::encode(Sha256::digest(t.to_string_lossy().as_bytes())),
+/// A directory the plan needs: there already (open), or to be made.
+#[derive(Debug, Clone)]
+enum Parent {
+    Exists(Rc<Dir>),
+    Planned,
+}
+
+/// Resolves the directories a plan touches, once each, and lists those to create.
+struct Planner<'a> {
+    root: &'a Root,
+    manifest: PathBuf,
+    dirs: BTreeMap<String, Parent>,
+    mkdirs: Vec<String>,
+}
+
+impl Planner<'_> {
+    fn not_owned(&self, rel: &str, why: String) -> InstallError {
+        InstallError::NotOwned {
+            path: self.root.host_path(rel),
+            why,
+            manifest: self.manifest.clone(),
+        }
+    }
+
+    /// The directory `rel`, following root symlinks inside the root. With `create`, a
+    /// missing one is planned (with its missing parents); without, `None`.
+    fn dir(&mut self, rel: &str, create: bool) -> Result<Option<Parent>, InstallError> {
+        if let Some(p) = self.dirs.get(rel) {
+            return Ok(Some(p.clone()));
+        }
+        if rel.is_empty() {
+            let p = Parent::Exists(Rc::new(self.root.top()));
+            self.dirs.insert(String::new(), p.clone());
+            return Ok(Some(p));
+        }
+        let (up, name) = split(rel);
+        let Some(parent) = self.dir(up, create)? else {
+            return Ok(None);
+        };
+        let host = self.root.host_path(rel);
+        let me = match parent {
+            Parent::Planned => Parent::Planned,
+            Parent::Exists(d) => match d.node(name).map_err(io_err(&host))? {
+                Node::Missing => Parent::Planned,
+                Node::Dir => Parent::Exists(Rc::new(d.subdir(name).map_err(io_err(&host))?)),
+                // A symlink to a directory (merged /usr, a bind layout) is followed inside
+                // the root, like every other parent.
+                Node::Symlink => match self.root.dir(rel) {
+                    Ok(Some(d)) => Parent::Exists(Rc::new(d)),
+                    Ok(None) => {
+                        return Err(self.not_owned(
+                            rel,
+                            format!("is a symlink that leads nowhere inside the root, but /{rel} must be a directory"),
+                        ))
+                    }
+                    Err(e) => {
+                        return Err(self.not_owned(
+                            rel,
+                            format!("is a symlink that does not lead to a directory inside the root ({e}), but /{rel} must be one"),
+                        ))
+                    }
+                },
+                Node::File { .. } | Node::Special => {
+                    return Err(self.not_owned(
+                        rel,
+                        format!("is not a directory, but /{rel} must be one"),
+                    ))
+                }
+            },
+        };
+        if matches!(me, Parent::Planned) {
+            if !create {
+                return Ok(None);
+            }
+            self.mkdirs.push(rel.to_string());
+        }
+        self.dirs.insert(rel.to_string(), me.clone());
+        Ok(Some(me))
+    }
+}
+
+/// What is at `name` in `dir` now: `None`, a dir (`Some(None)`), or what a manifest line
+/// would say about the file or link there.
+fn current(dir: &Dir, name: &str) -> Result<Option<Option<Owned>>, InstallError> {
+    let host = dir.host(name);
+    Ok(match dir.node(name).map_err(io_err(&host))? {
+        Node::Missing => None,
+        Node::Dir => Some(None),
+        Node::Symlink => {
+            let t = dir.read_link(name).map_err(io_err(&host))?;
+            Some(Some(Owned {
+                sha256: hex::encode(Sha256::digest(&t)),
                 mode: "link".into(),
-            })))
+            }))
         }
-        Ok(m) if m.is_file() => {
-            let mut f = File::open(path).map_err(io_err(path))?;
+        Node::File { mode } => {
+            let mut f = dir.open_file(name).map_err(io_err(&host))?;
             let mut h = Sha256::new();
-            io::copy(&mut f, &mut h).map_err(io_err(path))?;
-            Ok(Some(Some(Owned {
+            io::copy(&mut f, &mut h).map_err(io_err(&host))?;
+            Some(Some(Owned {
                 sha256: hex::encode(h.finalize()),
-                mode: format!("{:04o}", m.mode() & 0o7777),
-            })))
+                mode: format!("{mode:04o}"),
+            }))
         }
-        Ok(_) => Ok(Some(Some(Owned {
+        Node::Special => Some(Some(Owned {
             sha256: String::new(),
             mode: "special".into(),
-        }))),
-    }
+        })),
+    })
 }
 
-fn sync_parent(path: &Path) {
-    if let Some(d) = path.parent() {
-        if let Ok(f) = File::open(d) {
-            let _ = f.sync_all();
+/// The most an install manifest in the root may hold.
+const MAX_MANIFEST_BYTES: u64 = 16 << 20;
+
+/// Reads the root's install manifest, if there is one (never through a symlink).
+fn read_old_manifest(planner: &mut Planner<'_>) -> Result<BTreeMap<String, Owned>, InstallError> {
+    let (up, name) = split(INSTALL_MANIFEST);
+    let host = planner.root.host_path(INSTALL_MANIFEST);
+    let Some(Parent::Exists(d)) = planner.dir(up, false)? else {
+        return Ok(BTreeMap::new());
+    };
+    match d.node(name).map_err(io_err(&host))? {
+        Node::Missing => Ok(BTreeMap::new()),
+        Node::File { .. } => {
+            let f = d.open_file(name).map_err(io_err(&host))?;
+            let mut b = Vec::new();
+            f.take(MAX_MANIFEST_BYTES + 1)
+                .read_to_end(&mut b)
+                .map_err(io_err(&host))?;
+            if b.len() as u64 > MAX_MANIFEST_BYTES {
+                return Err(planner.not_owned(
+                    INSTALL_MANIFEST,
+                    "is larger than 16 MiB, not an install manifest".into(),
+                ));
+            }
+            Ok(parse_manifest(&String::from_utf8_lossy(&b), &host)?)
         }
+        _ => Err(planner.not_owned(
+            INSTALL_MANIFEST,
+            "is not a regular file (a symlink or special file where the install manifest belongs)"
+                .into(),
+        )),
     }
 }
 
-/// Applies the rootfs layer `archive` to `root`. With `dry_run`, only checks and reports.
-pub fn install(archive: &Path, root: &Path, dry_run: bool) -> Result<InstallReport, InstallError> {
-    let meta = fs::metadata(root).map_err(io_err(root))?;
+/// Applies the rootfs layer `archive` to `root` under `opts`.
+pub fn install(
+    archive: &Path,
+    root: &Path,
+    opts: &InstallOptions,
+) -> Result<InstallReport, InstallError> {
+    let root_err = |why: String| InstallError::Root {
+        root: root.to_path_buf(),
+        why,
+    };
+    let meta = std::fs::metadata(root).map_err(io_err(root))?;
     if !meta.is_dir() {
-        return Err(InstallError::Root {
-            root: root.to_path_buf(),
-            why: "is not a directory".into(),
-        });
+        return Err(root_err("is not a directory".into()));
     }
-    let wants = scan(archive)?;
+    let rootfs = Root::open(root, opts.resolver).map_err(io_err(root))?;
+
+    // 1. What the layer is, before anything in the root is looked at.
+    let mut file = File::open(archive).map_err(io_err(archive))?;
+    let verified = verify::verify_layer(&mut file, archive, &opts.trust)?;
+    // 2. Every entry checked, every file hashed.
+    let policy = opts.policy();
+    let wants = scan(&file, archive, &policy, &verified.sha256)?;
     if !matches!(wants.get(INSTALL_MANIFEST), Some(Want::File { .. })) {
         return Err(hostile(
             archive,
@@ -326,71 +481,47 @@ pub fn install(archive: &Path, root: &Path, dry_run: bool) -> Result<InstallRepo
             "missing: not a kiln rootfs layer (bake it with --format rootfs)",
         ));
     }
-    let manifest_host = resolve_in_root(root, INSTALL_MANIFEST)?;
-    let old = match fs::read_to_string(&manifest_host) {
-        Ok(t) => parse_manifest(&t, &manifest_host)?,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => BTreeMap::new(),
-        Err(e) => return Err(io_err(&manifest_host)(e)),
-    };
-    let not_owned = |path: &Path, why: String| InstallError::NotOwned {
-        path: path.to_path_buf(),
-        why,
-        manifest: manifest_host.clone(),
-    };
 
-    // Plan: every check before the first write.
-    let mut report = InstallReport::default();
-    let mut to_write: Vec<(String, PathBuf)> = Vec::new();
-    let mut to_mkdir: Vec<(String, PathBuf)> = Vec::new();
+    // 3. The plan: every check against the root before the first change.
+    let mut planner = Planner {
+        root: &rootfs,
+        manifest: rootfs.host_path(INSTALL_MANIFEST),
+        dirs: BTreeMap::new(),
+        mkdirs: Vec::new(),
+    };
+    let old = read_old_manifest(&mut planner)?;
+    let mut report = InstallReport {
+        verified: Some(verified.clone()),
+        ..Default::default()
+    };
+    let mut plan = apply::Plan::default();
     for (path, want) in &wants {
-        let host = resolve_in_root(root, path)?;
-        let now = current(&host)?;
-        let new = match want {
-            Want::Dir => {
-                match now {
-                    None => to_mkdir.push((path.clone(), host)),
-                    Some(None) => {}
-                    Some(Some(cur)) if cur.mode == "link" => {
-                        // A symlink to a directory (merged /usr, a bind layout) is followed
-                        // inside the root, like every other parent.
-                        let inner = resolve_in_root(root, &format!("{path}/probe"))?;
-                        if !inner.parent().is_some_and(Path::is_dir) {
-                            return Err(not_owned(
-                                &host,
-                                "is a symlink that does not lead to a directory, the layer has one here".into(),
-                            ));
-                        }
-                    }
-                    Some(Some(_)) => {
-                        return Err(not_owned(
-                            &host,
-                            "is not a directory, the layer has one here".into(),
-                        ))
-                    }
-                }
+        let Some(new) = want.owned() else {
+            planner.dir(path, true)?;
+            continue;
+        };
+        let (up, name) = split(path);
+        let parent = planner.dir(up, true)?.expect("created on demand");
+        let now = match &parent {
+            Parent::Planned => None,
+            Parent::Exists(d) => current(d, name)?,
+        };
+        let replace = now.is_some();
+        match now {
+            None => {}
+            Some(None) => {
+                return Err(planner.not_owned(path, "is a directory, the layer has a file here".into()))
+            }
+            Some(Some(cur)) if cur == new && path != INSTALL_MANIFEST => {
+                report.unchanged.push(path.clone());
                 continue;
             }
-            Want::File { mode, sha256 } => Owned {
-                sha256: sha256.clone(),
-                mode: format!("{mode:04o}"),
-            },
-            Want::Link { target } => Owned {
-                sha256: hex::encode(Sha256::digest(target.as_bytes())),
-                mode: "link".into(),
-            },
-        };
-        if path == INSTALL_MANIFEST {
-            continue;
-        }
-        match now {
-            None => to_write.push((path.clone(), host)),
-            Some(None) => return Err(not_owned(&host, "is a directory, the layer has a file here".into())),
-            Some(Some(cur)) if cur == new => report.unchanged.push(path.clone()),
+            Some(Some(_)) if path == INSTALL_MANIFEST => {}
             Some(Some(cur)) => match old.get(path) {
-                Some(o) if *o == cur => to_write.push((path.clone(), host)),
+                Some(o) if *o == cur => {}
                 Some(o) => {
-                    return Err(not_owned(
-                        &host,
+                    return Err(planner.not_owned(
+                        path,
                         format!(
                             "was modified since kiln installed it (sha256 {} mode {}, installed {} mode {}); restore or remove it",
                             cur.sha256, cur.mode, o.sha256, o.mode
@@ -398,8 +529,8 @@ pub fn install(archive: &Path, root: &Path, dry_run: bool) -> Result<InstallRepo
                     ))
                 }
                 None => {
-                    return Err(not_owned(
-                        &host,
+                    return Err(planner.not_owned(
+                        path,
                         format!(
                             "exists and was not installed by kiln (sha256 {} mode {}); remove it or the package that owns it",
                             cur.sha256, cur.mode
@@ -408,169 +539,105 @@ pub fn install(archive: &Path, root: &Path, dry_run: bool) -> Result<InstallRepo
                 }
             },
         }
+        plan.write.insert(
+            path.clone(),
+            apply::Write {
+                parent: up.to_string(),
+                name: name.to_string(),
+                replace,
+            },
+        );
     }
-    let mut to_remove: Vec<(String, PathBuf)> = Vec::new();
     for (path, o) in &old {
         if wants.contains_key(path) || path == INSTALL_MANIFEST {
             continue;
         }
-        let host = resolve_in_root(root, path)?;
-        match current(&host)? {
+        let (up, name) = split(path);
+        let Some(Parent::Exists(d)) = planner.dir(up, false)? else {
+            continue;
+        };
+        match current(&d, name)? {
             None => {}
-            Some(Some(cur)) if cur == *o => to_remove.push((path.clone(), host)),
+            Some(Some(cur)) if cur == *o => {
+                plan.remove
+                    .push((path.clone(), up.to_string(), name.to_string()))
+            }
             Some(_) => report.kept_modified.push(path.clone()),
         }
     }
-    if dry_run {
-        report.written = to_write.into_iter().map(|(p, _)| p).collect();
-        report.removed = to_remove.into_iter().map(|(p, _)| p).collect();
-        report.dirs_created = to_mkdir.into_iter().map(|(p, _)| p).collect();
+    plan.mkdirs = planner.mkdirs.clone();
+    report.dirs_created = plan.mkdirs.clone();
+    report.written = plan
+        .write
+        .keys()
+        .filter(|p| *p != INSTALL_MANIFEST)
+        .cloned()
+        .collect();
+    report.removed = plan.remove.iter().map(|(p, _, _)| p.clone()).collect();
+    if opts.dry_run {
         return Ok(report);
     }
 
-    for (path, host) in to_mkdir {
-        fs::create_dir(&host).map_err(io_err(&host))?;
-        fs::set_permissions(&host, fs::Permissions::from_mode(0o755)).map_err(io_err(&host))?;
-        report.dirs_created.push(path);
-    }
-    // Second pass over the archive writes what the plan says, re-checking each hash.
-    let write_set: BTreeMap<String, PathBuf> = to_write
-        .into_iter()
-        .chain(std::iter::once((
-            INSTALL_MANIFEST.to_string(),
-            manifest_host.clone(),
-        )))
+    // 4. Stage every file beside its target, then commit; undo everything on a failure.
+    let dirs: BTreeMap<String, Rc<Dir>> = planner
+        .dirs
+        .iter()
+        .filter_map(|(k, v)| match v {
+            Parent::Exists(d) => Some((k.clone(), d.clone())),
+            Parent::Planned => None,
+        })
         .collect();
-    let mut manifest_bytes = None;
-    let mut tar = open_layer(archive)?;
-    for e in tar.entries().map_err(io_err(archive))? {
-        let mut e = e.map_err(io_err(archive))?;
-        let raw = String::from_utf8_lossy(&e.path_bytes()).into_owned();
-        let path = clean_path(archive, &raw)?;
-        let Some(host) = write_set.get(&path) else {
-            continue;
-        };
-        match wants.get(&path) {
-            Some(Want::File { mode, sha256 }) => {
-                if path == INSTALL_MANIFEST {
-                    let mut b = Vec::new();
-                    e.read_to_end(&mut b).map_err(io_err(archive))?;
-                    manifest_bytes = Some((b, *mode));
-                    continue;
+    let mut tx = apply::Transaction::new(&rootfs, dirs, opts.fail_at);
+    let staged = tx.run(|tx| {
+        tx.make_dirs(&plan.mkdirs)?;
+        read_layer(
+            &file,
+            archive,
+            &policy,
+            &verified.sha256,
+            |name, raw, kind, _, r| {
+                let Some(w) = plan.write.get(name) else {
+                    return Ok(());
+                };
+                match (wants.get(name), kind) {
+                    (Some(Want::File { mode, sha256 }), Kind::File { .. }) => {
+                        tx.stage_file(name, w, r, *mode, sha256, archive, raw)
+                    }
+                    (Some(Want::Link { target }), Kind::Symlink(_)) => {
+                        tx.stage_link(name, w, target)
+                    }
+                    _ => Err(hostile(
+                        archive,
+                        raw,
+                        "changed type between the check and the write",
+                    )),
                 }
-                write_file(host, &mut e, *mode, sha256, archive, &raw)?;
-            }
-            Some(Want::Link { target }) => {
-                let dir = host.parent().unwrap_or(root);
-                let tmp = dir.join(format!(".kiln-link-{}.tmp", std::process::id()));
-                let _ = fs::remove_file(&tmp);
-                std::os::unix::fs::symlink(target, &tmp).map_err(io_err(&tmp))?;
-                fs::rename(&tmp, host).map_err(io_err(host))?;
-                sync_parent(host);
-            }
-            _ => continue,
-        }
-        report.written.push(path);
-    }
-    for (path, host) in to_remove {
-        fs::remove_file(&host).map_err(io_err(&host))?;
-        sync_parent(&host);
-        report.removed.push(path);
-    }
-    // The manifest goes last, so an interrupted install still lists every file it owned.
-    if let Some((bytes, mode)) = manifest_bytes {
-        let want = match wants.get(INSTALL_MANIFEST) {
-            Some(Want::File { sha256, .. }) => sha256.clone(),
-            _ => String::new(),
-        };
-        write_file(
-            &manifest_host,
-            &mut &bytes[..],
-            mode,
-            &want,
-            archive,
-            INSTALL_MANIFEST,
+            },
         )?;
-    }
+        for p in plan.write.keys() {
+            if !tx.is_staged(p) {
+                return Err(hostile(
+                    archive,
+                    p,
+                    "vanished between the check and the write",
+                ));
+            }
+        }
+        // The manifest goes last, so an interrupted commit still lists every file it owned.
+        let order: Vec<&String> = plan
+            .write
+            .keys()
+            .filter(|p| *p != INSTALL_MANIFEST)
+            .chain(plan.write.keys().filter(|p| *p == INSTALL_MANIFEST))
+            .collect();
+        for p in &plan.remove {
+            tx.remove(&p.1, &p.2)?;
+        }
+        for p in order {
+            tx.commit(p)?;
+        }
+        Ok(())
+    });
+    staged?;
     Ok(report)
-}
-
-/// Writes one file atomically, refusing it if its bytes do not hash to `sha256`.
-fn write_file(
-    host: &Path,
-    r: &mut impl Read,
-    mode: u32,
-    sha256: &str,
-    archive: &Path,
-    entry: &str,
-) -> Result<(), InstallError> {
-    let dir = host.parent().unwrap_or(Path::new("/"));
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".kiln-")
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(io_err(dir))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = r.read(&mut buf).map_err(io_err(archive))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-        tmp.write_all(&buf[..n]).map_err(io_err(tmp.path()))?;
-    }
-    if hex::encode(h.finalize()) != sha256 {
-        return Err(hostile(
-            archive,
-            entry,
-            "content changed between the check and the write",
-        ));
-    }
-    tmp.as_file()
-        .set_permissions(fs::Permissions::from_mode(mode))
-        .map_err(io_err(tmp.path()))?;
-    tmp.as_file().sync_all().map_err(io_err(tmp.path()))?;
-    tmp.persist(host).map_err(|e| InstallError::Io {
-        path: host.to_path_buf(),
-        source: e.error,
-    })?;
-    sync_parent(host);
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn resolves_symlinks_inside_the_root() {
-        let t = tempfile::tempdir().unwrap();
-        let root = t.path();
-        fs::create_dir_all(root.join("usr/lib")).unwrap();
-        std::os::unix::fs::symlink("usr/lib", root.join("lib")).unwrap();
-        std::os::unix::fs::symlink("/usr/lib", root.join("abs")).unwrap();
-        std::os::unix::fs::symlink("../../../../..", root.join("up")).unwrap();
-        let cases: &[(&str, PathBuf)] = &[
-            ("lib/x", root.join("usr/lib/x")),
-            ("abs/x", root.join("usr/lib/x")),
-            ("up/etc/passwd", root.join("etc/passwd")),
-            ("new/dir/x", root.join("new/dir/x")),
-            ("lib", root.join("lib")),
-        ];
-        for (rel, want) in cases {
-            assert_eq!(&resolve_in_root(root, rel).unwrap(), want, "{rel}");
-        }
-    }
-
-    #[test]
-    fn manifest_lines_parse_or_name_the_line() {
-        let sha = "a".repeat(64);
-        let ok = format!("# c\n{sha}  0755  /usr/bin/x\n{sha}  link  /etc/y\n");
-        let m = parse_manifest(&ok, Path::new("m")).unwrap();
-        assert_eq!(m["usr/bin/x"].mode, "0755");
-        assert_eq!(m["etc/y"].mode, "link");
-        let err = parse_manifest("zz  0755  /x\n", Path::new("m")).unwrap_err();
-        assert!(err.to_string().contains("line 1"), "{err}");
-    }
 }

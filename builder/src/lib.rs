@@ -3,6 +3,7 @@
 //! The library holds every piece so tests and benchmarks can call it directly; the `kiln`
 //! binary is a thin command line on top (see [`cli`]).
 
+pub mod archive_rules;
 pub mod bake;
 pub mod cli;
 pub mod fetch;

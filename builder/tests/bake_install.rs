@@ -139,10 +139,15 @@ fn installs_idempotently_and_records_ownership() {
     let before = tree(&root);
     let second = install(&layer, &root);
     ok(&second, "second install");
+    // First what was verified, then the counts.
+    let out2 = stdout(&second);
+    let lines: Vec<&str> = out2.lines().collect();
     assert!(
-        stdout(&second).starts_with("wrote 0, unchanged "),
-        "{}",
-        stdout(&second)
+        lines.len() >= 2
+            && lines[0].starts_with(&format!("verified {}: sha256 ", layer.display()))
+            && lines[0].contains(" is listed as ")
+            && lines[1].starts_with("wrote 0, unchanged "),
+        "{out2}"
     );
     assert_eq!(before, tree(&root));
 
@@ -286,6 +291,18 @@ fn hostile_layer(dir: &Path, name: &str, kind: tar::EntryType, link: Option<&str
     let mut f = std::fs::File::create(&p).unwrap();
     f.write_all(&zstd::encode_all(&tarbytes[..], 3).unwrap())
         .unwrap();
+    // Listed in SHA256SUMS: a layer that verifies is still refused by the entry rules.
+    let line = format!(
+        "{}  {}\n",
+        sha256_file(&p),
+        p.file_name().unwrap().to_string_lossy()
+    );
+    let mut sums = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(dir.join("SHA256SUMS"))
+        .unwrap();
+    sums.write_all(line.as_bytes()).unwrap();
     p
 }
 

@@ -1,14 +1,18 @@
 //! Takes named members out of upstream archives (tar.gz, zip) without ever turning an
 //! archive path into a filesystem path: every wanted member is streamed into a file the
-//! caller names, hashed on the way. Hostile archives — `..`, absolute paths, symlinks or
-//! hard links that leave the archive, device nodes, FIFOs — are refused as a whole.
+//! caller names, hashed on the way. Every entry, wanted or not, must pass the same rules as
+//! a layer `kiln install` applies ([`crate::archive_rules`]); one hostile entry refuses the
+//! whole archive, and so does an archive that unpacks to more than the cap.
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 
 use sha2::{Digest, Sha256};
+
+use crate::archive_rules::{self, Capped, EntryCheck, Kind, Policy, Rule};
 
 /// Why members could not be taken from an archive.
 #[derive(Debug, thiserror::Error)]
@@ -21,15 +25,15 @@ pub enum ExtractError {
         /// The I/O error.
         source: io::Error,
     },
-    /// The archive holds an entry kiln will not unpack.
+    /// The archive holds an entry kiln will not unpack, or unpacks to more than the cap.
     #[error("{archive}: refusing hostile archive entry {entry:?}: {why}")]
     Hostile {
         /// The archive.
         archive: PathBuf,
         /// The entry's path as stored.
         entry: String,
-        /// What is wrong with it.
-        why: &'static str,
+        /// The rule it breaks.
+        why: Rule,
     },
     /// A wanted member is absent, or is not a regular file.
     #[error("{archive}: member {member:?}: expected {expected}, found {found}")]
@@ -69,51 +73,10 @@ pub struct Extracted {
 
 pub use crate::lock::member_key;
 
-/// Checks an entry path; returns why it is hostile.
-fn path_problem(name: &str) -> Option<&'static str> {
-    if name.starts_with('/') || name.starts_with('\\') || name.contains(":\\") {
-        return Some("absolute path");
-    }
-    if name.split(['/', '\\']).any(|c| c == "..") {
-        return Some("path contains `..`");
-    }
-    if name.contains('\0') {
-        return Some("NUL in path");
-    }
-    None
-}
-
-/// Whether `target`, relative to the directory holding `entry`, stays inside the archive.
-fn link_escapes(entry: &str, target: &str) -> bool {
-    if target.starts_with('/') {
-        return true;
-    }
-    let mut depth: i64 = 0;
-    let entry = member_key(entry).trim_end_matches('/');
-    let parent: Vec<&str> = entry
-        .split('/')
-        .filter(|c| !c.is_empty() && *c != ".")
-        .collect();
-    let start = parent.len().saturating_sub(1);
-    depth += start as i64;
-    for c in target.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => {
-                depth -= 1;
-                if depth < 0 {
-                    return true;
-                }
-            }
-            _ => depth += 1,
-        }
-    }
-    false
-}
-
 /// Copies `r` into a new file at `out`, hashing (sha256, SHA1) as it goes.
 fn copy_hashed(r: &mut impl Read, out: &Path) -> io::Result<(u64, String, String)> {
-    let mut f = BufWriter::with_capacity(1 << 20, File::create(out)?);
+    let f = File::options().write(true).create_new(true).open(out)?;
+    let mut f = BufWriter::with_capacity(1 << 20, f);
     let mut h = Sha256::new();
     let mut h1 = sha1::Sha1::new();
     let mut buf = vec![0u8; 1 << 20];
@@ -134,21 +97,45 @@ fn copy_hashed(r: &mut impl Read, out: &Path) -> io::Result<(u64, String, String
 
 /// Takes `wanted` members (lock `from` paths) out of `archive` into `out_dir`, the i-th
 /// wanted member into `out_dir/member-<i>`. Every entry of the archive is checked, wanted
-/// or not.
+/// or not, under [`Policy::upstream`].
 pub fn extract_members(
     archive: &Path,
     kind: ArchiveKind,
     wanted: &[String],
     out_dir: &Path,
 ) -> Result<BTreeMap<String, Extracted>, ExtractError> {
+    extract_members_with(archive, kind, wanted, out_dir, &Policy::upstream())
+}
+
+/// [`extract_members`] under an explicit policy (tests lower the size cap with it).
+pub fn extract_members_with(
+    archive: &Path,
+    kind: ArchiveKind,
+    wanted: &[String],
+    out_dir: &Path,
+    policy: &Policy,
+) -> Result<BTreeMap<String, Extracted>, ExtractError> {
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| ExtractError::Io { path, source }
     };
-    let hostile = |entry: &str, why| ExtractError::Hostile {
+    let hostile = |entry: &str, why: Rule| ExtractError::Hostile {
         archive: archive.to_path_buf(),
         entry: entry.to_string(),
         why,
+    };
+    // A read error after the cap tripped is the cap, whatever the decoder made of it.
+    let read_err = |flag: &AtomicBool, entry: &str, e: io::Error| {
+        if archive_rules::tripped(flag) {
+            hostile(
+                entry,
+                Rule::TooLarge {
+                    cap: policy.max_bytes,
+                },
+            )
+        } else {
+            io_err(archive)(e)
+        }
     };
     let index: BTreeMap<&str, usize> = wanted
         .iter()
@@ -156,27 +143,7 @@ pub fn extract_members(
         .map(|(i, w)| (member_key(w), i))
         .collect();
     let mut got: BTreeMap<String, Extracted> = BTreeMap::new();
-    let mut take = |name: &str, r: &mut dyn Read| -> Result<(), ExtractError> {
-        let key = member_key(name);
-        let Some(&i) = index.get(key) else {
-            return Ok(());
-        };
-        if got.contains_key(key) {
-            return Err(hostile(name, "wanted member appears twice"));
-        }
-        let out = out_dir.join(format!("member-{i}"));
-        let (size, sha256, sha1) = copy_hashed(&mut ReadRef(r), &out).map_err(io_err(&out))?;
-        got.insert(
-            key.to_string(),
-            Extracted {
-                path: out,
-                size,
-                sha256,
-                sha1,
-            },
-        );
-        Ok(())
-    };
+    let mut check = EntryCheck::new(policy.clone());
     let not_regular = |name: &str, found: &str| ExtractError::Member {
         archive: archive.to_path_buf(),
         member: name.to_string(),
@@ -187,86 +154,118 @@ pub fn extract_members(
         ArchiveKind::TarGz => {
             let f = File::open(archive).map_err(io_err(archive))?;
             let gz = flate2::read::GzDecoder::new(io::BufReader::with_capacity(1 << 20, f));
+            let (gz, flag) = Capped::new(gz, policy.stream_cap());
             let mut tar = tar::Archive::new(gz);
-            for entry in tar.entries().map_err(io_err(archive))? {
-                let mut entry = entry.map_err(io_err(archive))?;
-                let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
-                if let Some(why) = path_problem(&name) {
-                    return Err(hostile(&name, why));
-                }
-                let et = entry.header().entry_type();
-                use tar::EntryType as E;
-                match et {
-                    E::Regular | E::Continuous | E::GNUSparse => {
-                        take(&name, &mut entry)?;
+            let mut last = String::from("(first entry)");
+            let entries = tar.entries().map_err(|e| read_err(&flag, &last, e))?;
+            for entry in entries {
+                let mut entry = entry.map_err(|e| read_err(&flag, &last, e))?;
+                let raw = entry.path_bytes().into_owned();
+                last = String::from_utf8_lossy(&raw).into_owned();
+                let Some(kind) = archive_rules::tar_kind(&entry) else {
+                    continue;
+                };
+                let mode = entry.header().mode().unwrap_or(0);
+                let Some(name) = check
+                    .check(&raw, &kind, mode)
+                    .map_err(|r| hostile(&last, r))?
+                else {
+                    continue;
+                };
+                let Some(&i) = index.get(name.as_str()) else {
+                    continue;
+                };
+                match kind {
+                    Kind::File { .. } => {
+                        let out = out_dir.join(format!("member-{i}"));
+                        let (size, sha256, sha1) = copy_hashed(&mut entry, &out).map_err(|e| {
+                            if archive_rules::tripped(&flag) {
+                                read_err(&flag, &last, e)
+                            } else {
+                                io_err(&out)(e)
+                            }
+                        })?;
+                        got.insert(
+                            name,
+                            Extracted {
+                                path: out,
+                                size,
+                                sha256,
+                                sha1,
+                            },
+                        );
                     }
-                    E::Directory => {}
-                    E::Symlink | E::Link => {
-                        let target = entry
-                            .link_name_bytes()
-                            .map(|b| String::from_utf8_lossy(&b).into_owned())
-                            .unwrap_or_default();
-                        let escapes = if et == E::Link {
-                            path_problem(&target).is_some()
-                        } else {
-                            link_escapes(&name, &target)
-                        };
-                        if escapes {
-                            return Err(hostile(&name, "link points outside the archive"));
-                        }
-                        if index.contains_key(member_key(&name)) {
-                            return Err(not_regular(&name, "a link"));
-                        }
-                    }
-                    E::Char | E::Block | E::Fifo => {
-                        return Err(hostile(&name, "device node or FIFO"));
-                    }
-                    // PAX and GNU long-name headers are consumed by the tar crate; anything
-                    // else is unknown and not unpacked.
-                    _ => {
-                        if index.contains_key(member_key(&name)) {
-                            return Err(not_regular(&name, "an unknown entry type"));
-                        }
-                    }
+                    Kind::Dir => return Err(not_regular(&last, "a directory")),
+                    _ => return Err(not_regular(&last, "a link")),
                 }
             }
         }
         ArchiveKind::Zip => {
+            let bad_zip = |e: zip::result::ZipError| ExtractError::Io {
+                path: archive.to_path_buf(),
+                source: io::Error::new(io::ErrorKind::InvalidData, e),
+            };
             let f = File::open(archive).map_err(io_err(archive))?;
-            let mut z =
-                zip::ZipArchive::new(io::BufReader::new(f)).map_err(|e| ExtractError::Io {
-                    path: archive.to_path_buf(),
-                    source: io::Error::new(io::ErrorKind::InvalidData, e),
-                })?;
+            let mut z = zip::ZipArchive::new(io::BufReader::new(f)).map_err(bad_zip)?;
+            // A zip's sizes are claims: what members actually inflate to is counted too.
+            let flag = std::sync::Arc::new(AtomicBool::new(false));
+            let mut budget = policy.max_bytes;
             for i in 0..z.len() {
-                let mut entry = z.by_index(i).map_err(|e| ExtractError::Io {
-                    path: archive.to_path_buf(),
-                    source: io::Error::new(io::ErrorKind::InvalidData, e),
-                })?;
+                let mut entry = z.by_index(i).map_err(bad_zip)?;
                 let name = entry.name().to_string();
-                if let Some(why) = path_problem(&name) {
-                    return Err(hostile(&name, why));
-                }
-                let ftype = entry.unix_mode().map(|m| m & 0o170000).unwrap_or(0);
-                match ftype {
-                    0 | 0o100000 | 0o040000 => {}
+                let umode = entry.unix_mode().unwrap_or(0);
+                let kind = match umode & 0o170000 {
+                    _ if entry.is_dir() => Kind::Dir,
+                    0o040000 => Kind::Dir,
+                    0 | 0o100000 => Kind::File { size: entry.size() },
                     0o120000 => {
                         let mut target = String::new();
-                        entry.read_to_string(&mut target).map_err(io_err(archive))?;
-                        if link_escapes(&name, &target) {
-                            return Err(hostile(&name, "link points outside the archive"));
-                        }
-                        if index.contains_key(member_key(&name)) {
-                            return Err(not_regular(&name, "a symlink"));
-                        }
-                        continue;
+                        (&mut entry)
+                            .take(4096)
+                            .read_to_string(&mut target)
+                            .map_err(io_err(archive))?;
+                        Kind::Symlink(target)
                     }
-                    _ => return Err(hostile(&name, "device node or FIFO")),
-                }
-                if entry.is_dir() {
+                    0o010000 => Kind::Special("FIFO"),
+                    0o020000 => Kind::Special("character device"),
+                    0o060000 => Kind::Special("block device"),
+                    0o140000 => Kind::Special("socket"),
+                    t => Kind::Unknown(format!("mode {t:06o}")),
+                };
+                let Some(key) = check
+                    .check(name.as_bytes(), &kind, umode & 0o7777)
+                    .map_err(|r| hostile(&name, r))?
+                else {
                     continue;
+                };
+                let Some(&w) = index.get(key.as_str()) else {
+                    continue;
+                };
+                match kind {
+                    Kind::File { .. } => {
+                        let out = out_dir.join(format!("member-{w}"));
+                        let mut capped = Capped::with_flag(&mut entry, budget, flag.clone());
+                        let (size, sha256, sha1) = copy_hashed(&mut capped, &out).map_err(|e| {
+                            if archive_rules::tripped(&flag) {
+                                read_err(&flag, &name, e)
+                            } else {
+                                io_err(&out)(e)
+                            }
+                        })?;
+                        budget = capped.left();
+                        got.insert(
+                            key,
+                            Extracted {
+                                path: out,
+                                size,
+                                sha256,
+                                sha1,
+                            },
+                        );
+                    }
+                    Kind::Dir => return Err(not_regular(&name, "a directory")),
+                    _ => return Err(not_regular(&name, "a symlink")),
                 }
-                take(&name, &mut entry)?;
             }
         }
     }
@@ -283,43 +282,45 @@ pub fn extract_members(
     Ok(got)
 }
 
-/// Lets a `&mut dyn Read` be passed where `impl Read` is wanted.
-struct ReadRef<'a>(&'a mut dyn Read);
-
-impl Read for ReadRef<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.0.read(buf)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn path_and_link_checks() {
-        let paths: &[(&str, Option<&str>)] = &[
-            ("bin/containerd", None),
-            ("./bridge", None),
-            ("/etc/passwd", Some("absolute path")),
-            ("a/../../x", Some("path contains `..`")),
-            ("..", Some("path contains `..`")),
-            ("C:\\Windows\\x", Some("absolute path")),
-        ];
-        for (p, want) in paths {
-            assert_eq!(path_problem(p), *want, "{p}");
-        }
-        let links: &[(&str, &str, bool)] = &[
-            ("bin/a", "b", false),
-            ("bin/a", "../b", false),
-            ("bin/a", "../../b", true),
-            ("a", "../x", true),
-            ("./a", "./b", false),
-            ("bin/a", "/usr/bin/b", true),
-            ("bin/a", "c/../../..", true),
-        ];
-        for (e, t, want) in links {
-            assert_eq!(link_escapes(e, t), *want, "{e} -> {t}");
-        }
+    fn a_zip_that_inflates_past_its_declared_size_hits_the_cap() {
+        // Declared sizes pass (the header says 1 KiB); what the member really inflates to
+        // is counted against the cap.
+        let d = tempfile::tempdir().unwrap();
+        let zpath = d.path().join("bomb.zip");
+        let mut z = zip::ZipWriter::new(File::create(&zpath).unwrap());
+        let opts = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated);
+        z.start_file("bin/containerd", opts).unwrap();
+        z.write_all(&vec![0u8; 4 << 20]).unwrap();
+        z.finish().unwrap();
+        // Make both headers claim 1 KiB.
+        let mut b = std::fs::read(&zpath).unwrap();
+        let patch = |b: &mut Vec<u8>, sig: &[u8; 4], at: usize| {
+            let i = b.windows(4).position(|w| w == sig).unwrap();
+            b[i + at..i + at + 4].copy_from_slice(&1024u32.to_le_bytes());
+        };
+        patch(&mut b, b"PK\x03\x04", 22);
+        patch(&mut b, b"PK\x01\x02", 24);
+        std::fs::write(&zpath, b).unwrap();
+        let mut p = Policy::upstream();
+        p.max_bytes = 1 << 20;
+        let err = extract_members_with(
+            &zpath,
+            ArchiveKind::Zip,
+            &["bin/containerd".to_string()],
+            d.path(),
+            &p,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("bomb.zip") && err.contains("more than 1 MiB"),
+            "{err}"
+        );
     }
 }

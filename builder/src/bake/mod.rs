@@ -913,6 +913,43 @@ impl Layer {
     }
 }
 
+/// Records `name`'s sha256 in `SHA256SUMS` in `out_dir` (keeping the other images listed
+/// there, so several arches, versions or formats can be published side by side), then signs
+/// it with gpg or removes a `SHA256SUMS.gpg` that no longer matches. A `SHA256SUMS.minisig`
+/// (made by hand with minisign, checked by `kiln install --trusted-key`) no longer matches
+/// either and is removed. Returns the sums file and the gpg signature, if made.
+pub fn publish_sums(
+    out_dir: &Path,
+    name: &str,
+    sha256: &str,
+    sign: Option<&gpg::GpgSigner>,
+) -> Result<(PathBuf, Option<PathBuf>), BakeError> {
+    let sums = out_dir.join("SHA256SUMS");
+    let mut lines: BTreeMap<String, String> = BTreeMap::new();
+    if let Ok(old) = std::fs::read_to_string(&sums) {
+        for l in old.lines() {
+            if let Some((h, f)) = l.split_once("  ") {
+                lines.insert(f.to_string(), h.to_string());
+            }
+        }
+    }
+    lines.insert(name.to_string(), sha256.to_string());
+    let text: String = lines.iter().map(|(f, h)| format!("{h}  {f}\n")).collect();
+    write_atomic(&sums, text.as_bytes())?;
+    let minisig = out_dir.join("SHA256SUMS.minisig");
+    match std::fs::remove_file(&minisig) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+            return Err(BakeError::Io {
+                path: minisig,
+                source: e,
+            })
+        }
+        _ => {}
+    }
+    let sig = gpg::publish_signature(sign, &sums)?;
+    Ok((sums, sig))
+}
+
 /// Where the install manifest lives in a rootfs layer.
 pub const INSTALL_MANIFEST: &str = "usr/lib/kiln/install.manifest";
 
@@ -988,7 +1025,8 @@ impl Default for WriteOptions {
 }
 
 /// Bakes one layer into `out_dir`: the format's main output, `<base>.spdx.json`, and
-/// `<base>.manifest.json` (plus the sysupdate transfer file and `SHA256SUMS` for sysext).
+/// `<base>.manifest.json`, plus `SHA256SUMS` for sysext and rootfs (and the sysupdate
+/// transfer file for sysext).
 pub fn bake(
     req: &BakeRequest<'_>,
     out_dir: &Path,
@@ -1032,7 +1070,19 @@ pub fn bake(
             return Err(e);
         }
     };
+    // SHA256SUMS beside a rootfs layer is what `kiln install` checks it against; it is
+    // written only once the layer is known good.
+    let sums = match req.format {
+        Format::Rootfs => {
+            let (_, sha) = sha256_file(&main[0])?;
+            let name = format!("{base}.tar.zst");
+            let (sums, sig) = publish_sums(out_dir, &name, &sha, opts.sign.as_ref())?;
+            [sums].into_iter().chain(sig).collect()
+        }
+        _ => Vec::new(),
+    };
     files.extend(main);
+    files.extend(sums);
     let sbom_path = out_dir.join(format!("{base}.spdx.json"));
     write_atomic(&sbom_path, sbom.as_bytes())?;
     files.push(sbom_path);

@@ -128,7 +128,13 @@ pub fn prepare(
         InputKind::Archive(kind) => {
             let wanted: Vec<String> = members.iter().map(|m| m.from.clone()).collect();
             let key = hex::encode(&Sha256::digest(wanted.join("\n").as_bytes())[..8]);
-            let entry = cache.map(|c| version_dir(c).join(format!("members-{}-{key}", a.sha256)));
+            let entry = cache.map(|c| {
+                version_dir(c).join(format!(
+                    "members-r{}-{}-{key}",
+                    crate::archive_rules::RULES_VERSION,
+                    a.sha256
+                ))
+            });
             let load = |dir: &Path| -> Option<Vec<Prepared>> {
                 let meta: Meta =
                     serde_json::from_slice(&std::fs::read(dir.join("meta.json")).ok()?).ok()?;

@@ -221,21 +221,7 @@ pub fn write(
             .unwrap_or_default()
             .as_bytes(),
     )?;
-    // SHA256SUMS lists every image of this extension in the directory, so several arches
-    // (or versions) can be published side by side.
-    let sums = out_dir.join("SHA256SUMS");
-    let mut lines: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
-    if let Ok(old) = std::fs::read_to_string(&sums) {
-        for l in old.lines() {
-            if let Some((h, f)) = l.split_once("  ") {
-                lines.insert(f.to_string(), h.to_string());
-            }
-        }
-    }
-    lines.insert(name, sha);
-    let text: String = lines.iter().map(|(f, h)| format!("{h}  {f}\n")).collect();
-    write_atomic(&sums, text.as_bytes())?;
-    let sig = super::gpg::publish_signature(opts.sign.as_ref(), &sums)?;
+    let (sums, sig) = super::publish_sums(out_dir, &name, &sha, opts.sign.as_ref())?;
     Ok([raw, conf, sums].into_iter().chain(sig).collect())
 }
 

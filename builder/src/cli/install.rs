@@ -6,7 +6,10 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Args;
 
+use crate::archive_rules::DEFAULT_MAX_BYTES;
 use crate::cli::Global;
+use crate::install::{InstallError, InstallOptions, LayerTrust};
+use crate::sign::TrustedKey;
 
 /// `kiln install`
 #[derive(Debug, Args)]
@@ -19,15 +22,88 @@ pub struct InstallArgs {
     /// Check and report, write nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// The checksum file to check the layer against (default: the `SHA256SUMS` beside the
+    /// layer, as `kiln bake` writes it).
+    #[arg(long, value_name = "FILE")]
+    pub sums: Option<PathBuf>,
+    /// Also require `SHA256SUMS.minisig`, a minisign signature of the checksum file by this
+    /// public key.
+    #[arg(long, value_name = "FILE", conflicts_with = "allow_unverified")]
+    pub trusted_key: Option<PathBuf>,
+    /// Install a layer that has no checksum file (one that exists is still checked).
+    #[arg(long)]
+    pub allow_unverified: bool,
+    /// A path (`/usr/bin/x`) the layer may install setuid or setgid; repeat for more. By
+    /// default no setuid/setgid file is installed.
+    #[arg(long = "allow-setid", value_name = "PATH")]
+    pub allow_setid: Vec<String>,
+    /// Refuse a layer that unpacks to more than this many bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_BYTES)]
+    pub max_size: u64,
 }
 
-/// Runs `kiln install`.
+/// Runs `kiln install`: exit 3 when a check refused the layer (hostile entry, checksum or
+/// signature), 1 for other failures (a file kiln does not own, I/O).
 pub fn run_install(a: InstallArgs, global: &Global) -> anyhow::Result<ExitCode> {
-    let r = crate::install::install(&a.layer, &a.root, a.dry_run)
+    match install_inner(a, global) {
+        Ok(code) => Ok(code),
+        Err(e) => {
+            eprintln!("kiln: error: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            let refused = e.chain().any(|c| {
+                c.downcast_ref::<InstallError>()
+                    .is_some_and(InstallError::is_refusal)
+            });
+            Ok(ExitCode::from(if refused {
+                crate::cli::exit::VERIFY
+            } else {
+                crate::cli::exit::FAILURE
+            }))
+        }
+    }
+}
+
+fn install_inner(a: InstallArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let trust = match (&a.trusted_key, a.allow_unverified) {
+        (Some(p), _) => {
+            let key = TrustedKey::from_file(p)?;
+            crate::cli::supply::announce_key(&key, p, "--trusted-key");
+            LayerTrust::Signed {
+                sums: a.sums.clone(),
+                key,
+            }
+        }
+        (None, true) => LayerTrust::AllowUnverified {
+            sums: a.sums.clone(),
+        },
+        (None, false) => LayerTrust::Sums {
+            sums: a.sums.clone(),
+        },
+    };
+    let mut opts = InstallOptions::new(trust);
+    opts.dry_run = a.dry_run;
+    opts.max_bytes = a.max_size;
+    opts.allow_setid = a
+        .allow_setid
+        .iter()
+        .map(|p| p.trim_start_matches('/').to_string())
+        .collect();
+    let r = crate::install::install(&a.layer, &a.root, &opts)
         .with_context(|| format!("installing {} into {}", a.layer.display(), a.root.display()))?;
     if global.json {
         println!("{}", serde_json::to_string(&r).unwrap_or_default());
-    } else if !global.quiet {
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(v) = &r.verified {
+        if v.sums.is_none() {
+            eprintln!("kiln: warning: {}", v.describe(&a.layer));
+        } else if !global.quiet {
+            println!("{}", v.describe(&a.layer));
+        }
+    }
+    if !global.quiet {
         let verb = if a.dry_run { "would write" } else { "wrote" };
         println!(
             "{verb} {}, unchanged {}, removed {}, kept (modified) {}, new directories {}",

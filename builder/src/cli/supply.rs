@@ -29,7 +29,20 @@ impl TrustArgs {
     /// The trust policy these flags describe.
     pub fn trust(&self) -> anyhow::Result<Trust> {
         let key = match &self.trusted_key {
-            Some(p) => TrustedKey::from_file(p)?,
+            Some(p) => {
+                let key = TrustedKey::from_file(p)?;
+                let from_env = std::env::var_os("KILN_TRUSTED_KEY").is_some_and(|v| *p == v);
+                announce_key(
+                    &key,
+                    p,
+                    if from_env {
+                        "KILN_TRUSTED_KEY"
+                    } else {
+                        "--trusted-key"
+                    },
+                );
+                key
+            }
             None => TrustedKey::release(),
         };
         Ok(if self.allow_unsigned {
@@ -38,6 +51,16 @@ impl TrustArgs {
             Trust::Key(key)
         })
     }
+}
+
+/// Says, on stderr and whatever `--quiet` says, which key kiln trusts when it is not the
+/// embedded release key: a key swapped in through the environment must never go unnoticed.
+pub fn announce_key(key: &TrustedKey, path: &Path, via: &str) {
+    eprintln!(
+        "kiln: trusting minisign key {} from {} ({via}), not the embedded kiln release key",
+        key.id(),
+        path.display()
+    );
 }
 
 /// `kiln lock …`
@@ -664,7 +687,7 @@ enum SmallGet {
     Fatal(String),
 }
 
-/// GETs a file of at most 16 MiB; `None` for 404.
+/// GETs a file of at most 16 MiB, with or without a Content-Length; `None` for 404.
 async fn get_small(
     client: &reqwest::Client,
     url: &str,
@@ -685,15 +708,32 @@ async fn get_small(
     if !status.is_success() {
         return Err(SmallGet::Fatal(format!("HTTP {status} (expected 200)")));
     }
-    if resp.content_length().unwrap_or(0) > 16 << 20 {
-        return Err(SmallGet::Fatal("larger than 16 MiB, not a lock".into()));
+    let too_big = || {
+        SmallGet::Fatal(format!(
+            "larger than {MAX_SMALL_GET} bytes (16 MiB), not a lock"
+        ))
+    };
+    if resp.content_length().unwrap_or(0) > MAX_SMALL_GET {
+        return Err(too_big());
     }
-    let body = tokio::time::timeout(opts.idle_timeout, resp.bytes())
+    // A chunked response has no Content-Length: the cap holds on the bytes as they come.
+    let mut resp = resp;
+    let mut body = Vec::new();
+    while let Some(chunk) = tokio::time::timeout(opts.idle_timeout, resp.chunk())
         .await
         .map_err(|_| SmallGet::Transient(format!("no data for {:?}", opts.idle_timeout)))?
-        .map_err(net_err)?;
-    Ok(Some(body.to_vec()))
+        .map_err(net_err)?
+    {
+        if (body.len() + chunk.len()) as u64 > MAX_SMALL_GET {
+            return Err(too_big());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Some(body))
 }
+
+/// The most a fetched lock or signature may hold.
+const MAX_SMALL_GET: u64 = 16 << 20;
 
 fn mirror_sync(a: MirrorSyncArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let staging = tempfile::tempdir()?;
