@@ -6,7 +6,7 @@
 //! is looked at ([`verify`]); every entry is checked against the archive rules
 //! ([`crate::archive_rules`]); the whole change is planned against the root; then every file
 //! is staged beside its target and the plan is committed, or rolled back on the first
-//! failure ([`apply`]). All paths resolve inside the root ([`root`]).
+//! failure (`apply`). All paths resolve inside the root ([`root`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;

@@ -75,8 +75,7 @@ pub use crate::lock::member_key;
 
 /// Copies `r` into a new file at `out`, hashing (sha256, SHA1) as it goes.
 fn copy_hashed(r: &mut impl Read, out: &Path) -> io::Result<(u64, String, String)> {
-    let f = File::options().write(true).create_new(true).open(out)?;
-    let mut f = BufWriter::with_capacity(1 << 20, f);
+    let mut f = BufWriter::with_capacity(1 << 20, File::create(out)?);
     let mut h = Sha256::new();
     let mut h1 = sha1::Sha1::new();
     let mut buf = vec![0u8; 1 << 20];
@@ -93,6 +92,27 @@ fn copy_hashed(r: &mut impl Read, out: &Path) -> io::Result<(u64, String, String
     }
     f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     Ok((n, hex::encode(h.finalize()), hex::encode(h1.finalize())))
+}
+
+/// The number of central directory records a zip's end record announces (`None` for a
+/// zip64 archive, whose count lives elsewhere).
+fn zip_records(archive: &Path) -> io::Result<Option<u64>> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = File::open(archive)?;
+    let len = f.seek(SeekFrom::End(0))?;
+    // The end record is 22 bytes plus a comment of at most 64 KiB.
+    let tail = len.min(22 + 0xFFFF);
+    f.seek(SeekFrom::Start(len - tail))?;
+    let mut b = Vec::new();
+    f.read_to_end(&mut b)?;
+    let Some(at) = b.windows(4).rposition(|w| w == b"PK\x05\x06") else {
+        return Ok(None);
+    };
+    if at + 12 > b.len() {
+        return Ok(None);
+    }
+    let n = u16::from_le_bytes([b[at + 10], b[at + 11]]);
+    Ok((n != 0xFFFF).then_some(u64::from(n)))
 }
 
 /// Takes `wanted` members (lock `from` paths) out of `archive` into `out_dir`, the i-th
@@ -206,7 +226,20 @@ pub fn extract_members_with(
                 source: io::Error::new(io::ErrorKind::InvalidData, e),
             };
             let f = File::open(archive).map_err(io_err(archive))?;
+            let records = zip_records(archive).map_err(io_err(archive))?;
             let mut z = zip::ZipArchive::new(io::BufReader::new(f)).map_err(bad_zip)?;
+            // The zip reader keeps one member per name: a second record under the same name
+            // would silently shadow the first, so count the records themselves.
+            if records.is_some_and(|n| n != z.len() as u64) {
+                return Err(hostile(
+                    &format!(
+                        "(central directory: {} records, {} names)",
+                        records.unwrap_or(0),
+                        z.len()
+                    ),
+                    Rule::Duplicate,
+                ));
+            }
             // A zip's sizes are claims: what members actually inflate to is counted too.
             let flag = std::sync::Arc::new(AtomicBool::new(false));
             let mut budget = policy.max_bytes;
