@@ -256,7 +256,11 @@ fn firstboot_reads_the_kubeconfig_and_kubelet_config_variants() {
          KILN_OS=linux\nKILN_ARCH=amd64\nKUBERNETES_VERSION=v1.30.0-test\n",
     )
     .unwrap();
-    let config = kiln_firstboot::config::load(&tree, None).unwrap();
+    let config = kiln_firstboot::config::load(
+        &kiln_firstboot::contract::paths::NodePaths::under(&tree),
+        None,
+    )
+    .unwrap();
     assert_eq!(
         config.credential,
         kiln_firstboot::config::Credential::Kubeconfig

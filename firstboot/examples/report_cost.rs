@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use kiln_firstboot::console::Console;
+use kiln_firstboot::contract::paths::NodePaths;
 use kiln_firstboot::status::{Phase, Reporter};
 
 fn main() {
@@ -16,13 +17,13 @@ fn main() {
         eprintln!("usage: report_cost ROOT CONSOLE RUNS");
         std::process::exit(2);
     }
-    let root = PathBuf::from(&args[0]);
+    let paths = NodePaths::under(&PathBuf::from(&args[0]));
     let console = PathBuf::from(&args[1]);
     let runs: usize = args[2].parse().expect("RUNS is a number");
     let mut per_phase = Vec::with_capacity(runs * Phase::ALL.len());
     let mut finish = Vec::with_capacity(runs);
     for _ in 0..runs {
-        let mut rep = Reporter::with_console(&root, Console::open(Some(&console)));
+        let mut rep = Reporter::with_console(&paths, Console::open(Some(&console)));
         rep.identity(
             "aws",
             "ip-10-0-3-7.eu-west-1.compute.internal",

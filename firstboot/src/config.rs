@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use crate::contract::envfile::{self, EnvFile};
 use crate::contract::image_env::{self, ImageEnv};
 use crate::contract::node_env::{self, Invalid, NodeEnv};
-use crate::contract::{paths, JoinMode, Provider, KILN_CONTRACT, VERSION_TEXT};
+use crate::contract::paths::{self, NodePaths};
+use crate::contract::{JoinMode, Provider, KILN_CONTRACT, VERSION_TEXT};
 use crate::error::Error;
 use crate::fsutil;
 use crate::Reason;
@@ -147,28 +148,28 @@ pub fn parse_max_pods(text: &str) -> Result<Vec<(String, u32)>, String> {
 
 /// Reads, checks and combines every input file under `root`.
 /// `deadline_flag` (`--deadline`) beats node.env, which beats image.env.
-pub fn load(root: &Path, deadline_flag: Option<u64>) -> Result<Config, Error> {
-    let image_path = fsutil::under(root, paths::IMAGE_ENV);
-    let node_path = fsutil::under(root, paths::NODE_ENV);
-    let image_raw = require_env(&image_path, &image_env::REQUIRED)?;
-    let node_raw = require_env(&node_path, &node_env::REQUIRED)?;
-    let node = NodeEnv::from_env(&node_raw).map_err(|e| invalid_value(&node_path, &e))?;
-    let image = ImageEnv::from_env(&image_raw).map_err(|e| invalid_value(&image_path, &e))?;
+pub fn load(paths: &NodePaths, deadline_flag: Option<u64>) -> Result<Config, Error> {
+    let image_path = &paths.image_env;
+    let node_path = &paths.node_env;
+    let image_raw = require_env(image_path, &image_env::REQUIRED)?;
+    let node_raw = require_env(node_path, &node_env::REQUIRED)?;
+    let node = NodeEnv::from_env(&node_raw).map_err(|e| invalid_value(node_path, &e))?;
+    let image = ImageEnv::from_env(&image_raw).map_err(|e| invalid_value(image_path, &e))?;
     let deadline_secs = deadline_flag
         .or(node.deadline_secs)
         .or(image.deadline_secs)
         .unwrap_or(image_env::DEFAULT_DEADLINE_SECS);
 
-    let map_path = fsutil::under(root, paths::MAX_PODS_MAP);
-    let max_pods_map = match fsutil::read_capped(&map_path, 4 * 1024 * 1024).map_err(invalid)? {
+    let map_path = &paths.max_pods_map;
+    let max_pods_map = match fsutil::read_capped(map_path, 4 * 1024 * 1024).map_err(invalid)? {
         Some(text) => {
             parse_max_pods(&text).map_err(|m| invalid(format!("{}: {m}", map_path.display())))?
         }
         None => Vec::new(),
     };
 
-    let ca = fsutil::under(root, paths::CA_CRT);
-    match fsutil::read_capped(&ca, 1024 * 1024).map_err(invalid)? {
+    let ca = &paths.ca_crt;
+    match fsutil::read_capped(ca, 1024 * 1024).map_err(invalid)? {
         None => {
             return Err(missing(format!(
                 "{}: required file not found (the cluster CA)",
@@ -184,10 +185,9 @@ pub fn load(root: &Path, deadline_flag: Option<u64>) -> Result<Config, Error> {
         Some(_) => {}
     }
 
-    let credential = credential(root, node.join_mode)?;
+    let credential = credential(paths, node.join_mode)?;
 
-    let override_cfg = fsutil::under(root, paths::KUBELET_CONFIG_OVERRIDE);
-    let kubelet_config = if override_cfg.is_file() {
+    let kubelet_config = if paths.kubelet_config_override.is_file() {
         paths::KUBELET_CONFIG_OVERRIDE.to_string()
     } else {
         image.kubelet_config.clone()
@@ -203,10 +203,12 @@ pub fn load(root: &Path, deadline_flag: Option<u64>) -> Result<Config, Error> {
 }
 
 /// Finds the one credential the join mode needs, and checks it is not readable by others.
-fn credential(root: &Path, mode: JoinMode) -> Result<Credential, Error> {
-    let kubeconfig = fsutil::under(root, paths::BOOTSTRAP_KUBECONFIG);
-    let token = fsutil::under(root, paths::BOOTSTRAP_TOKEN);
-    let join = fsutil::under(root, paths::KUBEADM_JOIN);
+fn credential(paths: &NodePaths, mode: JoinMode) -> Result<Credential, Error> {
+    let (kubeconfig, token, join) = (
+        paths.bootstrap_kubeconfig.clone(),
+        paths.bootstrap_token.clone(),
+        paths.kubeadm_join.clone(),
+    );
     let present: Vec<&PathBuf> = match mode {
         JoinMode::Kubelet => [&kubeconfig, &token]
             .into_iter()

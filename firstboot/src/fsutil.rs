@@ -3,14 +3,7 @@
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
-
-/// Joins a contract path such as `/etc/kiln/node.env` under `root` (the `--root` prefix).
-/// On Windows the contract's directories have Windows places
-/// ([`crate::contract::paths::WINDOWS_PLACES`]).
-pub fn under(root: &Path, path: &str) -> PathBuf {
-    root.join(&*crate::contract::paths::relative(path))
-}
+use std::path::Path;
 
 /// Writes `data` to `path` so that readers see the old file or the new one, never a torn one.
 /// The mode is set on the temp file before the rename, so a secret is never briefly open.
@@ -139,6 +132,7 @@ pub fn too_open(path: &Path) -> io::Result<Option<u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     fn tempdir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!(

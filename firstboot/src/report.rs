@@ -8,9 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::console::Console;
-use crate::contract::paths;
+use crate::contract::paths::NodePaths;
 use crate::diagnose::{self, ReportOptions, UnitState};
-use crate::fsutil;
 use crate::json;
 use crate::status::Reporter;
 use crate::wait;
@@ -20,7 +19,7 @@ use crate::Reason;
 /// `json`). Exits 0 on success, the reason's exit code on failure, 8 while still running, and
 /// 1 when there is no readable status.
 pub fn cmd_status(root: &Path, json: bool) -> u8 {
-    let path = fsutil::under(root, paths::STATUS_JSON);
+    let path = NodePaths::under(root).status_json;
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) => {
@@ -229,20 +228,21 @@ pub fn cmd_report(opts: &ReportOptions) -> u8 {
         }
         return 0;
     }
-    let path = fsutil::under(&opts.root, paths::STATUS_JSON);
+    let paths = NodePaths::under(&opts.root);
+    let path = &paths.status_json;
     let console = Console::open(opts.console.as_deref());
-    let mut reporter = match std::fs::read_to_string(&path) {
-        Ok(text) => match Reporter::resume(&opts.root, console, &text) {
+    let mut reporter = match std::fs::read_to_string(path) {
+        Ok(text) => match Reporter::resume(&paths, console, &text) {
             Ok(r) => r,
             Err((e, console)) => {
                 eprintln!(
                     "kiln-firstboot: warning: {} is not a kiln status file ({e}); starting a new one",
                     path.display()
                 );
-                Reporter::with_console(&opts.root, console)
+                Reporter::with_console(&paths, console)
             }
         },
-        Err(_) => Reporter::with_console(&opts.root, console),
+        Err(_) => Reporter::with_console(&paths, console),
     };
     reporter.conclude(&diagnosis);
     let summary = StatusView::parse(reporter.last_json())

@@ -2,12 +2,13 @@
 //! wait-joined, each phase reported to the [`Reporter`] as it begins and ends; a wait that
 //! fails ends with a diagnosis of kubelet's and containerd's state and logs.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::cli::Options;
 use crate::config::{self, Config, Credential};
-use crate::contract::{paths, JoinMode};
+use crate::contract::paths::{self, NodePaths};
+use crate::contract::JoinMode;
 use crate::diagnose::{self, ReportOptions};
 use crate::error::Error;
 use crate::fsutil;
@@ -22,8 +23,9 @@ use crate::Reason;
 /// Runs one boot and returns the process exit code.
 pub fn run(opts: &Options) -> u8 {
     let started = Instant::now();
-    let mut rep = Reporter::new(&opts.root, opts.console.clone());
-    let result = boot(opts, &mut rep, started);
+    let paths = NodePaths::under(&opts.root);
+    let mut rep = Reporter::new(&paths, opts.console.clone());
+    let result = boot(opts, &paths, &mut rep, started);
     rep.finish();
     match result {
         Ok(()) => 0,
@@ -44,9 +46,14 @@ fn fail(rep: &mut Reporter, phase: Phase, e: Error) -> Error {
     e
 }
 
-fn boot(opts: &Options, rep: &mut Reporter, started: Instant) -> Result<(), Error> {
+fn boot(
+    opts: &Options,
+    paths: &NodePaths,
+    rep: &mut Reporter,
+    started: Instant,
+) -> Result<(), Error> {
     rep.begin(Phase::Config);
-    let cfg = config::load(&opts.root, opts.deadline).map_err(|e| fail(rep, Phase::Config, e))?;
+    let cfg = config::load(paths, opts.deadline).map_err(|e| fail(rep, Phase::Config, e))?;
     // The deadline counts from process start, so time spent reading config is included.
     // An absurd deadline (u64::MAX seconds) must not overflow the clock; a year is forever here.
     let deadline = started
@@ -68,7 +75,7 @@ fn boot(opts: &Options, rep: &mut Reporter, started: Instant) -> Result<(), Erro
     rep.success(Phase::Metadata, &format!("provider={}", node.provider));
 
     rep.begin(Phase::Write);
-    write(opts, &cfg, &node).map_err(|e| fail(rep, Phase::Write, e))?;
+    write(paths, &cfg, &node).map_err(|e| fail(rep, Phase::Write, e))?;
     rep.success(Phase::Write, "");
 
     if opts.no_start {
@@ -78,10 +85,10 @@ fn boot(opts: &Options, rep: &mut Reporter, started: Instant) -> Result<(), Erro
         return Ok(());
     }
     rep.begin(Phase::StartKubelet);
-    start(opts, &cfg, deadline).map_err(|e| fail(rep, Phase::StartKubelet, e))?;
+    start(opts, paths, &cfg, deadline).map_err(|e| fail(rep, Phase::StartKubelet, e))?;
     rep.success(Phase::StartKubelet, "");
 
-    wait_joined(opts, &cfg, rep, deadline)
+    wait_joined(opts, paths, &cfg, rep, deadline)
 }
 
 /// kubelet counts as dead when it failed, keeps restarting, or stays inactive this long
@@ -93,13 +100,14 @@ const MAX_RESTARTS: u32 = 3;
 /// The wait-healthy and wait-joined phases, with a diagnosis when either fails.
 fn wait_joined(
     opts: &Options,
+    paths: &NodePaths,
     cfg: &Config,
     rep: &mut Reporter,
     deadline: Instant,
 ) -> Result<(), Error> {
     let wopts = WaitOptions {
         healthz_url: opts.healthz_url.clone(),
-        pki_dir: fsutil::under(&opts.root, paths::KUBELET_PKI_DIR),
+        pki_dir: paths.kubelet_pki_dir.clone(),
         poll: Duration::from_millis(200),
     };
     let mut ropts = ReportOptions::new(&opts.root);
@@ -197,28 +205,26 @@ fn metadata(opts: &Options, cfg: &Config, deadline: Instant) -> Result<Node, Err
 }
 
 /// Writes the bootstrap kubeconfig (token mode) and kubelet.env, each atomically.
-fn write(opts: &Options, cfg: &Config, node: &Node) -> Result<(), Error> {
-    let put = |path: &str, data: &str, mode: u32| {
-        let full = fsutil::under(&opts.root, path);
-        fsutil::write_atomic(&full, data.as_bytes(), mode)
+fn write(paths: &NodePaths, cfg: &Config, node: &Node) -> Result<(), Error> {
+    let put = |full: &Path, data: &str, mode: u32| {
+        fsutil::write_atomic(full, data.as_bytes(), mode)
             .map_err(|e| Error::Write(format!("{}: cannot write: {e}", full.display())))
     };
     if let Credential::Token(token) = &cfg.credential {
         put(
-            paths::RUN_BOOTSTRAP_KUBECONFIG,
+            &paths.run_bootstrap_kubeconfig,
             &kubelet_env::bootstrap_kubeconfig(cfg, token),
             0o600,
         )?;
     }
-    put(paths::KUBELET_ENV, &kubelet_env::render(cfg, node), 0o644)
+    put(&paths.kubelet_env, &kubelet_env::render(cfg, node), 0o644)
 }
 
 /// Starts kubelet through the service manager, or joins with kubeadm first.
-fn start(opts: &Options, cfg: &Config, deadline: Instant) -> Result<(), Error> {
-    let joined = fsutil::under(&opts.root, paths::KUBEADM_KUBELET_CONF).exists();
+fn start(opts: &Options, paths: &NodePaths, cfg: &Config, deadline: Instant) -> Result<(), Error> {
+    let joined = paths.kubeadm_kubelet_conf.exists();
     if cfg.node.join_mode == JoinMode::Kubeadm && !joined {
-        let join = fsutil::under(&opts.root, paths::KUBEADM_JOIN);
-        let join = join.to_string_lossy();
+        let join = paths.kubeadm_join.to_string_lossy();
         // kubeadm join starts kubelet itself through systemd.
         return service::run(&opts.kubeadm, &["join", "--config", &join], deadline).map_err(|e| {
             Error::Start {
@@ -228,7 +234,7 @@ fn start(opts: &Options, cfg: &Config, deadline: Instant) -> Result<(), Error> {
         });
     }
     if cfg!(windows) {
-        return crate::windows::kubelet::start_kubelet_service(opts, cfg);
+        return crate::windows::kubelet::start_kubelet_service(opts, paths, cfg);
     }
     // --no-block: firstboot runs as a systemd unit; waiting for the start job from inside
     // another unit's start job can deadlock on ordering, and the waits come after this.

@@ -10,8 +10,9 @@ use std::path::{Path, PathBuf};
 
 use crate::clock;
 use crate::console::{Console, STATUS_PREFIX};
+use crate::contract;
+use crate::contract::paths::NodePaths;
 use crate::contract::status_json::MESSAGE_CAP;
-use crate::contract::{self, paths};
 use crate::diagnose::{Diagnosis, UnitState};
 use crate::fsutil;
 use crate::json;
@@ -107,7 +108,7 @@ pub struct PhaseRecord {
 /// Collects the phases of one run and publishes them.
 #[derive(Debug)]
 pub struct Reporter {
-    root: PathBuf,
+    paths: NodePaths,
     console: Console,
     /// The platform whose report-back channel gets the final status, and where it is.
     report_back: Option<(Provider, ReportTarget)>,
@@ -126,16 +127,16 @@ pub struct Reporter {
 }
 
 impl Reporter {
-    /// A reporter writing under `root` (the `--root` prefix) and to `console`, or to the first
+    /// A reporter writing the node's status files (`paths`) and to `console`, or to the first
     /// default console that opens when `console` is `None`.
-    pub fn new(root: &Path, console: Option<PathBuf>) -> Reporter {
-        Reporter::with_console(root, Console::open(console.as_deref()))
+    pub fn new(paths: &NodePaths, console: Option<PathBuf>) -> Reporter {
+        Reporter::with_console(paths, Console::open(console.as_deref()))
     }
 
     /// A reporter with an already opened (or absent) console.
-    pub fn with_console(root: &Path, console: Console) -> Reporter {
+    pub fn with_console(paths: &NodePaths, console: Console) -> Reporter {
         Reporter {
-            root: root.to_path_buf(),
+            paths: paths.clone(),
             console,
             report_back: None,
             provider: String::new(),
@@ -254,7 +255,7 @@ impl Reporter {
         let outcome_files = match self.outcome {
             Outcome::Success if !joined => Ok(()),
             outcome => publish_outcome_files(
-                &self.root,
+                &self.paths,
                 outcome,
                 self.reason.unwrap_or(Reason::Ok),
                 &self.message,
@@ -277,7 +278,7 @@ impl Reporter {
     /// Rebuilds a reporter from an existing status.json (for `report`), keeping its identity
     /// and phases. Gives the console back when the text is not a status file.
     pub fn resume(
-        root: &Path,
+        paths: &NodePaths,
         console: Console,
         text: &str,
     ) -> Result<Reporter, (json::ParseError, Console)> {
@@ -285,7 +286,7 @@ impl Reporter {
             Ok(v) => v,
             Err(e) => return Err((e, console)),
         };
-        let mut r = Reporter::with_console(root, console);
+        let mut r = Reporter::with_console(paths, console);
         let s = |key: &str| v.get(key).and_then(json::Value::as_text).unwrap_or("");
         r.identity(s("provider"), s("node_name"), s("image_id"));
         let reason_of = |code: &str| Reason::ALL.into_iter().find(|r| r.code() == code);
@@ -391,8 +392,8 @@ impl Reporter {
         buf.clear();
         self.render(&mut buf);
         self.buf = buf;
-        let path = fsutil::under(&self.root, paths::STATUS_JSON);
-        if let Err(e) = write_atomic(&path, self.buf.as_bytes(), 0o644) {
+        let path = &self.paths.status_json;
+        if let Err(e) = write_atomic(path, self.buf.as_bytes(), 0o644) {
             self.warn_write(&e);
         }
     }
@@ -487,23 +488,22 @@ impl Reporter {
 /// Writes or removes the success sentinel and the failure files for a final `outcome`.
 /// Never leaves both the sentinel and a failure file in place.
 pub fn publish_outcome_files(
-    root: &Path,
+    paths: &NodePaths,
     outcome: Outcome,
     reason: Reason,
     message: &str,
 ) -> Result<(), WriteError> {
-    let success = fsutil::under(root, paths::CAPI_SUCCESS);
-    let failure = fsutil::under(root, paths::FAILURE);
-    let capi_failure = fsutil::under(root, paths::CAPI_FAILURE);
+    let (success, failure, capi_failure) =
+        (&paths.capi_success, &paths.failure, &paths.capi_failure);
     match outcome {
         Outcome::Success => {
-            remove_if_present(&failure)?;
-            remove_if_present(&capi_failure)?;
-            write_atomic(&success, b"success\n", 0o644)
+            remove_if_present(failure)?;
+            remove_if_present(capi_failure)?;
+            write_atomic(success, b"success\n", 0o644)
         }
         Outcome::Failure => {
             // The sentinel goes first: a crash in between must not leave a stale "success".
-            remove_if_present(&success)?;
+            remove_if_present(success)?;
             let mut text = String::with_capacity(64 + message.len());
             text.push_str(reason.code());
             text.push('\n');
@@ -514,8 +514,8 @@ pub fn publish_outcome_files(
             text.push('\n');
             text.push_str(reason.hint());
             text.push('\n');
-            write_atomic(&failure, text.as_bytes(), 0o644)?;
-            write_atomic(&capi_failure, text.as_bytes(), 0o644)
+            write_atomic(failure, text.as_bytes(), 0o644)?;
+            write_atomic(capi_failure, text.as_bytes(), 0o644)
         }
         Outcome::Running => Ok(()),
     }

@@ -135,8 +135,11 @@ pub fn firstboot_accepts(root: &Path, join_mode: &str) {
          KILN_OS=linux\nKILN_ARCH=amd64\nKUBERNETES_VERSION=v1.30.0-test\n",
     )
     .unwrap();
-    let config = kiln_firstboot::config::load(root, None)
-        .unwrap_or_else(|e| panic!("kiln-firstboot refused what kiln render wrote: {e}"));
+    let config = kiln_firstboot::config::load(
+        &kiln_firstboot::contract::paths::NodePaths::under(root),
+        None,
+    )
+    .unwrap_or_else(|e| panic!("kiln-firstboot refused what kiln render wrote: {e}"));
     assert_eq!(config.node.api_server, "https://10.0.0.10:6443");
     assert_eq!(
         config.node.node_labels,

@@ -3,6 +3,7 @@
 //! a `--root` prefix joins these with [`relative`]; nothing else spells them.
 
 use std::borrow::Cow;
+use std::path::{Path, PathBuf};
 
 // `/usr/lib/kiln/` and friends: baked into the image by `kiln bake` / `kiln install`.
 
@@ -115,6 +116,79 @@ pub fn relative(path: &str) -> Cow<'_, str> {
     }
 }
 
+/// `path` (a node path such as `/etc/kiln/node.env`) under `root`, the `--root` prefix:
+/// [`relative`] joined to it. For the few paths outside the contract (DMI, fw_cfg, the KVP
+/// pool); the contract's own files are [`NodePaths`] fields.
+pub fn under(root: &Path, path: &str) -> PathBuf {
+    root.join(&*relative(path))
+}
+
+/// The contract's files on one node, resolved once under the `--root` prefix (and to their
+/// Windows places on Windows), so no caller joins a root and a path again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodePaths {
+    /// The `--root` prefix itself.
+    pub root: PathBuf,
+    /// [`IMAGE_ENV`].
+    pub image_env: PathBuf,
+    /// [`MAX_PODS_MAP`].
+    pub max_pods_map: PathBuf,
+    /// [`NODE_ENV`].
+    pub node_env: PathBuf,
+    /// [`CA_CRT`].
+    pub ca_crt: PathBuf,
+    /// [`BOOTSTRAP_KUBECONFIG`].
+    pub bootstrap_kubeconfig: PathBuf,
+    /// [`BOOTSTRAP_TOKEN`].
+    pub bootstrap_token: PathBuf,
+    /// [`KUBEADM_JOIN`].
+    pub kubeadm_join: PathBuf,
+    /// [`KUBELET_CONFIG_OVERRIDE`].
+    pub kubelet_config_override: PathBuf,
+    /// [`KUBELET_ENV`].
+    pub kubelet_env: PathBuf,
+    /// [`RUN_BOOTSTRAP_KUBECONFIG`].
+    pub run_bootstrap_kubeconfig: PathBuf,
+    /// [`STATUS_JSON`].
+    pub status_json: PathBuf,
+    /// [`FAILURE`].
+    pub failure: PathBuf,
+    /// [`CAPI_SUCCESS`].
+    pub capi_success: PathBuf,
+    /// [`CAPI_FAILURE`].
+    pub capi_failure: PathBuf,
+    /// [`KUBELET_PKI_DIR`].
+    pub kubelet_pki_dir: PathBuf,
+    /// [`KUBEADM_KUBELET_CONF`].
+    pub kubeadm_kubelet_conf: PathBuf,
+}
+
+impl NodePaths {
+    /// Every contract file under `root`.
+    pub fn under(root: &Path) -> NodePaths {
+        let at = |p: &str| under(root, p);
+        NodePaths {
+            root: root.to_path_buf(),
+            image_env: at(IMAGE_ENV),
+            max_pods_map: at(MAX_PODS_MAP),
+            node_env: at(NODE_ENV),
+            ca_crt: at(CA_CRT),
+            bootstrap_kubeconfig: at(BOOTSTRAP_KUBECONFIG),
+            bootstrap_token: at(BOOTSTRAP_TOKEN),
+            kubeadm_join: at(KUBEADM_JOIN),
+            kubelet_config_override: at(KUBELET_CONFIG_OVERRIDE),
+            kubelet_env: at(KUBELET_ENV),
+            run_bootstrap_kubeconfig: at(RUN_BOOTSTRAP_KUBECONFIG),
+            status_json: at(STATUS_JSON),
+            failure: at(FAILURE),
+            capi_success: at(CAPI_SUCCESS),
+            capi_failure: at(CAPI_FAILURE),
+            kubelet_pki_dir: at(KUBELET_PKI_DIR),
+            kubeadm_kubelet_conf: at(KUBEADM_KUBELET_CONF),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,5 +253,21 @@ mod tests {
         if !cfg!(windows) {
             assert_eq!(relative(STATUS_JSON), "run/kiln/status.json");
         }
+    }
+
+    #[test]
+    fn node_paths_are_the_contract_paths_under_the_root() {
+        let p = NodePaths::under(Path::new("/tmp/r"));
+        assert_eq!(p.root, Path::new("/tmp/r"));
+        if !cfg!(windows) {
+            assert_eq!(p.node_env, Path::new("/tmp/r/etc/kiln/node.env"));
+            assert_eq!(p.status_json, Path::new("/tmp/r/run/kiln/status.json"));
+            assert_eq!(
+                p.capi_success,
+                Path::new("/tmp/r/run/cluster-api/bootstrap-success.complete")
+            );
+            assert_eq!(p.kubelet_pki_dir, Path::new("/tmp/r/var/lib/kubelet/pki"));
+        }
+        assert_eq!(p.kubeadm_join, under(Path::new("/tmp/r"), KUBEADM_JOIN));
     }
 }

@@ -6,9 +6,9 @@ use std::path::Path;
 
 use super::{body_text, check_token, http_error, valid_ip, Context, Metadata, MetadataSource};
 use super::{ChannelError, ReportTarget};
+use crate::contract::paths;
 use crate::contract::Provider;
 use crate::error::Error;
-use crate::fsutil;
 use crate::json::{self, Value};
 use crate::Reason;
 
@@ -39,7 +39,7 @@ impl MetadataSource for Azure {
     }
 
     fn report_back(&self, to: &ReportTarget, status_json: &str) -> Result<(), ChannelError> {
-        kvp_publish(&fsutil::under(&to.root, KVP_POOL), KVP_KEY, status_json)
+        kvp_publish(&paths::under(&to.root, KVP_POOL), KVP_KEY, status_json)
     }
 
     fn fetch(&self, cx: &Context<'_>) -> Result<Metadata, Error> {

@@ -7,6 +7,7 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::path::{Path, PathBuf};
 
+use crate::contract::paths;
 pub use crate::contract::Provider;
 use crate::error::Error;
 use crate::fsutil;
@@ -140,7 +141,7 @@ pub fn detect(root: &Path) -> Provider {
         Provider::Openstack
     } else if vendor == "VMware, Inc." {
         Provider::Vmware
-    } else if vendor == "QEMU" && fsutil::under(root, qemu::FW_CFG_DIR).is_dir() {
+    } else if vendor == "QEMU" && paths::under(root, qemu::FW_CFG_DIR).is_dir() {
         Provider::Qemu
     } else {
         Provider::None
@@ -149,7 +150,7 @@ pub fn detect(root: &Path) -> Provider {
 
 /// One DMI file's trimmed content, or empty when it is absent or unreadable.
 pub fn dmi_field(root: &Path, field: &str) -> String {
-    let p = fsutil::under(root, "/sys/class/dmi/id").join(field);
+    let p = paths::under(root, "/sys/class/dmi/id").join(field);
     match fsutil::read_capped(&p, 4096) {
         Ok(Some(s)) => s.trim().to_string(),
         _ => String::new(),
@@ -356,13 +357,13 @@ mod tests {
         ];
         for (i, (files, fw_cfg, want)) in cases.iter().enumerate() {
             let root = base.join(i.to_string());
-            let dmi = fsutil::under(&root, "/sys/class/dmi/id");
+            let dmi = paths::under(&root, "/sys/class/dmi/id");
             std::fs::create_dir_all(&dmi).unwrap();
             for (f, v) in *files {
                 std::fs::write(dmi.join(f), v).unwrap();
             }
             if *fw_cfg {
-                std::fs::create_dir_all(fsutil::under(&root, qemu::FW_CFG_DIR)).unwrap();
+                std::fs::create_dir_all(paths::under(&root, qemu::FW_CFG_DIR)).unwrap();
             }
             assert_eq!(detect(&root).name(), *want, "{files:?} fw_cfg={fw_cfg}");
         }

@@ -2,6 +2,7 @@
 //! its hostname and its IP is the source address of the route to the API server.
 
 use super::{check_token, route_ip, Context, Metadata, MetadataSource};
+use crate::contract::paths;
 use crate::contract::Provider;
 use crate::error::Error;
 use crate::fsutil;
@@ -17,7 +18,7 @@ impl MetadataSource for NoMetadata {
     fn fetch(&self, cx: &Context<'_>) -> Result<Metadata, Error> {
         let mut hostname = String::new();
         for f in ["/proc/sys/kernel/hostname", "/etc/hostname"] {
-            let p = fsutil::under(cx.root, f);
+            let p = paths::under(cx.root, f);
             if let Ok(Some(s)) = fsutil::read_capped(&p, 256) {
                 hostname = s.trim().to_ascii_lowercase();
                 if !hostname.is_empty() {

@@ -2,6 +2,7 @@
 //! read from sysfs, so boot tests have a metadata source without any network.
 
 use super::{check_token, valid_ip, Context, Metadata, MetadataSource};
+use crate::contract::paths;
 use crate::contract::Provider;
 use crate::error::Error;
 use crate::fsutil;
@@ -14,7 +15,7 @@ pub const FW_CFG_DIR: &str = "/sys/firmware/qemu_fw_cfg/by_name/opt/kiln";
 pub struct Qemu;
 
 fn entry(cx: &Context<'_>, key: &str) -> Result<String, Error> {
-    let p = fsutil::under(cx.root, FW_CFG_DIR).join(key).join("raw");
+    let p = paths::under(cx.root, FW_CFG_DIR).join(key).join("raw");
     let v = fsutil::read_capped(&p, 4096)
         .map_err(|m| Error::metadata(Reason::MetadataInvalid, m))?
         .unwrap_or_default();
@@ -35,7 +36,7 @@ impl MetadataSource for Qemu {
                 Reason::MetadataInvalid,
                 format!(
                     "{}/instance-id/raw: expected an instance id (start QEMU with -fw_cfg name=opt/kiln/instance-id,string=…), found none",
-                    fsutil::under(cx.root, FW_CFG_DIR).display()
+                    paths::under(cx.root, FW_CFG_DIR).display()
                 ),
             ));
         }

@@ -4,16 +4,16 @@
 use super::{bin_dir, kubelet_command, service_name, start_kubelet, ServiceError, ServiceManager};
 use crate::cli::Options;
 use crate::config::Config;
-use crate::contract::{envfile, kubelet_env, paths};
+use crate::contract::paths::NodePaths;
+use crate::contract::{envfile, kubelet_env};
 use crate::error::Error;
-use crate::fsutil;
 use crate::Reason;
 
 /// Reads `KUBELET_ARGS` back from the `kubelet.env` this run wrote (the one rendering of the
 /// flags), puts them on kubelet's service command line and starts it through the SCM.
-pub fn start_kubelet_service(opts: &Options, cfg: &Config) -> Result<(), Error> {
-    let env_path = fsutil::under(&opts.root, paths::KUBELET_ENV);
-    let text = std::fs::read_to_string(&env_path).map_err(|e| Error::Start {
+pub fn start_kubelet_service(opts: &Options, paths: &NodePaths, cfg: &Config) -> Result<(), Error> {
+    let env_path = &paths.kubelet_env;
+    let text = std::fs::read_to_string(env_path).map_err(|e| Error::Start {
         reason: Reason::StartFailed,
         message: format!(
             "{}: cannot read kubelet's flags back: {e}",
