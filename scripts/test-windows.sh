@@ -50,4 +50,58 @@ if [ "$ran" -eq 0 ] || [ "$ok" -ne "$ran" ] || [ "$results" -ne "$ran" ]; then
     "a binary that crashed under Wine can exit 0 without one (log: $log)" >&2
   exit 1
 fi
+# Test by test: every test the Linux suite runs ran under Wine too, or is declared in
+# scripts/wine-not-run.tsv with its reason. An empty `#![cfg(unix)]` binary is not a pass.
+linux_list="$kiln_root/target/firstboot/test-linux-list.txt"
+cargo test --locked -p kiln-firstboot -- --list --format terse >"$linux_list" 2>&1 ||
+  win_die "listing the Linux tests failed (log: $linux_list)"
+python3 - "$linux_list" "$log" "$kiln_root/scripts/wine-not-run.tsv" <<'PY'
+import re, sys
+linux_list, wine_log, declared_path = sys.argv[1:]
+def tests(path, pattern):
+    """(suite, test) pairs: suite from cargo's `Running` lines, tests by `pattern`."""
+    suite, found = None, set()
+    for line in open(path, errors="replace"):
+        m = re.match(r"\s+Running (unittests )?(\S+)", line)
+        if m:
+            p = m.group(2)
+            suite = ("lib" if p.endswith("lib.rs") else "main") if m.group(1) else p.rsplit("/", 1)[-1][:-3]
+            continue
+        m = re.match(pattern, line.rstrip())
+        if m and suite:
+            found.add((suite, m.group(1)))
+    return found
+linux = tests(linux_list, r"(\S+): test$")
+wine = tests(wine_log, r"test (.+) \.\.\. ok$")
+declared = {}
+for l in open(declared_path):
+    if l.startswith("#") or not l.strip():
+        continue
+    s, t, why = l.rstrip("\n").split("\t", 2)
+    declared[(s, t)] = why
+missing = linux - wine
+if not linux:
+    sys.exit("test-windows: FAIL the Linux test list is empty; cannot compare")
+undeclared = sorted(m for m in missing if m not in declared and (m[0], "*") not in declared)
+used = {d for d in declared if d in missing or (d[1] == "*" and any(m[0] == d[0] for m in missing))}
+stale = sorted(set(declared) - used)
+by_suite = {}
+for s, t in missing:
+    by_suite.setdefault(s, []).append(t)
+for s in sorted(by_suite):
+    why = declared.get((s, "*")) or "; ".join(declared.get((s, t), "?") for t in sorted(by_suite[s]))
+    print(f"test-windows: NOT RUN under Wine: {s}: {len(by_suite[s])} of its Linux tests ({why})")
+ran_both = len(linux & wine)
+print(f"test-windows: {ran_both} of {len(linux)} Linux tests also passed under Wine; {len(wine - linux)} Windows-only tests passed")
+if undeclared:
+    print("test-windows: FAIL these Linux tests did not run under Wine and scripts/wine-not-run.tsv does not say why:", file=sys.stderr)
+    for s, t in undeclared:
+        print(f"  {s}\t{t}", file=sys.stderr)
+    sys.exit(1)
+if stale:
+    print("test-windows: FAIL scripts/wine-not-run.tsv lists tests that are not missing under Wine (remove them):", file=sys.stderr)
+    for s, t in stale:
+        print(f"  {s}\t{t}", file=sys.stderr)
+    sys.exit(1)
+PY
 echo "test-windows: ok, $ran test binaries under Wine, each with its own 'test result: ok' line"
