@@ -1,6 +1,7 @@
 //! docs/contract.md stays exactly true: its reason-code table lists every `Reason` in order
-//! with the code's exit status and hint, and its status JSON example is valid JSON with the
-//! keys in the order kiln writes them.
+//! with the code's exit status and hint, its status JSON example is valid JSON with the
+//! keys in the order kiln writes them, every section names the module that implements it,
+//! and every path `kiln_firstboot::contract::paths` defines is on the page.
 
 use kiln_firstboot::Reason;
 
@@ -73,4 +74,71 @@ fn status_example_parses_with_keys_in_order() {
             "units"
         ]
     );
+}
+
+#[test]
+fn every_section_names_its_implementation_and_the_files_exist() {
+    let doc = contract();
+    let lines: Vec<&str> = doc.lines().collect();
+    let first = lines.iter().position(|l| *l == "## Conventions").unwrap();
+    let mut sections = 0;
+    for (i, l) in lines.iter().enumerate().skip(first) {
+        if !(l.starts_with("## ") || l.starts_with("### ")) {
+            continue;
+        }
+        sections += 1;
+        let note = lines[i + 1..]
+            .iter()
+            .find(|l| !l.is_empty())
+            .unwrap_or_else(|| panic!("{l}: nothing follows"));
+        assert!(note.starts_with("Implemented by: "), "{l}: {note}");
+        for link in note.split("](../").skip(1) {
+            let rel = &link[..link.find(')').unwrap()];
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("..")
+                .join(rel);
+            assert!(path.is_file(), "{l}: {rel} does not exist");
+        }
+    }
+    assert!(sections >= 19, "{sections} sections");
+}
+
+#[test]
+fn every_contract_path_is_documented() {
+    use kiln_firstboot::contract::paths::*;
+    let doc = contract();
+    for p in [
+        IMAGE_DIR,
+        IMAGE_ENV,
+        MAX_PODS_MAP,
+        DEFAULT_KUBELET_CONFIG,
+        INSTALL_MANIFEST,
+        CONTAINERD_CONFIG,
+        CONTAINERD_CERTS_D,
+        FIRSTBOOT_BIN,
+        BIN_DIR,
+        CNI_BIN_DIR,
+        SYSCTL_CONF,
+        MODULES_LOAD_CONF,
+        SYSTEMD_UNIT_DIR,
+        NODE_DIR,
+        NODE_ENV,
+        CA_CRT,
+        BOOTSTRAP_KUBECONFIG,
+        BOOTSTRAP_TOKEN,
+        KUBEADM_JOIN,
+        KUBELET_CONFIG_OVERRIDE,
+        RUN_DIR,
+        KUBELET_ENV,
+        RUN_BOOTSTRAP_KUBECONFIG,
+        STATUS_JSON,
+        FAILURE,
+        CAPI_SUCCESS,
+        CAPI_FAILURE,
+        KUBELET_KUBECONFIG,
+        KUBELET_PKI_DIR,
+        KUBEADM_KUBELET_CONF,
+    ] {
+        assert!(doc.contains(p), "{p} is not in docs/contract.md");
+    }
 }
