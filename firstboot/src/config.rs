@@ -13,6 +13,7 @@ use crate::contract::paths::{self, NodePaths};
 use crate::contract::{JoinMode, Provider, KILN_CONTRACT, VERSION_TEXT};
 use crate::error::Error;
 use crate::fsutil;
+use crate::sizing::{Inputs, Machine, Settings};
 use crate::Reason;
 
 /// The credential the provisioner placed.
@@ -37,6 +38,8 @@ pub struct Config {
     pub deadline_secs: u64,
     /// Node path (not root-prefixed) of the kubelet config kubelet will read.
     pub kubelet_config: String,
+    /// The sizing settings of image.env and node.env.
+    pub sizing: Settings,
     max_pods_map: Vec<(String, u32)>,
 }
 
@@ -46,16 +49,30 @@ impl Config {
         &self.image.image_id
     }
 
-    /// `MAX_PODS` from node.env, else the baked map, else the image default.
-    pub fn max_pods(&self, instance_type: &str) -> u32 {
-        if let Some(n) = self.node.max_pods {
-            return n;
+    /// What [`crate::sizing::decide`] needs from this config for a node of `instance_type`,
+    /// with the machine (or why it could not be read) and the AWS table's text.
+    pub fn sizing_inputs<'a>(
+        &'a self,
+        instance_type: &'a str,
+        machine: Result<Machine, &'a str>,
+        table: Option<&'a str>,
+    ) -> Inputs<'a> {
+        Inputs {
+            max_pods_override: self.node.max_pods,
+            map_entry: self.map_entry(instance_type),
+            default_max_pods: self.image.default_max_pods,
+            instance_type,
+            machine,
+            table,
         }
+    }
+
+    /// The baked `max-pods.map` entry for `instance_type`.
+    pub fn map_entry(&self, instance_type: &str) -> Option<u32> {
         self.max_pods_map
             .iter()
             .find(|(t, _)| t == instance_type)
             .map(|(_, n)| *n)
-            .unwrap_or(self.image.default_max_pods)
     }
 
     /// How the node joins the cluster.
@@ -155,6 +172,23 @@ pub fn load(paths: &NodePaths, deadline_flag: Option<u64>) -> Result<Config, Err
     let node_raw = require_env(node_path, &node_env::REQUIRED)?;
     let node = NodeEnv::from_env(&node_raw).map_err(|e| invalid_value(node_path, &e))?;
     let image = ImageEnv::from_env(&image_raw).map_err(|e| invalid_value(image_path, &e))?;
+    let sizing =
+        Settings::from_env(&image_raw, &node_raw).map_err(|(in_image, (key, expected))| {
+            let (file, env) = if in_image {
+                (image_path, &image_raw)
+            } else {
+                (node_path, &node_raw)
+            };
+            let found = env.get(key).unwrap_or("");
+            invalid_value(
+                file,
+                &Invalid {
+                    key,
+                    expected,
+                    found,
+                },
+            )
+        })?;
     let deadline_secs = deadline_flag
         .or(node.deadline_secs)
         .or(image.deadline_secs)
@@ -194,6 +228,7 @@ pub fn load(paths: &NodePaths, deadline_flag: Option<u64>) -> Result<Config, Err
     };
     Ok(Config {
         kubelet_config,
+        sizing,
         image,
         node,
         credential,

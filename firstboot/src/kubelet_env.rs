@@ -5,6 +5,7 @@ use crate::config::{Config, Credential};
 use crate::contract::envfile::{write_line, write_quoted_line};
 use crate::contract::kubelet_env as key;
 use crate::contract::{paths, JoinMode, Provider, VERSION_TEXT};
+use crate::sizing::Sizing;
 
 /// What the node is, after overrides: the values `kubelet.env` is made of.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +31,7 @@ pub fn bootstrap_kubeconfig_path(cfg: &Config) -> Option<&'static str> {
 }
 
 /// The complete kubelet command line, operator's extra args last so they win.
-pub fn kubelet_args(cfg: &Config, node: &Node, max_pods: u32) -> String {
+pub fn kubelet_args(cfg: &Config, node: &Node, sizing: &Sizing) -> String {
     let mut a = String::with_capacity(512);
     let mut flag = |name: &str, value: &str| {
         if !a.is_empty() {
@@ -52,7 +53,10 @@ pub fn kubelet_args(cfg: &Config, node: &Node, max_pods: u32) -> String {
     if !node.provider_id.is_empty() {
         flag("provider-id", &node.provider_id);
     }
-    flag("max-pods", &max_pods.to_string());
+    flag("max-pods", &sizing.max_pods.value.to_string());
+    for (name, _, value) in reservations(sizing) {
+        flag(name, &value);
+    }
     let n = &cfg.node;
     if !n.node_labels.is_empty() {
         flag("node-labels", &n.node_labels);
@@ -71,33 +75,48 @@ pub fn kubelet_args(cfg: &Config, node: &Node, max_pods: u32) -> String {
     a
 }
 
+/// The reservations that are set, as `(flag, kubelet.env key, value)`, in the contract's order.
+fn reservations(sizing: &Sizing) -> impl Iterator<Item = (&'static str, &'static str, String)> {
+    let r = &sizing.reserved;
+    [
+        ("kube-reserved", key::KUBE_RESERVED, r.kube.render('=')),
+        (
+            "system-reserved",
+            key::SYSTEM_RESERVED,
+            r.system.render('='),
+        ),
+        ("eviction-hard", key::EVICTION_HARD, r.eviction.render('<')),
+    ]
+    .into_iter()
+    .filter(|(_, _, v)| !v.is_empty())
+}
+
 /// The text of `kubelet.env`.
-pub fn render(cfg: &Config, node: &Node) -> String {
-    let max_pods = cfg.max_pods(&node.instance_type);
+pub fn render(cfg: &Config, node: &Node, sizing: &Sizing) -> String {
     let mut out = String::with_capacity(1024);
-    let mut put = |k: &str, v: &str| write_line(&mut out, k, v);
-    put(key::KILN_CONTRACT, VERSION_TEXT);
-    put(key::PROVIDER, node.provider.name());
-    put(key::NODE_NAME, &node.node_name);
-    put(key::NODE_IP, &node.node_ip);
-    put(key::INSTANCE_ID, &node.instance_id);
-    put(key::INSTANCE_TYPE, &node.instance_type);
-    put(key::ZONE, &node.zone);
-    put(key::REGION, &node.region);
-    put(key::PROVIDER_ID, &node.provider_id);
-    put(key::MAX_PODS, &max_pods.to_string());
-    put(key::NODE_LABELS, &cfg.node.node_labels);
-    put(key::NODE_TAINTS, &cfg.node.node_taints);
-    put(key::KUBELET_EXTRA_ARGS, &cfg.node.kubelet_extra_args);
+    let o = &mut out;
+    write_line(o, key::KILN_CONTRACT, VERSION_TEXT);
+    write_line(o, key::PROVIDER, node.provider.name());
+    write_line(o, key::NODE_NAME, &node.node_name);
+    write_line(o, key::NODE_IP, &node.node_ip);
+    write_line(o, key::INSTANCE_ID, &node.instance_id);
+    write_line(o, key::INSTANCE_TYPE, &node.instance_type);
+    write_line(o, key::ZONE, &node.zone);
+    write_line(o, key::REGION, &node.region);
+    write_line(o, key::PROVIDER_ID, &node.provider_id);
+    write_line(o, key::MAX_PODS, &sizing.max_pods.value.to_string());
+    for (_, k, value) in reservations(sizing) {
+        // Quoted: `<` in an eviction threshold is a redirection to a shell.
+        write_quoted_line(o, k, &value);
+    }
+    write_line(o, key::NODE_LABELS, &cfg.node.node_labels);
+    write_line(o, key::NODE_TAINTS, &cfg.node.node_taints);
+    write_line(o, key::KUBELET_EXTRA_ARGS, &cfg.node.kubelet_extra_args);
     for (k, v) in cfg.node.proxies() {
-        put(k, v);
+        write_line(o, k, v);
     }
     // Always quoted, as the contract shows, even when it has no space.
-    write_quoted_line(
-        &mut out,
-        key::KUBELET_ARGS,
-        &kubelet_args(cfg, node, max_pods),
-    );
+    write_quoted_line(o, key::KUBELET_ARGS, &kubelet_args(cfg, node, sizing));
     out
 }
 

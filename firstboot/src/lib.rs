@@ -19,6 +19,7 @@ pub mod provider;
 pub mod report;
 pub mod run;
 pub mod service;
+pub mod sizing;
 pub mod status;
 pub mod text;
 pub mod wait;

@@ -16,6 +16,7 @@ use crate::http::Client;
 use crate::kubelet_env::{self, Node};
 use crate::provider::{self, Context, ReportTarget};
 use crate::service::{self, ToolError};
+use crate::sizing::{self, Sizing};
 use crate::status::{Phase, Reporter};
 use crate::wait::{self, WaitOptions};
 use crate::Reason;
@@ -75,8 +76,10 @@ fn boot(
     rep.success(Phase::Metadata, &format!("provider={}", node.provider));
 
     rep.begin(Phase::Write);
-    write(paths, &cfg, &node).map_err(|e| fail(rep, Phase::Write, e))?;
-    rep.success(Phase::Write, "");
+    let sized = size(paths, &cfg, &node);
+    rep.sizing(&sized);
+    write(paths, &cfg, &node, &sized).map_err(|e| fail(rep, Phase::Write, e))?;
+    rep.success(Phase::Write, &format!("max_pods={}", sized.max_pods.value));
 
     if opts.no_start {
         for phase in [Phase::StartKubelet, Phase::WaitHealthy, Phase::WaitJoined] {
@@ -204,8 +207,20 @@ fn metadata(opts: &Options, cfg: &Config, deadline: Instant) -> Result<Node, Err
     })
 }
 
+/// Decides max pods and the reservations from the image's settings, the instance type and the
+/// machine under `--root`.
+fn size(paths: &NodePaths, cfg: &Config, node: &Node) -> Sizing {
+    let machine = sizing::read_machine(&paths.root);
+    let table = sizing::read_table(&paths.aws_eni_table, cfg.sizing.mode);
+    let machine = machine.as_ref().map(|m| *m).map_err(String::as_str);
+    sizing::decide(
+        &cfg.sizing,
+        cfg.sizing_inputs(&node.instance_type, machine, table.as_deref()),
+    )
+}
+
 /// Writes the bootstrap kubeconfig (token mode) and kubelet.env, each atomically.
-fn write(paths: &NodePaths, cfg: &Config, node: &Node) -> Result<(), Error> {
+fn write(paths: &NodePaths, cfg: &Config, node: &Node, sized: &Sizing) -> Result<(), Error> {
     let put = |full: &Path, data: &str, mode: u32| {
         fsutil::write_atomic(full, data.as_bytes(), mode)
             .map_err(|e| Error::Write(format!("{}: cannot write: {e}", full.display())))
@@ -217,7 +232,11 @@ fn write(paths: &NodePaths, cfg: &Config, node: &Node) -> Result<(), Error> {
             0o600,
         )?;
     }
-    put(&paths.kubelet_env, &kubelet_env::render(cfg, node), 0o644)
+    put(
+        &paths.kubelet_env,
+        &kubelet_env::render(cfg, node, sized),
+        0o644,
+    )
 }
 
 /// Starts kubelet through the service manager, or joins with kubeadm first.

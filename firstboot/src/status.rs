@@ -121,6 +121,10 @@ pub struct Reporter {
     message: String,
     log: Vec<String>,
     units: Vec<UnitState>,
+    /// The `"sizing"` object, rendered, once decided.
+    sizing: String,
+    /// Defaults that stood in for something the node should have had, one sentence each.
+    warnings: Vec<String>,
     /// Reused for every rendering, so the success path allocates once.
     buf: String,
     write_warned: bool,
@@ -148,6 +152,8 @@ impl Reporter {
             message: String::new(),
             log: Vec::new(),
             units: Vec::new(),
+            sizing: String::new(),
+            warnings: Vec::new(),
             buf: String::with_capacity(2048),
             write_warned: false,
         }
@@ -158,6 +164,17 @@ impl Reporter {
         self.provider = provider.to_string();
         self.node_name = node_name.to_string();
         self.image_id = image_id.to_string();
+    }
+
+    /// Records what was decided about the node's size; each warning also goes to the console.
+    pub fn sizing(&mut self, sizing: &crate::sizing::Sizing) {
+        self.sizing.clear();
+        sizing.render_json(&mut self.sizing);
+        for w in &sizing.warnings {
+            self.console.line(&format!("kiln-firstboot: warning: {w}"));
+            eprintln!("kiln-firstboot: warning: {w}");
+        }
+        self.warnings.clone_from(&sizing.warnings);
     }
 
     /// Sets the platform whose report-back channel `finish` publishes the final status
@@ -461,6 +478,20 @@ impl Reporter {
             out.push('}');
         }
         out.push(']');
+        if !self.sizing.is_empty() {
+            out.push_str(",\"sizing\":");
+            out.push_str(&self.sizing);
+        }
+        if !self.warnings.is_empty() {
+            out.push_str(",\"warnings\":[");
+            for (i, w) in self.warnings.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                json::write_str(out, w);
+            }
+            out.push(']');
+        }
         if !self.log.is_empty() {
             out.push_str(",\"log\":[");
             for (i, line) in self.log.iter().enumerate() {

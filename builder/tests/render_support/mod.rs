@@ -154,7 +154,9 @@ pub fn firstboot_accepts(root: &Path, join_mode: &str) {
         Some(kiln_firstboot::contract::Provider::Aws)
     );
     assert_eq!(config.deadline_secs, 600);
-    assert_eq!(config.max_pods("m5.large"), 58);
+    let inputs = config.sizing_inputs("m5.large", Err("no machine in this test"), None);
+    let sized = kiln_firstboot::sizing::decide(&config.sizing, inputs);
+    assert_eq!(sized.max_pods.value, 58);
     match join_mode {
         "kubeadm" => assert_eq!(
             config.credential,

@@ -6,6 +6,7 @@ pub use super::node_env::{
     HTTPS_PROXY, HTTP_PROXY, KUBELET_EXTRA_ARGS, MAX_PODS, NODE_IP, NODE_LABELS, NODE_NAME,
     NODE_TAINTS, NO_PROXY, PROVIDER,
 };
+pub use super::sizing::{EVICTION_HARD, KUBE_RESERVED, SYSTEM_RESERVED};
 pub use super::KILN_CONTRACT;
 
 /// The cloud instance id.
@@ -21,8 +22,8 @@ pub const PROVIDER_ID: &str = "PROVIDER_ID";
 /// The complete kubelet flags, always double-quoted.
 pub const KUBELET_ARGS: &str = "KUBELET_ARGS";
 
-/// Every key in the order it is written; the proxy keys appear only when set.
-pub const ORDER: [&str; 17] = [
+/// Every key in the order it is written; the reservation and proxy keys appear only when set.
+pub const ORDER: [&str; 20] = [
     KILN_CONTRACT,
     PROVIDER,
     NODE_NAME,
@@ -33,6 +34,9 @@ pub const ORDER: [&str; 17] = [
     REGION,
     PROVIDER_ID,
     MAX_PODS,
+    KUBE_RESERVED,
+    SYSTEM_RESERVED,
+    EVICTION_HARD,
     NODE_LABELS,
     NODE_TAINTS,
     KUBELET_EXTRA_ARGS,

@@ -11,6 +11,7 @@ pub mod kubelet_env;
 pub mod node_env;
 pub mod paths;
 pub mod reason;
+pub mod sizing;
 pub mod status_json;
 
 pub use envfile::EnvFile;

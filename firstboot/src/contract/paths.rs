@@ -13,6 +13,8 @@ pub const IMAGE_DIR: &str = "/usr/lib/kiln";
 pub const IMAGE_ENV: &str = "/usr/lib/kiln/image.env";
 /// `instance-type pods` lines.
 pub const MAX_PODS_MAP: &str = "/usr/lib/kiln/max-pods.map";
+/// The AWS instance networking table (`type enis ipv4_per_eni hypervisor` lines).
+pub const AWS_ENI_TABLE: &str = "/usr/lib/kiln/aws-eni.tsv";
 /// The default kubelet config file.
 pub const DEFAULT_KUBELET_CONFIG: &str = "/usr/lib/kiln/kubelet-config.yaml";
 /// What `kiln install` wrote (rootfs layers).
@@ -133,6 +135,8 @@ pub struct NodePaths {
     pub image_env: PathBuf,
     /// [`MAX_PODS_MAP`].
     pub max_pods_map: PathBuf,
+    /// [`AWS_ENI_TABLE`].
+    pub aws_eni_table: PathBuf,
     /// [`NODE_ENV`].
     pub node_env: PathBuf,
     /// [`CA_CRT`].
@@ -171,6 +175,7 @@ impl NodePaths {
             root: root.to_path_buf(),
             image_env: at(IMAGE_ENV),
             max_pods_map: at(MAX_PODS_MAP),
+            aws_eni_table: at(AWS_ENI_TABLE),
             node_env: at(NODE_ENV),
             ca_crt: at(CA_CRT),
             bootstrap_kubeconfig: at(BOOTSTRAP_KUBECONFIG),
@@ -220,6 +225,7 @@ mod tests {
         let all = [
             IMAGE_ENV,
             MAX_PODS_MAP,
+            AWS_ENI_TABLE,
             DEFAULT_KUBELET_CONFIG,
             INSTALL_MANIFEST,
             CONTAINERD_CONFIG,
