@@ -255,6 +255,11 @@ pub fn clean_name(raw: &str) -> Result<String, Rule> {
     while let Some(rest) = p.strip_prefix("./") {
         p = rest;
     }
+    // `./C:` and `.//x` are absolute once the `./` is gone.
+    let b = p.as_bytes();
+    if p.starts_with(['/', '\\']) || (b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':') {
+        return Err(Rule::Absolute);
+    }
     let p = p.trim_end_matches('/');
     if p == "." || p.is_empty() {
         return Ok(String::new());
@@ -500,6 +505,8 @@ mod tests {
             ("\\etc", Err(Rule::Absolute)),
             ("C:\\Windows\\x", Err(Rule::Absolute)),
             ("c:/x", Err(Rule::Absolute)),
+            ("./C:", Err(Rule::Absolute)),
+            (".//etc", Err(Rule::Absolute)),
             ("a/../../x", Err(Rule::DotDot)),
             ("..", Err(Rule::DotDot)),
             ("a\\..\\..\\x", Err(Rule::DotDot)),

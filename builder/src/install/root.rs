@@ -383,6 +383,12 @@ impl Dir {
         let _ = rustix::fs::fsync(&self.fd);
     }
 
+    /// The directory's device and inode: which directory a resolution reached.
+    pub fn dev_ino(&self) -> io::Result<(u64, u64)> {
+        let st = rustix::fs::fstat(&self.fd).map_err(to_io)?;
+        Ok((st.st_dev, st.st_ino))
+    }
+
     /// A second handle on the same directory.
     pub fn try_clone(&self) -> io::Result<Dir> {
         Ok(Dir {
