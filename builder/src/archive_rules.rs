@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Read};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The rules' version, part of the bake cache's key for extracted members: an extraction
@@ -100,6 +100,12 @@ pub enum Rule {
     TooManyEntries {
         /// The cap.
         cap: usize,
+    },
+    /// A GNU long-name or pax record (read whole into memory by the tar reader) too large.
+    #[error("a long-name or pax header record larger than {} follows it", human(*cap))]
+    HeaderTooLarge {
+        /// The cap in bytes.
+        cap: u64,
     },
     /// The archive unpacks (or would unpack) to more bytes than the cap.
     #[error("unpacks to more than {} (the cap per archive): a decompression bomb or a huge sparse member", human(*cap))]
@@ -480,6 +486,76 @@ impl<R: Read> Read for Capped<R> {
             return Err(io::Error::other("decompressed size cap exceeded"));
         }
         self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+/// The most bytes a tar stream may hold between one entry's data and the next entry: its
+/// header blocks plus GNU long-name and pax records, which the tar reader keeps in memory.
+pub const MAX_HEADER_BYTES: u64 = 1 << 20;
+
+/// The budget of header bytes before the next entry of a tar stream, shared between the
+/// reader ([`Gapped`]) and the loop over entries, which renews it at each entry.
+#[derive(Debug)]
+pub struct Gap {
+    left: AtomicU64,
+    tripped: AtomicBool,
+}
+
+impl Gap {
+    /// A budget of [`MAX_HEADER_BYTES`] for the headers before the first entry.
+    pub fn new() -> Arc<Gap> {
+        Arc::new(Gap {
+            left: AtomicU64::new(MAX_HEADER_BYTES),
+            tripped: AtomicBool::new(false),
+        })
+    }
+
+    /// An entry of `size` bytes was just yielded: its data (padded to 512) and the headers
+    /// of the next entry may follow.
+    pub fn allow(&self, size: u64) {
+        let data = size.saturating_add(511) / 512 * 512;
+        self.left
+            .store(data.saturating_add(MAX_HEADER_BYTES), Ordering::SeqCst);
+    }
+
+    /// Whether the budget was exceeded.
+    pub fn tripped(&self) -> bool {
+        self.tripped.load(Ordering::SeqCst)
+    }
+}
+
+/// A tar stream reader held to a [`Gap`].
+#[derive(Debug)]
+pub struct Gapped<R> {
+    inner: R,
+    gap: Arc<Gap>,
+}
+
+impl<R> Gapped<R> {
+    /// Wraps `inner`.
+    pub fn new(inner: R, gap: Arc<Gap>) -> Gapped<R> {
+        Gapped { inner, gap }
+    }
+
+    /// The wrapped reader.
+    pub fn into_inner(self) -> R {
+        self.inner
+    }
+}
+
+impl<R: Read> Read for Gapped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.gap.left.load(Ordering::SeqCst);
+        let want = buf
+            .len()
+            .min(usize::try_from(left.saturating_add(1)).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..want])?;
+        if n as u64 > left {
+            self.gap.tripped.store(true, Ordering::SeqCst);
+            return Err(io::Error::other("tar header record too large"));
+        }
+        self.gap.left.store(left - n as u64, Ordering::SeqCst);
         Ok(n)
     }
 }

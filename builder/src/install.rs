@@ -16,7 +16,7 @@ use std::rc::Rc;
 
 use sha2::{Digest, Sha256};
 
-use crate::archive_rules::{self, Capped, EntryCheck, Kind, Policy};
+use crate::archive_rules::{self, Capped, EntryCheck, Gap, Gapped, Kind, Policy};
 use crate::bake::INSTALL_MANIFEST;
 
 mod apply;
@@ -218,11 +218,21 @@ fn read_layer(
         h: Sha256::new(),
     };
     let dec = zstd::Decoder::new(tee).map_err(io_err(archive))?;
-    let (capped, flag) = Capped::new(dec, policy.stream_cap());
+    let gap = Gap::new();
+    let (capped, flag) = Capped::new(Gapped::new(dec, gap.clone()), policy.stream_cap());
     let mut tar = tar::Archive::new(capped);
-    let mut last = String::from("(first entry)");
+    let mut last = String::from("(before the first entry)");
     let read_err = |last: &str, e: io::Error| {
-        if archive_rules::tripped(&flag) {
+        if gap.tripped() {
+            hostile(
+                archive,
+                last,
+                archive_rules::Rule::HeaderTooLarge {
+                    cap: archive_rules::MAX_HEADER_BYTES,
+                }
+                .to_string(),
+            )
+        } else if archive_rules::tripped(&flag) {
             hostile(
                 archive,
                 last,
@@ -238,6 +248,7 @@ fn read_layer(
     let mut check = EntryCheck::new(policy.clone());
     for e in tar.entries().map_err(|e| read_err(&last, e))? {
         let mut e = e.map_err(|e| read_err(&last, e))?;
+        gap.allow(e.size());
         last = String::from_utf8_lossy(&e.path_bytes()).into_owned();
         let Some(kind) = archive_rules::tar_kind(&e) else {
             continue;
@@ -258,7 +269,8 @@ fn read_layer(
         })?;
     }
     // Read what follows the end-of-archive marker too, so the hash covers the whole file.
-    let mut rest = tar.into_inner().into_inner().finish();
+    gap.allow(u64::MAX);
+    let mut rest = tar.into_inner().into_inner().into_inner().finish();
     io::copy(&mut rest, &mut io::sink()).map_err(io_err(archive))?;
     let got = hex::encode(rest.into_inner().h.finalize());
     if got != sha256 {

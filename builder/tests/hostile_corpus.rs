@@ -358,6 +358,42 @@ fn corpus() -> Vec<Case> {
             ("usr/b1", "bytes"),
             ("usr/b1", "bytes"),
         ),
+        c(
+            "GNU long-name record of 8 MiB (read whole into memory by tar readers)",
+            vec![
+                E {
+                    data: vec![b'a'; 8 << 20],
+                    ..e("././@LongLink", T::GNULongName)
+                },
+                f("usr/x"),
+            ],
+            (
+                "(before the first entry)",
+                "long-name or pax header record larger than 1 MiB",
+            ),
+            (
+                "bin/containerd",
+                "long-name or pax header record larger than 1 MiB",
+            ),
+        ),
+        c(
+            "pax record of 8 MiB",
+            vec![
+                E {
+                    data: vec![b'a'; 8 << 20],
+                    ..e("./PaxHeaders/x", T::XHeader)
+                },
+                f("usr/x"),
+            ],
+            (
+                "(before the first entry)",
+                "long-name or pax header record larger than 1 MiB",
+            ),
+            (
+                "bin/containerd",
+                "long-name or pax header record larger than 1 MiB",
+            ),
+        ),
     ]
     .into_iter()
     .map(|mut c| {

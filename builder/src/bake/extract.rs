@@ -145,8 +145,16 @@ pub fn extract_members_with(
         why,
     };
     // A read error after the cap tripped is the cap, whatever the decoder made of it.
+    let gap = archive_rules::Gap::new();
     let read_err = |flag: &AtomicBool, entry: &str, e: io::Error| {
-        if archive_rules::tripped(flag) {
+        if gap.tripped() {
+            hostile(
+                entry,
+                Rule::HeaderTooLarge {
+                    cap: archive_rules::MAX_HEADER_BYTES,
+                },
+            )
+        } else if archive_rules::tripped(flag) {
             hostile(
                 entry,
                 Rule::TooLarge {
@@ -174,12 +182,14 @@ pub fn extract_members_with(
         ArchiveKind::TarGz => {
             let f = File::open(archive).map_err(io_err(archive))?;
             let gz = flate2::read::GzDecoder::new(io::BufReader::with_capacity(1 << 20, f));
+            let gz = archive_rules::Gapped::new(gz, gap.clone());
             let (gz, flag) = Capped::new(gz, policy.stream_cap());
             let mut tar = tar::Archive::new(gz);
-            let mut last = String::from("(first entry)");
+            let mut last = String::from("(before the first entry)");
             let entries = tar.entries().map_err(|e| read_err(&flag, &last, e))?;
             for entry in entries {
                 let mut entry = entry.map_err(|e| read_err(&flag, &last, e))?;
+                gap.allow(entry.size());
                 let raw = entry.path_bytes().into_owned();
                 last = String::from_utf8_lossy(&raw).into_owned();
                 let Some(kind) = archive_rules::tar_kind(&entry) else {
