@@ -79,8 +79,9 @@ RUN FLAGS:
   --root DIR            prefix for every contract and /sys path (default /)
   --provider NAME       auto, aws, azure, gcp, openstack, vmware, qemu, none (default: PROVIDER
                         in /etc/kiln/node.env, else auto = detect from DMI)
-  --metadata-url URL    metadata base URL (default http://169.254.169.254, the real service:
-                        on a workstation always pass a loopback URL)
+  --metadata-url URL    metadata base URL, or aws-ipv6 for http://[fd00:ec2::254] (default
+                        METADATA_URL in node.env, else http://169.254.169.254, the real
+                        service: on a workstation always pass a loopback URL)
   --systemctl PATH      service manager (default /usr/bin/systemctl)
   --kubeadm PATH        kubeadm for JOIN_MODE=kubeadm (default /usr/bin/kubeadm)
   --vmware-rpctool PATH guestinfo reader (default /usr/bin/vmware-rpctool)
@@ -163,7 +164,11 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             }
             "--metadata-url" => {
                 let v = value()?;
-                crate::http::Url::parse(&v).map_err(|e| format!("--metadata-url: {e}"))?;
+                if crate::provider::named_endpoint(&v).is_none() {
+                    crate::http::Url::parse(&v).map_err(|e| {
+                        format!("--metadata-url: {e}, or a name: aws-ipv6 (AWS IMDS over IPv6)")
+                    })?;
+                }
                 opts.metadata_url = Some(v);
             }
             "--systemctl" => opts.systemctl = value()?,

@@ -15,6 +15,7 @@ pub mod fsutil;
 pub mod http;
 pub mod json;
 pub mod kubelet_env;
+pub mod netaddr;
 pub mod provider;
 pub mod report;
 pub mod run;

@@ -8,12 +8,14 @@ use std::time::{Duration, Instant};
 use crate::cli::Options;
 use crate::config::{self, Config, Credential};
 use crate::contract::paths::{self, NodePaths};
-use crate::contract::JoinMode;
+use crate::contract::{JoinMode, Provider};
 use crate::diagnose::{self, ReportOptions};
 use crate::error::Error;
 use crate::fsutil;
 use crate::http::Client;
 use crate::kubelet_env::{self, Node};
+use crate::netaddr::{self, IpFamily, Offered};
+use crate::provider::detect::{self, Detected, Dmi};
 use crate::provider::{self, Context, ReportTarget};
 use crate::service::{self, ToolError};
 use crate::sizing::{self, Sizing};
@@ -63,13 +65,20 @@ fn boot(
     rep.success(Phase::Config, "");
 
     rep.begin(Phase::Metadata);
-    let node = metadata(opts, &cfg, deadline).map_err(|e| fail(rep, Phase::Metadata, e))?;
+    // `--metadata-url` beats node.env's METADATA_URL; a name stands for its URL.
+    let base_url = opts
+        .metadata_url
+        .as_deref()
+        .or(cfg.node.metadata_url.as_deref())
+        .map(|u| provider::named_endpoint(u).unwrap_or(u).to_string());
+    let node = metadata(opts, &cfg, deadline, base_url.as_deref(), rep)
+        .map_err(|e| fail(rep, Phase::Metadata, e))?;
     rep.identity(node.provider.name(), &node.node_name, cfg.image_id());
     rep.set_report_back(
         node.provider,
         ReportTarget {
             root: opts.root.clone(),
-            base_url: opts.metadata_url.clone(),
+            base_url,
             rpctool: PathBuf::from(&opts.rpctool),
         },
     );
@@ -159,27 +168,94 @@ fn wait_joined(
     Ok(())
 }
 
+/// The provider `PROVIDER=auto` stands for, from DMI. Finding none is a warning, never
+/// silent; a known cloud's marker without its full rule, or a cloud kiln has no source for,
+/// stops the boot: guessing `none` there would join a node without its cloud identity.
+fn detected(root: &Path, rep: &mut Reporter) -> Result<Provider, Error> {
+    let dmi = Dmi::read(root);
+    let stop = |m: String| Error::metadata(Reason::ProviderUnknown, m);
+    match detect::detect(&dmi) {
+        Detected::Provider(p, _) => Ok(p),
+        Detected::Nothing => {
+            rep.warn(&format!(
+                "PROVIDER=auto found no known platform in DMI ({}): running as provider none, with no instance identity; set PROVIDER in {} to say which",
+                dmi.describe(),
+                paths::NODE_ENV
+            ));
+            Ok(Provider::None)
+        }
+        Detected::Unsupported { cloud, rule } => Err(stop(format!(
+            "PROVIDER=auto: DMI names {cloud} ({rule}; {}), which kiln has no metadata source for; set PROVIDER=none in {} to boot from node.env alone",
+            dmi.describe(),
+            paths::NODE_ENV
+        ))),
+        Detected::Partial { cloud, markers } => Err(stop(format!(
+            "PROVIDER=auto: DMI carries {cloud}'s markers ({}) without matching its rule in full ({}); set PROVIDER in {} to this cloud's provider, or to none if it is not {cloud}",
+            markers.join(", "),
+            dmi.describe(),
+            paths::NODE_ENV
+        ))),
+    }
+}
+
 /// Asks the chosen metadata source and applies node.env's overrides.
-fn metadata(opts: &Options, cfg: &Config, deadline: Instant) -> Result<Node, Error> {
+fn metadata(
+    opts: &Options,
+    cfg: &Config,
+    deadline: Instant,
+    base_url: Option<&str>,
+    rep: &mut Reporter,
+) -> Result<Node, Error> {
     // `auto` (no provider) is detected from DMI; `--provider` beats node.env.
-    let name = opts
-        .provider
-        .unwrap_or(cfg.node.provider)
-        .unwrap_or_else(|| provider::detect(&opts.root));
+    let name = match opts.provider.unwrap_or(cfg.node.provider) {
+        Some(p) => p,
+        None => detected(&opts.root, rep)?,
+    };
     let source = provider::source(name);
     let client = Client::new(deadline);
+    let api_server = cfg.node.api_server.as_str();
     let cx = Context {
         root: &opts.root,
-        base_url: opts.metadata_url.as_deref(),
+        base_url,
         client: &client,
         rpctool: &opts.rpctool,
-        api_server: &cfg.node.api_server,
+        api_server,
+        ip_family: cfg.node.ip_family,
     };
     let md = source.fetch(&cx)?;
+    let offered = Offered::from_candidates(&md.addresses);
+    for r in &offered.refused {
+        rep.warn(&format!("provider {name}: {r}"));
+    }
     let node_ip = match &cfg.node.node_ip {
         Some(ip) => ip.clone(),
-        None if md.node_ip.is_empty() => provider::route_ip(cx.api_server)?,
-        None => md.node_ip,
+        None => {
+            // Resolving the API server's name is only worth it when the metadata does not
+            // settle the family by itself.
+            let dual = cfg.node.ip_family == Some(IpFamily::Dual);
+            let api =
+                if dual || (cfg.node.ip_family.is_none() && netaddr::needs_api_family(&offered)) {
+                    provider::api_family(api_server)
+                } else {
+                    netaddr::literal_family(api_server)
+                };
+            let family = cfg
+                .node
+                .ip_family
+                .unwrap_or_else(|| netaddr::default_family(&offered, api));
+            netaddr::node_ip(family, &offered, api, || {
+                provider::route_ip(api_server).map_err(|e| e.message().to_string())
+            })
+            .map_err(|m| {
+                Error::metadata(
+                    Reason::MetadataInvalid,
+                    format!(
+                        "provider {name}: node address: {m}; set NODE_IP in {}",
+                        paths::NODE_ENV
+                    ),
+                )
+            })?
+        }
     };
     let node_name = match &cfg.node.node_name {
         Some(n) => n.clone(),

@@ -105,6 +105,9 @@ pub struct PhaseRecord {
     pub reason: Option<Reason>,
 }
 
+/// Most warnings status.json keeps.
+const MAX_WARNINGS: usize = 8;
+
 /// Collects the phases of one run and publishes them.
 #[derive(Debug)]
 pub struct Reporter {
@@ -123,7 +126,9 @@ pub struct Reporter {
     units: Vec<UnitState>,
     /// The `"sizing"` object, rendered, once decided.
     sizing: String,
-    /// Defaults that stood in for something the node should have had, one sentence each.
+    /// What did not fail the run but an operator should know, one sentence each: defaults
+    /// that stood in for something the node should have had, an auto-detected `none`, a
+    /// refused metadata address.
     warnings: Vec<String>,
     /// Reused for every rendering, so the success path allocates once.
     buf: String,
@@ -171,16 +176,34 @@ impl Reporter {
         self.sizing.clear();
         sizing.render_json(&mut self.sizing);
         for w in &sizing.warnings {
-            self.console.line(&format!("kiln-firstboot: warning: {w}"));
-            eprintln!("kiln-firstboot: warning: {w}");
+            self.warn(w);
         }
-        self.warnings.clone_from(&sizing.warnings);
     }
 
     /// Sets the platform whose report-back channel `finish` publishes the final status
     /// through ([`provider::MetadataSource::report_back`]).
     pub fn set_report_back(&mut self, provider: Provider, to: ReportTarget) {
         self.report_back = Some((provider, to));
+    }
+
+    /// Records a warning: on stderr, on the console, and in status.json's `warnings` (each
+    /// at most 512 bytes, at most 8 kept).
+    pub fn warn(&mut self, text: &str) {
+        eprintln!("kiln-firstboot: warning: {text}");
+        let mut line = String::with_capacity(32 + text.len());
+        line.push_str("kiln-firstboot: warning: ");
+        line.push_str(text);
+        self.console.line(&line);
+        if self.warnings.len() < MAX_WARNINGS {
+            let mut w = String::with_capacity(text.len().min(MESSAGE_CAP));
+            push_capped(&mut w, text, MESSAGE_CAP);
+            self.warnings.push(w);
+        }
+    }
+
+    /// The warnings recorded so far.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// Starts a phase.
@@ -306,6 +329,14 @@ impl Reporter {
         let mut r = Reporter::with_console(paths, console);
         let s = |key: &str| v.get(key).and_then(json::Value::as_text).unwrap_or("");
         r.identity(s("provider"), s("node_name"), s("image_id"));
+        r.warnings = v
+            .get("warnings")
+            .and_then(json::Value::as_array)
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(json::Value::as_text)
+            .map(str::to_string)
+            .collect();
         let reason_of = |code: &str| Reason::ALL.into_iter().find(|r| r.code() == code);
         for p in v
             .get("phases")

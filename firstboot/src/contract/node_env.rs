@@ -19,6 +19,10 @@ pub const PROVIDER: &str = "PROVIDER";
 pub const NODE_NAME: &str = "NODE_NAME";
 /// Overrides the node address from metadata.
 pub const NODE_IP: &str = "NODE_IP";
+/// `ipv4`, `ipv6` or `dual` ([`IpFamily`]): which families the node announces.
+pub const IP_FAMILY: &str = "IP_FAMILY";
+/// The metadata service's base URL, or a name for one (`aws-ipv6`).
+pub const METADATA_URL: &str = "METADATA_URL";
 /// Comma-separated `key=value` labels.
 pub const NODE_LABELS: &str = "NODE_LABELS";
 /// Comma-separated `key[=value]:Effect` taints.
@@ -154,6 +158,67 @@ impl fmt::Display for Provider {
     }
 }
 
+/// Which address families the node announces (`IP_FAMILY` in node.env).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpFamily {
+    /// One IPv4 address.
+    Ipv4,
+    /// One IPv6 address.
+    Ipv6,
+    /// One of each: `--node-ip=<primary>,<secondary>`.
+    Dual,
+}
+
+/// What `IP_FAMILY` accepts, as a message says it.
+pub const IP_FAMILY_EXPECTED: &str = "ipv4, ipv6 or dual";
+
+impl IpFamily {
+    /// The value in node.env.
+    pub fn name(self) -> &'static str {
+        match self {
+            IpFamily::Ipv4 => "ipv4",
+            IpFamily::Ipv6 => "ipv6",
+            IpFamily::Dual => "dual",
+        }
+    }
+
+    /// The family a node.env value names.
+    pub fn parse(value: &str) -> Option<IpFamily> {
+        match value {
+            "ipv4" => Some(IpFamily::Ipv4),
+            "ipv6" => Some(IpFamily::Ipv6),
+            "dual" => Some(IpFamily::Dual),
+            _ => None,
+        }
+    }
+
+    /// The single family of one address.
+    pub fn of(ip: IpAddr) -> IpFamily {
+        if ip.is_ipv4() {
+            IpFamily::Ipv4
+        } else {
+            IpFamily::Ipv6
+        }
+    }
+}
+
+/// Checks a `NODE_IP` value: one IP address, or two of different families separated by a
+/// comma (kubelet's dual-stack form). Returns the family it stands for.
+pub fn parse_node_ip(value: &str) -> Result<IpFamily, &'static str> {
+    const EXPECTED: &str = "an IP address, or an IPv4 and an IPv6 address separated by a comma";
+    let parse = |s: &str| s.parse::<IpAddr>().map_err(|_| EXPECTED);
+    match value.split_once(',') {
+        None => parse(value).map(IpFamily::of),
+        Some((a, b)) => {
+            let (a, b) = (parse(a)?, parse(b)?);
+            if a.is_ipv4() == b.is_ipv4() {
+                return Err(EXPECTED);
+            }
+            Ok(IpFamily::Dual)
+        }
+    }
+}
+
 /// True for a name of `[A-Za-z0-9._/-]`, the shape of cluster names, node names and the
 /// parts of labels and taints.
 fn is_name(s: &str) -> bool {
@@ -183,7 +248,15 @@ pub fn check(key: &str, value: &str) -> Result<(), &'static str> {
         JOIN_MODE if JoinMode::parse(value).is_none() => return Err("kubelet or kubeadm"),
         PROVIDER if Provider::parse_choice(value).is_err() => return Err(PROVIDER_EXPECTED),
         NODE_NAME if set && !is_name(value) => return Err("a node name of [a-z0-9.-]"),
-        NODE_IP if set && value.parse::<IpAddr>().is_err() => return Err("an IP address"),
+        NODE_IP if set => {
+            parse_node_ip(value)?;
+        }
+        IP_FAMILY if set && IpFamily::parse(value).is_none() => return Err(IP_FAMILY_EXPECTED),
+        METADATA_URL
+            if set && !value.starts_with("http://") && !METADATA_URL_NAMES.contains(&value) =>
+        {
+            return Err("http://host[:port] or aws-ipv6")
+        }
         MAX_PODS if set && value.parse::<u32>().map_or(true, |n| n == 0) => {
             return Err("a positive integer")
         }
@@ -222,6 +295,9 @@ pub fn check(key: &str, value: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// The names `METADATA_URL` and `--metadata-url` accept besides a URL.
+pub const METADATA_URL_NAMES: [&str; 1] = ["aws-ipv6"];
+
 /// A value that does not have the shape its key requires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Invalid<'a> {
@@ -258,6 +334,10 @@ pub struct NodeEnv {
     pub node_name: Option<String>,
     /// `NODE_IP`, when set.
     pub node_ip: Option<String>,
+    /// `IP_FAMILY`, when set.
+    pub ip_family: Option<IpFamily>,
+    /// `METADATA_URL`, when set: a URL or a name in [`METADATA_URL_NAMES`].
+    pub metadata_url: Option<String>,
     /// `NODE_LABELS`.
     pub node_labels: String,
     /// `NODE_TAINTS`.
@@ -290,6 +370,15 @@ impl NodeEnv {
                 found: value,
             })?;
         }
+        if let (Some(ip), Some(family)) = (env.non_empty(NODE_IP), env.non_empty(IP_FAMILY)) {
+            if parse_node_ip(ip).ok().map(IpFamily::name) != Some(family) {
+                return Err(Invalid {
+                    key: IP_FAMILY,
+                    expected: "the family of NODE_IP (ipv4, ipv6, or dual for a pair)",
+                    found: family,
+                });
+            }
+        }
         let text = |key: &str| env.get(key).unwrap_or("").to_string();
         let opt = |key: &str| env.non_empty(key).map(str::to_string);
         Ok(NodeEnv {
@@ -305,6 +394,8 @@ impl NodeEnv {
                 .flatten(),
             node_name: opt(NODE_NAME),
             node_ip: opt(NODE_IP),
+            ip_family: env.non_empty(IP_FAMILY).and_then(IpFamily::parse),
+            metadata_url: opt(METADATA_URL),
             node_labels: text(NODE_LABELS),
             node_taints: text(NODE_TAINTS),
             max_pods: env.non_empty(MAX_PODS).and_then(|v| v.parse().ok()),
@@ -378,6 +469,8 @@ mod tests {
                 provider: Some(Provider::Gcp),
                 node_name: Some("w1".into()),
                 node_ip: Some("10.0.0.7".into()),
+                ip_family: None,
+                metadata_url: None,
                 node_labels: "a=b".into(),
                 node_taints: "gpu:NoSchedule".into(),
                 max_pods: Some(58),
@@ -396,12 +489,59 @@ mod tests {
     }
 
     #[test]
+    fn node_ip_values() {
+        use IpFamily::*;
+        for (v, want) in [
+            ("10.0.3.7", Ok(Ipv4)),
+            ("2600::1", Ok(Ipv6)),
+            ("10.0.3.7,2600::1", Ok(Dual)),
+            ("2600::1,10.0.3.7", Ok(Dual)),
+        ] {
+            assert_eq!(parse_node_ip(v), want, "{v}");
+        }
+        for bad in [
+            "",
+            "10.0.0",
+            "10.0.0.1,10.0.0.2",
+            "::1,::2",
+            "10.0.0.1,",
+            "10.0.0.1,2600::1,10.0.0.2",
+            " 10.0.0.1",
+        ] {
+            assert!(parse_node_ip(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ip_family_and_node_ip_agree() {
+        for (text, ok) in [
+            ("IP_FAMILY=dual\n", true),
+            ("IP_FAMILY=ipv6\nNODE_IP=2600::1\n", true),
+            ("IP_FAMILY=dual\nNODE_IP=10.0.0.1,2600::1\n", true),
+            ("IP_FAMILY=ipv4\nNODE_IP=2600::1\n", false),
+            ("IP_FAMILY=dual\nNODE_IP=10.0.0.1\n", false),
+            ("IP_FAMILY=both\n", false),
+        ] {
+            let env = parse(text).unwrap();
+            assert_eq!(NodeEnv::from_env(&env).is_ok(), ok, "{text}");
+        }
+        let env = parse("IP_FAMILY=dual\nMETADATA_URL=aws-ipv6\n").unwrap();
+        let n = NodeEnv::from_env(&env).unwrap();
+        assert_eq!(n.ip_family, Some(IpFamily::Dual));
+        assert_eq!(n.metadata_url.as_deref(), Some("aws-ipv6"));
+        for bad in ["METADATA_URL=https://x\n", "METADATA_URL=aws\n"] {
+            let env = parse(bad).unwrap();
+            assert!(NodeEnv::from_env(&env).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn the_first_bad_entry_in_file_order_is_reported() {
         let env = parse("NODE_IP=x\nMAX_PODS=0\n").unwrap();
         let e = NodeEnv::from_env(&env).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "NODE_IP: expected an IP address, found \"x\""
+            "NODE_IP: expected an IP address, or an IPv4 and an IPv6 address separated by a comma, found \"x\""
         );
     }
 }

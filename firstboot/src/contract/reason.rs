@@ -13,6 +13,7 @@ pub enum Reason {
     MetadataUnreachable,
     MetadataHopLimit,
     MetadataInvalid,
+    ProviderUnknown,
     WriteFailed,
     StartFailed,
     KubeadmFailed,
@@ -31,7 +32,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in the order of the contract's table.
-    pub const ALL: [Reason; 23] = [
+    pub const ALL: [Reason; 24] = [
         Reason::Ok,
         Reason::Usage,
         Reason::ContractVersion,
@@ -41,6 +42,7 @@ impl Reason {
         Reason::MetadataUnreachable,
         Reason::MetadataHopLimit,
         Reason::MetadataInvalid,
+        Reason::ProviderUnknown,
         Reason::WriteFailed,
         Reason::StartFailed,
         Reason::KubeadmFailed,
@@ -69,6 +71,7 @@ impl Reason {
             Reason::MetadataUnreachable => "METADATA_UNREACHABLE",
             Reason::MetadataHopLimit => "METADATA_HOP_LIMIT",
             Reason::MetadataInvalid => "METADATA_INVALID",
+            Reason::ProviderUnknown => "PROVIDER_UNKNOWN",
             Reason::WriteFailed => "WRITE_FAILED",
             Reason::StartFailed => "START_FAILED",
             Reason::KubeadmFailed => "KUBEADM_FAILED",
@@ -96,7 +99,10 @@ impl Reason {
             | Reason::ConfigMissing
             | Reason::ConfigInvalid
             | Reason::SecretMode => 3,
-            Reason::MetadataUnreachable | Reason::MetadataHopLimit | Reason::MetadataInvalid => 4,
+            Reason::MetadataUnreachable
+            | Reason::MetadataHopLimit
+            | Reason::MetadataInvalid
+            | Reason::ProviderUnknown => 4,
             Reason::WriteFailed => 5,
             Reason::StartFailed | Reason::KubeadmFailed => 6,
             Reason::KubeletExited
@@ -130,6 +136,9 @@ impl Reason {
                 "raise the IMDS hop limit (HttpPutResponseHopLimit >= 2 for containers) or allow IMDSv2 tokens"
             }
             Reason::MetadataInvalid => "the metadata answer lacked or garbled the field named in the message",
+            Reason::ProviderUnknown => {
+                "set PROVIDER in /etc/kiln/node.env: the platform's provider, or none to boot from node.env alone"
+            }
             Reason::WriteFailed => "check that /run is a writable tmpfs with free space",
             Reason::StartFailed => "run `systemctl status kubelet` on the node",
             Reason::KubeadmFailed => "read the kubeadm output in /run/kiln/status.json",

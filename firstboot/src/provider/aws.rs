@@ -1,13 +1,23 @@
 //! AWS EC2 through IMDSv2 only: a session token from `PUT /latest/api/token`, then GETs
 //! carrying it. IMDSv1 is never tried, so a node never depends on the weaker protocol.
+//! Paths are under `latest/`. The required fields are in every API version since 2008;
+//! `placement/region` and `ipv6` are newer and optional: the region falls back to the zone
+//! minus its letter, the address to the primary interface's `local-ipv4s` and `ipv6s`
+//! (tested against captures of API versions 2016-09-02 and 2018-09-24).
 
-use super::{get_text, http_error, parallel, valid_ip, Context, Metadata, MetadataSource};
+use super::MetadataSource;
+use super::{get_list, get_text, http_error, parallel, Candidate, Context, Metadata};
 use crate::contract::Provider;
 use crate::error::Error;
+use crate::netaddr::{IpFamily, Offered};
 use crate::Reason;
 
 /// How long the session token lives; firstboot needs it for well under a second.
 const TOKEN_TTL: &str = "300";
+
+/// IMDS on its IPv6 address, for instances on IPv6-only subnets (Nitro; the endpoint must be
+/// enabled on the instance). `--metadata-url aws-ipv6` or `METADATA_URL=aws-ipv6` picks it.
+pub const IPV6_ENDPOINT: &str = "http://[fd00:ec2::254]";
 
 #[derive(Debug)]
 pub struct Aws;
@@ -76,21 +86,51 @@ impl MetadataSource for Aws {
             &|| get("placement/region", true),
             &|| get("local-ipv4", true),
             &|| get("local-hostname", true),
+            &|| get("ipv6", true),
+            &|| get("mac", true),
         ])?;
-        let [instance_id, instance_type, zone, mut region, ip, hostname] =
-            <[String; 6]>::try_from(v).unwrap_or_default();
+        let [instance_id, instance_type, zone, mut region, ip, hostname, ipv6, mac] =
+            <[String; 8]>::try_from(v).unwrap_or_default();
         // Older IMDS versions lack placement/region; the zone minus its letter is the region.
         if region.is_empty() {
             region = zone
                 .trim_end_matches(|c: char| c.is_ascii_lowercase())
                 .to_string();
         }
-        // IPv6-only instances have no local-ipv4: the caller falls back to the route.
-        let node_ip = valid_ip(ip, "local-ipv4", base)?;
+        let mut addresses = vec![
+            Candidate::new("meta-data/local-ipv4", ip),
+            Candidate::new("meta-data/ipv6", ipv6),
+        ];
+        // The primary interface's lists: where API versions before 2021-01-03 keep the IPv6
+        // address, and the next source when a top-level answer is missing or unusable.
+        // Asked only when needed, so a usual boot makes no extra round trip.
+        let offered = Offered::from_candidates(&addresses);
+        let want_v6 = cx.wants(IpFamily::Ipv6);
+        if !mac.is_empty() && (offered.v4.is_none() || (want_v6 && offered.v6.is_none())) {
+            let nic = format!("network/interfaces/macs/{mac}");
+            let (v4s, v6s) = (format!("{nic}/local-ipv4s"), format!("{nic}/ipv6s"));
+            let lists = std::thread::scope(|s| {
+                let a =
+                    s.spawn(|| get_list(cx, &format!("{base}/latest/meta-data/{v4s}"), &headers));
+                let b =
+                    s.spawn(|| get_list(cx, &format!("{base}/latest/meta-data/{v6s}"), &headers));
+                (a.join(), b.join())
+            });
+            let (Ok(v4_list), Ok(v6_list)) = lists else {
+                return Err(Error::metadata(
+                    Reason::Internal,
+                    "a metadata lookup thread panicked".to_string(),
+                ));
+            };
+            for (field, list) in [(v4s, v4_list?), (v6s, v6_list?)] {
+                let field = format!("meta-data/{field}");
+                addresses.extend(list.into_iter().map(|v| Candidate::new(&field, v)));
+            }
+        }
         Ok(Metadata {
             provider_id: format!("aws:///{zone}/{instance_id}"),
             hostname,
-            node_ip,
+            addresses,
             instance_id,
             instance_type,
             zone,

@@ -1,10 +1,13 @@
 //! Azure through the Instance Metadata Service: one JSON document from
 //! `/metadata/instance` (pinned api-version, `Metadata: true` header).
 //! One request instead of one `format=text` call per field keeps the boot path short.
+//! It asks for api-version 2021-02-01 and reads nothing newer: the oldest version it
+//! reads is the one it pins (`zone`, `vmScaleSetName`, `osProfile.computerName` and the
+//! IPv6 list are optional within it).
 
 use std::path::Path;
 
-use super::{body_text, check_token, http_error, valid_ip, Context, Metadata, MetadataSource};
+use super::{body_text, check_token, http_error, Candidate, Context, Metadata, MetadataSource};
 use super::{ChannelError, ReportTarget};
 use crate::contract::paths;
 use crate::contract::Provider;
@@ -84,10 +87,10 @@ pub fn from_document(doc: &Value, url: &str) -> Result<Metadata, Error> {
     let zone = field("compute/zone", false)?;
     let scale_set = field("compute/vmScaleSetName", false)?;
     let computer = field("compute/osProfile/computerName", false)?;
-    let ip = field(
-        "network/interface/0/ipv4/ipAddress/0/privateIpAddress",
-        false,
-    )?;
+    let addresses = addresses(doc);
+    // cloud-provider-azure writes regions and zones in lower case (`makeZone`); IMDS
+    // answers the location as the VM was created (`SwedenCentral` happens).
+    let location = location.to_ascii_lowercase();
     // The cloud provider names scale-set instances `<set>_<n>` and addresses them under the set.
     let provider_id = match name.strip_prefix(&scale_set).and_then(|r| r.strip_prefix('_')) {
         Some(index) if !scale_set.is_empty() => format!(
@@ -104,7 +107,7 @@ pub fn from_document(doc: &Value, url: &str) -> Result<Metadata, Error> {
     };
     Ok(Metadata {
         hostname: host.to_ascii_lowercase(),
-        node_ip: valid_ip(ip, "privateIpAddress", url)?,
+        addresses,
         instance_id: vm_id,
         instance_type: field("compute/vmSize", true)?,
         // Kubernetes on Azure labels zones `<location>-<zone>`.
@@ -116,6 +119,32 @@ pub fn from_document(doc: &Value, url: &str) -> Result<Metadata, Error> {
         region: location,
         provider_id,
     })
+}
+
+/// Every private address of every interface, interface by interface, IPv4 before IPv6.
+fn addresses(doc: &Value) -> Vec<Candidate> {
+    let mut out = Vec::new();
+    let interfaces = doc
+        .pointer("network/interface")
+        .and_then(Value::as_array)
+        .unwrap_or(&[]);
+    for (i, nic) in interfaces.iter().enumerate() {
+        for family in ["ipv4", "ipv6"] {
+            let list = nic
+                .pointer(&format!("{family}/ipAddress"))
+                .and_then(Value::as_array)
+                .unwrap_or(&[]);
+            for (j, a) in list.iter().enumerate() {
+                if let Some(v) = a.get("privateIpAddress").and_then(Value::as_text) {
+                    out.push(Candidate::new(
+                        format!("network/interface/{i}/{family}/ipAddress/{j}/privateIpAddress"),
+                        v,
+                    ));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Encodes one KVP record: the key and value, each NUL-padded to its fixed field size.

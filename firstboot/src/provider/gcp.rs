@@ -1,11 +1,14 @@
 //! Google Compute Engine through `computeMetadata/v1` with `Metadata-Flavor: Google`.
 //! Every answer must carry the same header back, as Google's own clients check, so a
 //! stray server on the address is not mistaken for the metadata service.
+//! `v1` is the only version the server has (since 2015, replacing `v1beta1`). Older or
+//! partial answers lack leaves: `instance/name` falls back to the hostname's first label,
+//! `network-interfaces/0/ip` and `ipv6s` to the route to the API server.
 
 use super::{body_text, check_token};
 use std::time::Duration;
 
-use super::{http_error, last_segment, parallel, valid_ip, Context, Metadata, MetadataSource};
+use super::{http_error, last_segment, parallel, Candidate, Context, Metadata, MetadataSource};
 use super::{ChannelError, ReportTarget, LINK_LOCAL};
 use crate::contract::Provider;
 use crate::error::Error;
@@ -18,12 +21,20 @@ pub const STATUS_ATTRIBUTE_PATH: &str = "/computeMetadata/v1/instance/guest-attr
 #[derive(Debug)]
 pub struct Gcp;
 
-fn get(cx: &Context<'_>, path: &str) -> Result<String, Error> {
+/// The list of the primary interface's IPv6 addresses, one per line.
+const IPV6S: &str = "instance/network-interfaces/0/ipv6s";
+
+/// GETs one leaf. `optional`: a 404 is the empty value. A list leaf (`ipv6s`) keeps its
+/// newlines and is not token-checked: its items are addresses, which are parsed.
+fn get(cx: &Context<'_>, path: &str, optional: bool) -> Result<String, Error> {
     let url = format!("{}/computeMetadata/v1/{path}", cx.base());
     let resp = cx
         .client
         .send("GET", &url, &[("Metadata-Flavor", "Google")])
         .map_err(http_error)?;
+    if resp.status == 404 && optional {
+        return Ok(String::new());
+    }
     if resp.status != 200 {
         return Err(Error::metadata(
             Reason::MetadataInvalid,
@@ -37,7 +48,9 @@ fn get(cx: &Context<'_>, path: &str) -> Result<String, Error> {
         ));
     }
     let v = body_text(&url, resp.body)?.trim().to_string();
-    check_token(&v, path, &url)?;
+    if path != IPV6S {
+        check_token(&v, path, &url)?;
+    }
     Ok(v)
 }
 
@@ -52,16 +65,33 @@ impl MetadataSource for Gcp {
 
     fn fetch(&self, cx: &Context<'_>) -> Result<Metadata, Error> {
         let v = parallel(&[
-            &|| get(cx, "instance/id"),
-            &|| get(cx, "instance/name"),
-            &|| get(cx, "instance/machine-type"),
-            &|| get(cx, "instance/zone"),
-            &|| get(cx, "project/project-id"),
-            &|| get(cx, "instance/network-interfaces/0/ip"),
-            &|| get(cx, "instance/hostname"),
+            &|| get(cx, "instance/id", false),
+            &|| get(cx, "instance/name", true),
+            &|| get(cx, "instance/machine-type", false),
+            &|| get(cx, "instance/zone", false),
+            &|| get(cx, "project/project-id", false),
+            &|| get(cx, "instance/network-interfaces/0/ip", true),
+            &|| get(cx, IPV6S, true),
+            &|| get(cx, "instance/hostname", true),
         ])?;
-        let [id, name, machine_type, zone_path, project, ip, hostname] =
-            <[String; 7]>::try_from(v).unwrap_or_default();
+        let [id, name, machine_type, zone_path, project, ip, ipv6s, fqdn] =
+            <[String; 8]>::try_from(v).unwrap_or_default();
+        // The FQDN's first label is the short hostname GCE gives the guest: the instance
+        // name unless the instance was created with a custom hostname.
+        let short = fqdn.split('.').next().unwrap_or("").to_string();
+        let name = match (name.is_empty(), short.is_empty()) {
+            (false, _) => name,
+            (true, false) => short.clone(),
+            (true, true) => {
+                return Err(Error::metadata(
+                    Reason::MetadataInvalid,
+                    format!(
+                        "{}/computeMetadata/v1/instance/: expected name or hostname, found neither",
+                        cx.base()
+                    ),
+                ))
+            }
+        };
         let zone = last_segment(&zone_path).to_string();
         // A zone is `<region>-<letter>`.
         let region = zone
@@ -69,10 +99,19 @@ impl MetadataSource for Gcp {
             .map(|(r, _)| r)
             .unwrap_or("")
             .to_string();
+        let mut addresses = vec![Candidate::new("network-interfaces/0/ip", ip)];
+        addresses.extend(
+            ipv6s
+                .lines()
+                .map(|v| Candidate::new("network-interfaces/0/ipv6s", v.trim())),
+        );
         Ok(Metadata {
-            // The FQDN's first label is the short hostname GCE gives the guest.
-            hostname: hostname.split('.').next().unwrap_or("").to_string(),
-            node_ip: valid_ip(ip, "network-interfaces/0/ip", cx.base())?,
+            hostname: if short.is_empty() {
+                name.clone()
+            } else {
+                short
+            },
+            addresses,
             provider_id: format!("gce://{project}/{zone}/{name}"),
             instance_id: id,
             instance_type: last_segment(&machine_type).to_string(),

@@ -12,10 +12,13 @@ pub use crate::contract::Provider;
 use crate::error::Error;
 use crate::fsutil;
 use crate::http::{Client, HttpError};
+pub use crate::netaddr::Candidate;
+use crate::netaddr::{self, IpFamily};
 use crate::Reason;
 
 pub mod aws;
 pub mod azure;
+pub mod detect;
 pub mod gcp;
 pub mod none;
 pub mod openstack;
@@ -30,12 +33,23 @@ pub const LINK_LOCAL: &str = "http://169.254.169.254";
 pub struct Metadata {
     /// The node name the platform suggests (hostname or instance name).
     pub hostname: String,
-    pub node_ip: String,
+    /// The node addresses the source offers, both families, in the order it prefers them
+    /// (the primary interface's first); the caller checks them ([`crate::netaddr`]).
+    pub addresses: Vec<Candidate>,
     pub instance_id: String,
     pub instance_type: String,
     pub zone: String,
     pub region: String,
     pub provider_id: String,
+}
+
+/// The URL a metadata endpoint name stands for (`METADATA_URL`, `--metadata-url`), or
+/// `None` when `name` is no such name (then it is a URL itself).
+pub fn named_endpoint(name: &str) -> Option<&'static str> {
+    match name {
+        "aws-ipv6" => Some(aws::IPV6_ENDPOINT),
+        _ => None,
+    }
 }
 
 /// Everything a source may use: paths are under `root`, URLs under `base_url`.
@@ -49,9 +63,23 @@ pub struct Context<'a> {
     pub rpctool: &'a str,
     /// `API_SERVER` from node.env, for the route-based node IP.
     pub api_server: &'a str,
+    /// `IP_FAMILY` from node.env, when set.
+    pub ip_family: Option<IpFamily>,
 }
 
 impl Context<'_> {
+    /// Whether the node may need an address of `family`: `IP_FAMILY` names it (or `dual`),
+    /// or, unset, the API server's address is of that family. A source asks its slower
+    /// fallbacks for a family only then.
+    pub fn wants(&self, family: IpFamily) -> bool {
+        match self.ip_family {
+            Some(f) => f == family || f == IpFamily::Dual,
+            None => {
+                family == IpFamily::Ipv4 || netaddr::literal_family(self.api_server) == Some(family)
+            }
+        }
+    }
+
     /// The base URL without a trailing slash.
     pub fn base(&self) -> &str {
         self.base_url.unwrap_or(LINK_LOCAL).trim_end_matches('/')
@@ -124,33 +152,9 @@ pub fn source(provider: Provider) -> &'static dyn MetadataSource {
     }
 }
 
-/// Azure's fixed chassis asset tag, the documented way to recognise an Azure VM.
-const AZURE_ASSET_TAG: &str = "7783-7084-3265-9085-8269-3286-77";
-
-/// Picks a provider from DMI facts under `<root>/sys/class/dmi/id/`. Never probes the network.
-pub fn detect(root: &Path) -> Provider {
-    let dmi = |f: &str| dmi_field(root, f);
-    let (vendor, product, bios) = (dmi("sys_vendor"), dmi("product_name"), dmi("bios_vendor"));
-    if vendor == "Amazon EC2" || bios == "Amazon EC2" {
-        Provider::Aws
-    } else if dmi("chassis_asset_tag") == AZURE_ASSET_TAG {
-        Provider::Azure
-    } else if product == "Google Compute Engine" || vendor == "Google" {
-        Provider::Gcp
-    } else if vendor == "OpenStack Foundation" || product == "OpenStack Nova" {
-        Provider::Openstack
-    } else if vendor == "VMware, Inc." {
-        Provider::Vmware
-    } else if vendor == "QEMU" && paths::under(root, qemu::FW_CFG_DIR).is_dir() {
-        Provider::Qemu
-    } else {
-        Provider::None
-    }
-}
-
 /// One DMI file's trimmed content, or empty when it is absent or unreadable.
 pub fn dmi_field(root: &Path, field: &str) -> String {
-    let p = paths::under(root, "/sys/class/dmi/id").join(field);
+    let p = paths::under(root, detect::DMI_DIR).join(field);
     match fsutil::read_capped(&p, 4096) {
         Ok(Some(s)) => s.trim().to_string(),
         _ => String::new(),
@@ -216,6 +220,29 @@ pub fn get_text(
     }
 }
 
+/// GETs a newline-separated list (EC2's `local-ipv4s`, `ipv6s`); a 404 is the empty list.
+/// Items are not token-checked: they are addresses, which [`crate::netaddr`] parses.
+pub fn get_list(
+    cx: &Context<'_>,
+    url: &str,
+    headers: &[(&str, &str)],
+) -> Result<Vec<String>, Error> {
+    let resp = cx.client.send("GET", url, headers).map_err(http_error)?;
+    match resp.status {
+        200 => Ok(body_text(url, resp.body)?
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect()),
+        404 => Ok(Vec::new()),
+        s => Err(Error::metadata(
+            Reason::MetadataInvalid,
+            format!("GET {url}: expected HTTP 200, found HTTP {s}"),
+        )),
+    }
+}
+
 /// One metadata lookup that can run on its own thread.
 pub type Job<'a> = &'a (dyn Fn() -> Result<String, Error> + Sync);
 
@@ -239,9 +266,8 @@ pub fn parallel(jobs: &[Job<'_>]) -> Result<Vec<String>, Error> {
     })
 }
 
-/// The local address of the route to `API_SERVER`: a connected UDP socket's local address.
-/// Connecting a UDP socket sends no packet; it only asks the kernel for a route.
-pub fn route_ip(api_server: &str) -> Result<String, Error> {
+/// The first address `API_SERVER`'s host resolves to (port 443 unless given).
+fn resolve_api(api_server: &str) -> Result<SocketAddr, Error> {
     let fail = |m: String| Error::metadata(Reason::MetadataInvalid, m);
     let hostport = api_server
         .strip_prefix("https://")
@@ -254,7 +280,7 @@ pub fn route_ip(api_server: &str) -> Result<String, Error> {
     } else {
         hostport.to_string()
     };
-    let addr: SocketAddr = with_port
+    with_port
         .to_socket_addrs()
         .map_err(|e| {
             fail(format!(
@@ -262,7 +288,20 @@ pub fn route_ip(api_server: &str) -> Result<String, Error> {
             ))
         })?
         .next()
-        .ok_or_else(|| fail(format!("API_SERVER {api_server}: resolves to no address")))?;
+        .ok_or_else(|| fail(format!("API_SERVER {api_server}: resolves to no address")))
+}
+
+/// The API server's address family: from the URL when the host is an address, else from
+/// its first resolved address; `None` when the name does not resolve.
+pub fn api_family(api_server: &str) -> Option<IpFamily> {
+    netaddr::literal_family(api_server)
+        .or_else(|| resolve_api(api_server).ok().map(|a| IpFamily::of(a.ip())))
+}
+
+/// The local address of the route to `API_SERVER`: a connected UDP socket's local address.
+/// Connecting a UDP socket sends no packet; it only asks the kernel for a route.
+pub fn route_ip(api_server: &str) -> Result<IpAddr, Error> {
+    let addr = resolve_api(api_server)?;
     let local = if addr.is_ipv4() {
         "0.0.0.0:0"
     } else {
@@ -271,20 +310,13 @@ pub fn route_ip(api_server: &str) -> Result<String, Error> {
     let sock = UdpSocket::bind(local)
         .and_then(|s| s.connect(addr).map(|_| s))
         .and_then(|s| s.local_addr())
-        .map_err(|e| fail(format!("no route to API_SERVER {addr}: {e}")))?;
-    Ok(sock.ip().to_string())
-}
-
-/// Drops a value that is not an IP address, so `NODE_IP` is either valid or empty.
-pub fn valid_ip(value: String, what: &str, source: &str) -> Result<String, Error> {
-    if value.is_empty() || value.parse::<IpAddr>().is_ok() {
-        Ok(value)
-    } else {
-        Err(Error::metadata(
-            Reason::MetadataInvalid,
-            format!("{source}: {what}: expected an IP address, found {value:?}"),
-        ))
-    }
+        .map_err(|e| {
+            Error::metadata(
+                Reason::MetadataInvalid,
+                format!("no route to API_SERVER {addr}: {e}"),
+            )
+        })?;
+    Ok(sock.ip())
 }
 
 /// The last `/`-separated segment: GCP answers `projects/1/zones/us-central1-a`.
@@ -317,57 +349,19 @@ mod tests {
 
     #[test]
     fn route_to_loopback() {
-        assert_eq!(route_ip("https://127.0.0.1:6443").unwrap(), "127.0.0.1");
-        assert_eq!(route_ip("https://127.0.0.1").unwrap(), "127.0.0.1");
-        assert_eq!(route_ip("https://[::1]:6443").unwrap(), "::1");
+        let ip = |u: &str| route_ip(u).unwrap().to_string();
+        assert_eq!(ip("https://127.0.0.1:6443"), "127.0.0.1");
+        assert_eq!(ip("https://127.0.0.1"), "127.0.0.1");
+        assert_eq!(ip("https://[::1]:6443"), "::1");
     }
 
     #[test]
-    fn detection_from_dmi() {
-        let base = std::env::temp_dir().join(format!("kiln-detect-{}", std::process::id()));
-        // (DMI files, fw_cfg entries present, expected provider)
-        type Case<'a> = (&'a [(&'a str, &'a str)], bool, &'a str);
-        let cases: &[Case<'_>] = &[
-            (&[("sys_vendor", "Amazon EC2\n")], false, "aws"),
-            (
-                &[("sys_vendor", "Xen"), ("bios_vendor", "Amazon EC2")],
-                false,
-                "aws",
-            ),
-            (
-                &[
-                    ("sys_vendor", "Microsoft Corporation"),
-                    ("chassis_asset_tag", AZURE_ASSET_TAG),
-                ],
-                false,
-                "azure",
-            ),
-            (&[("sys_vendor", "Microsoft Corporation")], false, "none"),
-            (&[("product_name", "Google Compute Engine")], false, "gcp"),
-            (
-                &[("sys_vendor", "OpenStack Foundation")],
-                false,
-                "openstack",
-            ),
-            (&[("product_name", "OpenStack Nova")], false, "openstack"),
-            (&[("sys_vendor", "VMware, Inc.")], false, "vmware"),
-            (&[("sys_vendor", "QEMU")], true, "qemu"),
-            (&[("sys_vendor", "QEMU")], false, "none"),
-            (&[], false, "none"),
-        ];
-        for (i, (files, fw_cfg, want)) in cases.iter().enumerate() {
-            let root = base.join(i.to_string());
-            let dmi = paths::under(&root, "/sys/class/dmi/id");
-            std::fs::create_dir_all(&dmi).unwrap();
-            for (f, v) in *files {
-                std::fs::write(dmi.join(f), v).unwrap();
-            }
-            if *fw_cfg {
-                std::fs::create_dir_all(paths::under(&root, qemu::FW_CFG_DIR)).unwrap();
-            }
-            assert_eq!(detect(&root).name(), *want, "{files:?} fw_cfg={fw_cfg}");
+    fn every_endpoint_name_the_contract_accepts_has_a_url() {
+        for name in crate::contract::node_env::METADATA_URL_NAMES {
+            let url = named_endpoint(name).unwrap();
+            assert!(crate::http::Url::parse(url).is_ok(), "{url}");
         }
-        std::fs::remove_dir_all(base).unwrap();
+        assert_eq!(named_endpoint("http://127.0.0.1:1"), None);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! No metadata service (bare metal, or a platform kiln does not know): the node's name is
-//! its hostname and its IP is the source address of the route to the API server.
+//! its hostname and its IP is the source address of the route to the API server (the
+//! caller's fallback for every source without an address).
 
-use super::{check_token, route_ip, Context, Metadata, MetadataSource};
+use super::{check_token, Context, Metadata, MetadataSource};
 use crate::contract::paths;
 use crate::contract::Provider;
 use crate::error::Error;
@@ -29,7 +30,6 @@ impl MetadataSource for NoMetadata {
         }
         Ok(Metadata {
             hostname,
-            node_ip: route_ip(cx.api_server)?,
             ..Metadata::default()
         })
     }

@@ -1,10 +1,12 @@
 //! OpenStack Nova: `openstack/latest/meta_data.json` for identity, and the EC2-compatible
 //! leaves for what the OpenStack document lacks (the private IPv4, the flavor name).
+//! Addresses: EC2's `local-ipv4`, then every fixed address in `network_data.json` (both
+//! families). The oldest versions read: meta_data.json 2012-08-10 (`uuid`, `name`,
+//! `availability_zone`), the EC2 leaves of 2009-04-04, network_data.json 2015-10-15
+//! (optional: older clouds answer 404).
 
-use super::{
-    body_text, check_token, get_text, http_error, parallel, valid_ip, Context, Metadata,
-    MetadataSource,
-};
+use super::{body_text, check_token, get_text, http_error, parallel, Candidate, Context};
+use super::{Metadata, MetadataSource};
 use crate::contract::Provider;
 use crate::error::Error;
 use crate::json::{self, Value};
@@ -50,13 +52,34 @@ impl MetadataSource for OpenStack {
             let u = format!("{base}/latest/meta-data/{key}");
             Ok(get_text(cx, &u, &[], true)?.unwrap_or_default())
         };
-        let v = parallel(&[&|| leaf("local-ipv4"), &|| leaf("instance-type")])?;
-        let [ip, instance_type] = <[String; 2]>::try_from(v).unwrap_or_default();
-        let ip = valid_ip(ip, "local-ipv4", base)?;
+        let network_url = format!("{base}/openstack/latest/network_data.json");
+        let network = || -> Result<String, Error> {
+            let resp = cx
+                .client
+                .send("GET", &network_url, &[])
+                .map_err(http_error)?;
+            match resp.status {
+                200 => body_text(&network_url, resp.body),
+                404 => Ok(String::new()),
+                s => Err(Error::metadata(
+                    Reason::MetadataInvalid,
+                    format!("GET {network_url}: expected HTTP 200, found HTTP {s}"),
+                )),
+            }
+        };
+        let v = parallel(&[&|| leaf("local-ipv4"), &|| leaf("instance-type"), &network])?;
+        let [ip, instance_type, network] = <[String; 3]>::try_from(v).unwrap_or_default();
+        let mut addresses = vec![Candidate::new("meta-data/local-ipv4", ip)];
+        if !network.is_empty() {
+            let doc = json::parse(&network).map_err(|e| {
+                Error::metadata(Reason::MetadataInvalid, format!("GET {network_url}: {e}"))
+            })?;
+            addresses.extend(network_addresses(&doc));
+        }
         Ok(Metadata {
             // cloud-provider-openstack finds a node's server by its name.
             hostname: name.to_ascii_lowercase(),
-            node_ip: ip,
+            addresses,
             provider_id: format!("openstack:///{uuid}"),
             instance_id: uuid,
             instance_type,
@@ -64,4 +87,20 @@ impl MetadataSource for OpenStack {
             region: String::new(),
         })
     }
+}
+
+/// The fixed addresses of `network_data.json`'s `networks` (types `ipv4` and `ipv6`; the
+/// DHCP and SLAAC types carry none), in document order.
+pub fn network_addresses(doc: &Value) -> Vec<Candidate> {
+    let networks = doc.get("networks").and_then(Value::as_array).unwrap_or(&[]);
+    let mut out = Vec::new();
+    for (i, n) in networks.iter().enumerate() {
+        if let Some(ip) = n.get("ip_address").and_then(Value::as_text) {
+            out.push(Candidate::new(
+                format!("network_data.json networks/{i}/ip_address"),
+                ip,
+            ));
+        }
+    }
+    out
 }

@@ -1,7 +1,7 @@
 //! QEMU: fw_cfg entries the VM was started with (`-fw_cfg name=opt/kiln/<key>,string=…`),
 //! read from sysfs, so boot tests have a metadata source without any network.
 
-use super::{check_token, valid_ip, Context, Metadata, MetadataSource};
+use super::{check_token, Candidate, Context, Metadata, MetadataSource};
 use crate::contract::paths;
 use crate::contract::Provider;
 use crate::error::Error;
@@ -42,7 +42,10 @@ impl MetadataSource for Qemu {
         }
         Ok(Metadata {
             hostname: entry(cx, "hostname")?,
-            node_ip: valid_ip(entry(cx, "local-ipv4")?, "local-ipv4", FW_CFG_DIR)?,
+            addresses: vec![
+                Candidate::new("fw_cfg opt/kiln/local-ipv4", entry(cx, "local-ipv4")?),
+                Candidate::new("fw_cfg opt/kiln/local-ipv6", entry(cx, "local-ipv6")?),
+            ],
             instance_type: entry(cx, "instance-type")?,
             zone: entry(cx, "zone")?,
             region: entry(cx, "region")?,

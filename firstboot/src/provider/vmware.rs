@@ -5,7 +5,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::{
-    check_token, dmi_field, valid_ip, ChannelError, Context, Metadata, MetadataSource, ReportTarget,
+    check_token, dmi_field, Candidate, ChannelError, Context, Metadata, MetadataSource,
+    ReportTarget,
 };
 use crate::contract::Provider;
 use crate::error::Error;
@@ -68,11 +69,10 @@ impl MetadataSource for Vmware {
         check_token(&uuid, "product_uuid", "/sys/class/dmi/id/product_uuid")?;
         Ok(Metadata {
             hostname: info_get(cx, "hostname")?,
-            node_ip: valid_ip(
-                info_get(cx, "local-ipv4")?,
-                "guestinfo.kiln.local-ipv4",
-                cx.rpctool,
-            )?,
+            addresses: vec![
+                Candidate::new("guestinfo.kiln.local-ipv4", info_get(cx, "local-ipv4")?),
+                Candidate::new("guestinfo.kiln.local-ipv6", info_get(cx, "local-ipv6")?),
+            ],
             instance_type: info_get(cx, "instance-type")?,
             zone: info_get(cx, "zone")?,
             region: info_get(cx, "region")?,

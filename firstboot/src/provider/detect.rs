@@ -1,0 +1,557 @@
+//! `PROVIDER=auto`: which platform this is, from DMI (SMBIOS) values alone, offline. The
+//! rules follow cloud-init's platform identification (sources in `docs/firstboot.md`);
+//! [`detect`] is a pure function of a [`Dmi`] value, which [`Dmi::read`] fills from sysfs.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use super::Provider;
+use crate::contract::paths;
+use crate::fsutil;
+
+/// The DMI values detection looks at, trimmed; empty when absent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Dmi {
+    /// `/sys/class/dmi/id/sys_vendor` (SMBIOS system manufacturer).
+    pub sys_vendor: String,
+    /// `product_name` (system product name).
+    pub product_name: String,
+    /// `product_serial` (system serial number).
+    pub product_serial: String,
+    /// `product_uuid` (system UUID).
+    pub product_uuid: String,
+    /// `product_version`.
+    pub product_version: String,
+    /// `bios_vendor`.
+    pub bios_vendor: String,
+    /// `bios_version`.
+    pub bios_version: String,
+    /// `chassis_asset_tag`.
+    pub chassis_asset_tag: String,
+    /// `/sys/hypervisor/uuid` (Xen guests only).
+    pub hypervisor_uuid: String,
+    /// Whether QEMU's fw_cfg shows kiln's entries (`/sys/firmware/qemu_fw_cfg/…/opt/kiln`).
+    pub qemu_fw_cfg: bool,
+}
+
+/// The DMI files read, with the name each has in [`Dmi`] and in messages.
+const DMI_FILES: [&str; 8] = [
+    "sys_vendor",
+    "product_name",
+    "product_serial",
+    "product_uuid",
+    "product_version",
+    "bios_vendor",
+    "bios_version",
+    "chassis_asset_tag",
+];
+
+/// The directory of the DMI files.
+pub const DMI_DIR: &str = "/sys/class/dmi/id";
+/// Xen's own UUID of the guest.
+pub const HYPERVISOR_UUID: &str = "/sys/hypervisor/uuid";
+
+/// One file's trimmed content, or empty when it is absent or unreadable (`product_serial`
+/// and `product_uuid` are root-only on most kernels; firstboot runs as root).
+fn read_trimmed(path: &Path) -> String {
+    match fsutil::read_capped(path, 4096) {
+        Ok(Some(s)) => s.trim().to_string(),
+        _ => String::new(),
+    }
+}
+
+impl Dmi {
+    /// Reads the values under `root`.
+    pub fn read(root: &Path) -> Dmi {
+        let dir = paths::under(root, DMI_DIR);
+        let mut d = Dmi {
+            hypervisor_uuid: read_trimmed(&paths::under(root, HYPERVISOR_UUID)),
+            qemu_fw_cfg: paths::under(root, super::qemu::FW_CFG_DIR).is_dir(),
+            ..Dmi::default()
+        };
+        for name in DMI_FILES {
+            *d.field_mut(name) = read_trimmed(&dir.join(name));
+        }
+        d
+    }
+
+    fn field_mut(&mut self, name: &str) -> &mut String {
+        match name {
+            "sys_vendor" => &mut self.sys_vendor,
+            "product_name" => &mut self.product_name,
+            "product_serial" => &mut self.product_serial,
+            "product_uuid" => &mut self.product_uuid,
+            "product_version" => &mut self.product_version,
+            "bios_vendor" => &mut self.bios_vendor,
+            "bios_version" => &mut self.bios_version,
+            "chassis_asset_tag" => &mut self.chassis_asset_tag,
+            _ => &mut self.hypervisor_uuid,
+        }
+    }
+
+    /// Every non-empty value as `name="value"`, space-separated, for messages; `no DMI
+    /// values` when there are none.
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        let mut put = |name: &str, v: &str| {
+            if !v.is_empty() {
+                if !out.is_empty() {
+                    out.push(' ');
+                }
+                let _ = write!(out, "{name}={v:?}");
+            }
+        };
+        put("sys_vendor", &self.sys_vendor);
+        put("product_name", &self.product_name);
+        put("product_serial", &self.product_serial);
+        put("product_uuid", &self.product_uuid);
+        put("product_version", &self.product_version);
+        put("bios_vendor", &self.bios_vendor);
+        put("bios_version", &self.bios_version);
+        put("chassis_asset_tag", &self.chassis_asset_tag);
+        put("hypervisor_uuid", &self.hypervisor_uuid);
+        if out.is_empty() {
+            out.push_str("no DMI values");
+        }
+        out
+    }
+}
+
+/// What detection concluded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Detected {
+    /// A supported platform, and the rule that matched (for messages and docs).
+    Provider(Provider, &'static str),
+    /// A cloud kiln recognises but has no provider for.
+    Unsupported {
+        /// The cloud's name.
+        cloud: &'static str,
+        /// The rule that matched.
+        rule: &'static str,
+    },
+    /// Values that carry a known cloud's marker without matching its rule in full: the
+    /// markers seen. Guessing here would be silent and maybe wrong, so `auto` stops.
+    Partial {
+        /// The cloud the markers point at.
+        cloud: &'static str,
+        /// Each marker, as `name="value"`.
+        markers: Vec<String>,
+    },
+    /// Nothing known: no metadata source (bare metal, an unknown hypervisor).
+    Nothing,
+}
+
+/// Azure's chassis asset tag (cloud-init `ChassisAssetTag.AZURE_CLOUD`).
+pub const AZURE_ASSET_TAG: &str = "7783-7084-3265-9085-8269-3286-77";
+/// GCE product names (cloud-init `platform_reports_gce`).
+const GCE_PRODUCTS: [&str; 2] = ["Google Compute Engine", "Google"];
+/// OpenStack product names (cloud-init `VALID_DMI_PRODUCT_NAMES`).
+const OPENSTACK_PRODUCTS: [&str; 2] = ["OpenStack Nova", "OpenStack Compute"];
+/// Asset tags of OpenStack clouds, branded or not (cloud-init `VALID_DMI_ASSET_TAGS`).
+const OPENSTACK_ASSET_TAGS: [&str; 6] = [
+    "OpenStack Nova",
+    "OpenStack Compute",
+    "HUAWEICLOUD",
+    "OpenTelekomCloud",
+    "Samsung Cloud Platform",
+    "SAP CCloud VM",
+];
+
+/// True when `uuid` starts with `ec2` in either byte order, as cloud-init's `identify_aws`
+/// checks: EC2 writes the UUID's first group big-endian on some instance types and
+/// little-endian on others (`45E12AEC-…` reads `ec2ae145-…` the other way round).
+fn ec2_uuid(uuid: &str) -> bool {
+    let u = uuid.to_ascii_lowercase();
+    if u.starts_with("ec2") {
+        return true;
+    }
+    let first = u.split('-').next().unwrap_or("");
+    first.len() == 8
+        && u.len() == 36
+        && first.bytes().all(|b| b.is_ascii_hexdigit())
+        && &first[6..8] == "ec"
+        && first.as_bytes()[4] == b'2'
+}
+
+fn marker(name: &str, value: &str) -> String {
+    format!("{name}={value:?}")
+}
+
+/// The platform the DMI values name. Rules in order; the first that matches wins:
+///
+/// 1. Azure: `chassis_asset_tag` is Azure's tag.
+/// 2. AWS: `sys_vendor` or `bios_vendor` is `Amazon EC2` (Nitro); or `/sys/hypervisor/uuid`
+///    starts with `ec2` (Xen); or two of: `product_uuid` starts with `ec2` (either byte
+///    order), `product_serial` starts with `ec2`, `bios_version` ends with `.amazon` (Xen).
+///    One of those three alone is a partial match.
+/// 3. GCE: `product_name` is `Google Compute Engine` or `Google`, or `product_serial` starts
+///    with `GoogleCloud-`.
+/// 4. OpenStack: `product_name` is `OpenStack Nova` or `OpenStack Compute`, or
+///    `chassis_asset_tag` is one of the OpenStack tags, or `sys_vendor` is `OpenStack
+///    Foundation`.
+/// 5. VMware: `sys_vendor` is `VMware, Inc.`.
+/// 6. Recognised, unsupported: Alibaba (`product_name` `Alibaba Cloud ECS`), Oracle
+///    (`chassis_asset_tag` `OracleCloud.com`), DigitalOcean and Hetzner (`sys_vendor`).
+/// 7. QEMU with kiln's fw_cfg entries.
+/// 8. A marker of a known cloud anywhere (`amazon`, `google`, `openstack`, `vmware`,
+///    `alibaba`, `oracle`, `digitalocean`, `hetzner`, case-insensitive) is a partial match.
+pub fn detect(d: &Dmi) -> Detected {
+    use Detected::*;
+    if d.chassis_asset_tag == AZURE_ASSET_TAG {
+        return Provider(super::Provider::Azure, "chassis_asset_tag is Azure's");
+    }
+    if d.sys_vendor == "Amazon EC2" || d.bios_vendor == "Amazon EC2" {
+        return Provider(super::Provider::Aws, "vendor is Amazon EC2 (Nitro)");
+    }
+    if d.hypervisor_uuid.to_ascii_lowercase().starts_with("ec2") {
+        return Provider(
+            super::Provider::Aws,
+            "/sys/hypervisor/uuid starts with ec2 (Xen)",
+        );
+    }
+    let mut aws = Vec::new();
+    if ec2_uuid(&d.product_uuid) {
+        aws.push(marker("product_uuid", &d.product_uuid));
+    }
+    if d.product_serial.to_ascii_lowercase().starts_with("ec2") {
+        aws.push(marker("product_serial", &d.product_serial));
+    }
+    if d.bios_version.ends_with(".amazon") {
+        aws.push(marker("bios_version", &d.bios_version));
+    }
+    if aws.len() >= 2 {
+        return Provider(
+            super::Provider::Aws,
+            "two of product_uuid/product_serial starting with ec2, bios_version ending .amazon",
+        );
+    }
+    if GCE_PRODUCTS.contains(&d.product_name.as_str()) {
+        return Provider(super::Provider::Gcp, "product_name is Google's");
+    }
+    if d.product_serial.starts_with("GoogleCloud-") {
+        return Provider(
+            super::Provider::Gcp,
+            "product_serial starts with GoogleCloud-",
+        );
+    }
+    if OPENSTACK_PRODUCTS.contains(&d.product_name.as_str()) {
+        return Provider(super::Provider::Openstack, "product_name is OpenStack's");
+    }
+    if OPENSTACK_ASSET_TAGS.contains(&d.chassis_asset_tag.as_str()) {
+        return Provider(
+            super::Provider::Openstack,
+            "chassis_asset_tag is an OpenStack cloud's",
+        );
+    }
+    if d.sys_vendor == "OpenStack Foundation" {
+        return Provider(
+            super::Provider::Openstack,
+            "sys_vendor is OpenStack Foundation",
+        );
+    }
+    if d.sys_vendor == "VMware, Inc." {
+        return Provider(super::Provider::Vmware, "sys_vendor is VMware, Inc.");
+    }
+    for (cloud, rule, hit) in [
+        (
+            "Alibaba Cloud",
+            "product_name is Alibaba Cloud ECS",
+            d.product_name == "Alibaba Cloud ECS",
+        ),
+        (
+            "Oracle Cloud",
+            "chassis_asset_tag is OracleCloud.com",
+            d.chassis_asset_tag == "OracleCloud.com",
+        ),
+        (
+            "DigitalOcean",
+            "sys_vendor is DigitalOcean",
+            d.sys_vendor == "DigitalOcean",
+        ),
+        (
+            "Hetzner",
+            "sys_vendor is Hetzner",
+            d.sys_vendor == "Hetzner",
+        ),
+    ] {
+        if hit {
+            return Unsupported { cloud, rule };
+        }
+    }
+    if d.sys_vendor == "QEMU" && d.qemu_fw_cfg {
+        return Provider(
+            super::Provider::Qemu,
+            "sys_vendor is QEMU, fw_cfg has opt/kiln",
+        );
+    }
+    if !aws.is_empty() {
+        return Partial {
+            cloud: "AWS",
+            markers: aws,
+        };
+    }
+    partial_markers(d)
+}
+
+/// Known clouds' words anywhere in the values: a rule that did not match in full.
+fn partial_markers(d: &Dmi) -> Detected {
+    const WORDS: [(&str, &str); 8] = [
+        ("amazon", "AWS"),
+        ("google", "GCE"),
+        ("openstack", "OpenStack"),
+        ("vmware", "VMware"),
+        ("alibaba", "Alibaba Cloud"),
+        ("oraclecloud", "Oracle Cloud"),
+        ("digitalocean", "DigitalOcean"),
+        ("hetzner", "Hetzner"),
+    ];
+    let fields = [
+        ("sys_vendor", &d.sys_vendor),
+        ("product_name", &d.product_name),
+        ("product_serial", &d.product_serial),
+        ("product_version", &d.product_version),
+        ("bios_vendor", &d.bios_vendor),
+        ("bios_version", &d.bios_version),
+        ("chassis_asset_tag", &d.chassis_asset_tag),
+    ];
+    for (word, cloud) in WORDS {
+        let markers: Vec<String> = fields
+            .iter()
+            .filter(|(_, v)| v.to_ascii_lowercase().contains(word))
+            .map(|(n, v)| marker(n, v))
+            .collect();
+        if !markers.is_empty() {
+            return Detected::Partial { cloud, markers };
+        }
+    }
+    Detected::Nothing
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::Provider as P;
+
+    /// A [`Dmi`] from `name=value` pairs.
+    fn dmi(pairs: &[(&str, &str)]) -> Dmi {
+        let mut d = Dmi::default();
+        for (k, v) in pairs {
+            if *k == "qemu_fw_cfg" {
+                d.qemu_fw_cfg = true;
+            } else if *k == "hypervisor_uuid" {
+                d.hypervisor_uuid = v.to_string();
+            } else {
+                *d.field_mut(k) = v.to_string();
+            }
+        }
+        d
+    }
+
+    fn provider(d: &Detected) -> Option<P> {
+        match d {
+            Detected::Provider(p, _) => Some(*p),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn supported_platforms() {
+        let xen_t2 = [
+            ("sys_vendor", "Xen"),
+            ("product_name", "HVM domU"),
+            ("product_version", "4.2.amazon"),
+            ("bios_vendor", "Xen"),
+            ("bios_version", "4.2.amazon"),
+            ("product_uuid", "EC23E5E6-3996-D6A8-C001-0CAFDB88A415"),
+            ("product_serial", "ec23e5e6-3996-d6a8-c001-0cafdb88a415"),
+        ];
+        let table: &[(&[(&str, &str)], P)] = &[
+            (
+                &[("sys_vendor", "Amazon EC2"), ("product_name", "t4g.large")],
+                P::Aws,
+            ),
+            (
+                &[("sys_vendor", "Xen"), ("bios_vendor", "Amazon EC2")],
+                P::Aws,
+            ),
+            (&xen_t2, P::Aws),
+            // The same without the serial: UUID and BIOS version still agree.
+            (&xen_t2[..6], P::Aws),
+            (
+                &[("hypervisor_uuid", "ec2a59ce-6314-efdb-3e42-da23b011c047")],
+                P::Aws,
+            ),
+            // The other byte order (cloud-init's example).
+            (
+                &[
+                    ("product_uuid", "45E12AEC-DCD1-B213-94ED-012345ABCDEF"),
+                    ("bios_version", "4.11.amazon"),
+                ],
+                P::Aws,
+            ),
+            (&[("chassis_asset_tag", AZURE_ASSET_TAG)], P::Azure),
+            (
+                &[
+                    ("sys_vendor", "Microsoft Corporation"),
+                    ("product_name", "Virtual Machine"),
+                    ("chassis_asset_tag", AZURE_ASSET_TAG),
+                ],
+                P::Azure,
+            ),
+            (&[("product_name", "Google Compute Engine")], P::Gcp),
+            (&[("product_name", "Google")], P::Gcp),
+            (
+                &[("product_serial", "GoogleCloud-0123456789ABCDEF")],
+                P::Gcp,
+            ),
+            (&[("product_name", "OpenStack Nova")], P::Openstack),
+            (&[("product_name", "OpenStack Compute")], P::Openstack),
+            (&[("sys_vendor", "OpenStack Foundation")], P::Openstack),
+            (&[("chassis_asset_tag", "HUAWEICLOUD")], P::Openstack),
+            (&[("chassis_asset_tag", "OpenTelekomCloud")], P::Openstack),
+            (
+                &[("chassis_asset_tag", "Samsung Cloud Platform")],
+                P::Openstack,
+            ),
+            (&[("chassis_asset_tag", "SAP CCloud VM")], P::Openstack),
+            (&[("sys_vendor", "VMware, Inc.")], P::Vmware),
+            (&[("sys_vendor", "QEMU"), ("qemu_fw_cfg", "")], P::Qemu),
+        ];
+        for (pairs, want) in table {
+            let got = detect(&dmi(pairs));
+            assert_eq!(provider(&got), Some(*want), "{pairs:?}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn recognised_but_unsupported() {
+        for (pairs, want) in [
+            ([("product_name", "Alibaba Cloud ECS")], "Alibaba Cloud"),
+            ([("chassis_asset_tag", "OracleCloud.com")], "Oracle Cloud"),
+            ([("sys_vendor", "DigitalOcean")], "DigitalOcean"),
+            ([("sys_vendor", "Hetzner")], "Hetzner"),
+        ] {
+            match detect(&dmi(&pairs)) {
+                Detected::Unsupported { cloud, .. } => assert_eq!(cloud, want),
+                other => panic!("{pairs:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_marker_without_its_rule_is_partial() {
+        // (DMI values, the cloud named, the markers named)
+        type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a [&'a str]);
+        let table: &[Case<'_>] = &[
+            // A Xen guest whose BIOS says Amazon but whose UUID does not.
+            (
+                &[("sys_vendor", "Xen"), ("bios_version", "4.11.amazon")],
+                "AWS",
+                &["bios_version=\"4.11.amazon\""],
+            ),
+            // One ec2 UUID alone: 1 in 4096 random UUIDs start so.
+            (
+                &[("product_uuid", "ec2a59ce-6314-efdb-3e42-da23b011c047")],
+                "AWS",
+                &["product_uuid=\"ec2a59ce-6314-efdb-3e42-da23b011c047\""],
+            ),
+            (
+                &[("sys_vendor", "Amazon"), ("product_name", "x")],
+                "AWS",
+                &["sys_vendor=\"Amazon\""],
+            ),
+            (
+                &[("sys_vendor", "Google"), ("product_name", "Unknown")],
+                "GCE",
+                &["sys_vendor=\"Google\""],
+            ),
+            (
+                &[("sys_vendor", "RDO"), ("product_name", "OpenStack Kilo")],
+                "OpenStack",
+                &["product_name=\"OpenStack Kilo\""],
+            ),
+            (
+                &[("product_name", "VMware7,1")],
+                "VMware",
+                &["product_name=\"VMware7,1\""],
+            ),
+        ];
+        for (pairs, cloud, markers) in table {
+            match detect(&dmi(pairs)) {
+                Detected::Partial {
+                    cloud: c,
+                    markers: m,
+                } => {
+                    assert_eq!(
+                        (&c, m.as_slice()),
+                        (
+                            cloud,
+                            &markers.iter().map(|s| s.to_string()).collect::<Vec<_>>()[..]
+                        ),
+                        "{pairs:?}"
+                    )
+                }
+                other => panic!("{pairs:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn nothing_known() {
+        for pairs in [
+            &[][..],
+            &[
+                ("sys_vendor", "QEMU"),
+                ("product_name", "Standard PC (Q35 + ICH9, 2009)"),
+            ],
+            &[
+                ("sys_vendor", "Dell Inc."),
+                ("product_name", "PowerEdge R640"),
+            ],
+            &[
+                ("sys_vendor", "Microsoft Corporation"),
+                ("product_name", "Virtual Machine"),
+            ],
+            &[("product_uuid", "12345678-1234-1234-1234-123456789abc")],
+        ] {
+            assert_eq!(detect(&dmi(pairs)), Detected::Nothing, "{pairs:?}");
+        }
+    }
+
+    #[test]
+    fn values_are_described_for_messages() {
+        let d = dmi(&[
+            ("sys_vendor", "Dell Inc."),
+            ("product_name", "PowerEdge R640"),
+        ]);
+        assert_eq!(
+            d.describe(),
+            "sys_vendor=\"Dell Inc.\" product_name=\"PowerEdge R640\""
+        );
+        assert_eq!(Dmi::default().describe(), "no DMI values");
+    }
+
+    #[test]
+    fn values_are_read_from_sysfs_under_the_root() {
+        let root = std::env::temp_dir().join(format!("kiln-dmi-{}", std::process::id()));
+        let dir = paths::under(&root, DMI_DIR);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("sys_vendor"), "Xen\n").unwrap();
+        std::fs::write(dir.join("bios_version"), "4.2.amazon\n").unwrap();
+        let hv = paths::under(&root, HYPERVISOR_UUID);
+        std::fs::create_dir_all(hv.parent().unwrap()).unwrap();
+        std::fs::write(&hv, "ec23e5e6-3996-d6a8-c001-0cafdb88a415\n").unwrap();
+        let d = Dmi::read(&root);
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(
+            (
+                d.sys_vendor.as_str(),
+                d.bios_version.as_str(),
+                d.qemu_fw_cfg
+            ),
+            ("Xen", "4.2.amazon", false)
+        );
+        assert_eq!(d.hypervisor_uuid, "ec23e5e6-3996-d6a8-c001-0cafdb88a415");
+        assert_eq!(provider(&detect(&d)), Some(P::Aws));
+    }
+}
