@@ -190,32 +190,37 @@ impl Want {
 /// Hashes what passes through, so every pass over the layer proves it read the verified bytes.
 struct Tee<R> {
     inner: R,
-    h: Sha256,
+    h: Option<Sha256>,
 }
 
 impl<R: Read> Read for Tee<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.h.update(&buf[..n]);
+        if let Some(h) = &mut self.h {
+            h.update(&buf[..n]);
+        }
         Ok(n)
     }
 }
 
 /// One pass over the layer: every entry checked under `policy`, `each` called with the
-/// cleaned name, the raw name, what it is, its mode and its content; at the end the whole
-/// file must have hashed to `sha256` (the verified hash), or nothing read in the pass counts.
+/// cleaned name, the raw name, what it is, its mode and its content. With `sha256` (the
+/// verified hash), the whole file must hash to it at the end, or nothing read in the pass
+/// counts: the pass whose bytes are written uses it (hashing costs about as much as
+/// decompressing, so the planning pass, whose every file hash the writing pass re-checks,
+/// does without).
 fn read_layer(
     file: &File,
     archive: &Path,
     policy: &Policy,
-    sha256: &str,
+    sha256: Option<&str>,
     mut each: impl FnMut(&str, &str, &Kind, u32, &mut dyn Read) -> Result<(), InstallError>,
 ) -> Result<(), InstallError> {
     let mut f = file.try_clone().map_err(io_err(archive))?;
     f.rewind().map_err(io_err(archive))?;
     let tee = Tee {
         inner: f,
-        h: Sha256::new(),
+        h: sha256.map(|_| Sha256::new()),
     };
     let dec = zstd::Decoder::new(tee).map_err(io_err(archive))?;
     let gap = Gap::new();
@@ -268,11 +273,14 @@ fn read_layer(
             other => other,
         })?;
     }
+    let Some(sha256) = sha256 else {
+        return Ok(());
+    };
     // Read what follows the end-of-archive marker too, so the hash covers the whole file.
     gap.allow(u64::MAX);
     let mut rest = tar.into_inner().into_inner().into_inner().finish();
     io::copy(&mut rest, &mut io::sink()).map_err(io_err(archive))?;
-    let got = hex::encode(rest.into_inner().h.finalize());
+    let got = hex::encode(rest.into_inner().h.unwrap_or_default().finalize());
     if got != sha256 {
         return Err(hostile(
             archive,
@@ -288,10 +296,9 @@ fn scan(
     file: &File,
     archive: &Path,
     policy: &Policy,
-    sha256: &str,
 ) -> Result<BTreeMap<String, Want>, InstallError> {
     let mut out = BTreeMap::new();
-    read_layer(file, archive, policy, sha256, |name, _, kind, mode, r| {
+    read_layer(file, archive, policy, None, |name, _, kind, mode, r| {
         let want = match kind {
             Kind::Dir => Want::Dir,
             Kind::File { .. } => {
@@ -485,7 +492,7 @@ pub fn install(
     let verified = verify::verify_layer(&mut file, archive, &opts.trust)?;
     // 2. Every entry checked, every file hashed.
     let policy = opts.policy();
-    let wants = scan(&file, archive, &policy, &verified.sha256)?;
+    let wants = scan(&file, archive, &policy)?;
     if !matches!(wants.get(INSTALL_MANIFEST), Some(Want::File { .. })) {
         return Err(hostile(
             archive,
@@ -606,7 +613,7 @@ pub fn install(
             &file,
             archive,
             &policy,
-            &verified.sha256,
+            Some(&verified.sha256),
             |name, raw, kind, _, r| {
                 let Some(w) = plan.write.get(name) else {
                     return Ok(());

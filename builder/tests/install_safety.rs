@@ -361,3 +361,50 @@ fn root_symlinks_that_point_out_are_followed_inside_the_root_only() {
     assert_eq!(before, listing(dir));
     assert_eq!(outside_before, listing(&outside));
 }
+
+#[test]
+fn setuid_files_need_the_allow_list() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path();
+    let root = base_root(dir);
+    let l = layer(
+        dir,
+        "setuid.tar.zst",
+        &[
+            ("usr", N::Dir),
+            ("usr/bin", N::Dir),
+            ("usr/bin/newuidmap", N::File(b"helper", 0o4755)),
+        ],
+    );
+    let run = |extra: &[&str]| {
+        kiln()
+            .arg("install")
+            .arg(&l)
+            .arg("--root")
+            .arg(&root)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let before = listing(dir);
+    let o = run(&[]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{e}");
+    assert!(
+        e.contains("\"usr/bin/newuidmap\"") && e.contains("setuid/setgid file (mode 4755)"),
+        "{e}"
+    );
+    // Another path on the list does not help.
+    assert_eq!(
+        run(&["--allow-setid", "/usr/bin/other"]).status.code(),
+        Some(3)
+    );
+    assert_eq!(before, listing(dir));
+    let o = run(&["--allow-setid", "/usr/bin/newuidmap"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mode = std::fs::metadata(root.join("usr/bin/newuidmap"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o4755);
+}

@@ -123,17 +123,25 @@ impl Root {
             return Ok(Some(self.top()));
         }
         let fd = match self.resolver {
-            Resolver::Openat2 => match rustix::fs::openat2(
-                &self.fd,
-                rel,
-                dir_flags(),
-                Mode::empty(),
-                ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
-            ) {
-                Ok(fd) => Some(fd),
-                Err(rustix::io::Errno::NOENT) => None,
-                Err(e) => return Err(to_io(e)),
-            },
+            Resolver::Openat2 => {
+                // EAGAIN: a rename or mount anywhere raced the lookup, and the kernel could
+                // not prove a `..` stayed inside; it asks the caller to try again.
+                let mut tries = 0;
+                loop {
+                    match rustix::fs::openat2(
+                        &self.fd,
+                        rel,
+                        dir_flags(),
+                        Mode::empty(),
+                        ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+                    ) {
+                        Ok(fd) => break Some(fd),
+                        Err(rustix::io::Errno::NOENT) => break None,
+                        Err(rustix::io::Errno::AGAIN) if tries < 100 => tries += 1,
+                        Err(e) => return Err(to_io(e)),
+                    }
+                }
+            }
             Resolver::Walk => self.walk(rel)?,
         };
         Ok(fd.map(|fd| Dir {
