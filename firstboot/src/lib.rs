@@ -21,6 +21,7 @@ pub mod report;
 pub mod run;
 pub mod service;
 pub mod sizing;
+pub mod standin;
 pub mod status;
 pub mod text;
 pub mod wait;

@@ -11,6 +11,7 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 
 use common::*;
+use kiln_firstboot::standin::aws_imdsv2;
 
 /// IMDSv2 as EC2 enforces it: a token from PUT (with a TTL header), then GETs that carry it.
 pub fn imdsv2() -> Server {
@@ -20,22 +21,7 @@ pub fn imdsv2() -> Server {
         ("Content-Type".to_string(), "text/plain".to_string()),
         ("Server".to_string(), "EC2ws".to_string()),
     ];
-    Server::start(move |r| {
-        if r.route() == "/latest/api/token" {
-            return match (
-                r.method.as_str(),
-                r.header("x-aws-ec2-metadata-token-ttl-seconds"),
-            ) {
-                ("PUT", Some(_)) => Reply::Http(200, hdrs.clone(), token.clone().into_bytes()),
-                ("PUT", None) => status(400),
-                _ => status(405),
-            };
-        }
-        if r.header("x-aws-ec2-metadata-token") != Some(token.as_str()) {
-            return status(401);
-        }
-        fixture_reply(&base, &hdrs, r)
-    })
+    Server::start(aws_imdsv2(token, move |r| fixture_reply(&base, &hdrs, r)))
 }
 
 fn start_ok(root: &Root, extra: &[&str], url: &str) -> Outcome {

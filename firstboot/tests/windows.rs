@@ -4,13 +4,13 @@
 //! that SCM as a service.
 #![cfg(windows)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use kiln_firstboot::standin::{fixture_reply, MetadataServer};
 use kiln_firstboot::windows::{
     self, node_services, scm::Scm, Installed, ServiceManager, ServiceState,
 };
@@ -70,46 +70,19 @@ fn windows_node() -> PathBuf {
     root
 }
 
-/// Serves files under `tests/fixtures/<dir>` over loopback HTTP, one request per connection.
-fn serve_fixtures(dir: &str) -> String {
+/// Serves files under `tests/fixtures/<dir>` with the shared metadata stand-in.
+fn serve_fixtures(dir: &str) -> MetadataServer {
     let base = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(dir);
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            let mut reader = BufReader::new(conn.try_clone().unwrap());
-            let mut line = String::new();
-            if reader.read_line(&mut line).is_err() {
-                continue;
-            }
-            let path = line.split(' ').nth(1).unwrap_or("/").to_string();
-            let mut h = String::new();
-            while reader.read_line(&mut h).map(|n| n > 2).unwrap_or(false) {
-                h.clear();
-            }
-            let file = base.join(path.trim_start_matches('/'));
-            let (status, body) = match std::fs::read(&file) {
-                Ok(b) if file.is_file() => ("200 OK", b),
-                _ => ("404 Not Found", b"not found".to_vec()),
-            };
-            let _ = write!(
-                conn,
-                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = conn.write_all(&body);
-        }
-    });
-    url
+    MetadataServer::start(move |r| fixture_reply(&base, &[], r)).unwrap()
 }
 
 #[test]
 fn run_reads_and_writes_the_windows_contract_paths() {
     let root = windows_node();
-    let url = serve_fixtures("openstack");
+    let metadata = serve_fixtures("openstack");
+    let url = metadata.url.as_str();
     let started = Instant::now();
     let out = Command::new(EXE)
         .args([

@@ -2,7 +2,7 @@
 //! a write → parse round trip unchanged.
 #![no_main]
 
-use kiln_firstboot::envfile;
+use kiln_firstboot::contract::envfile;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

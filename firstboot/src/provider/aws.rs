@@ -138,3 +138,54 @@ impl MetadataSource for Aws {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{fetch, fixtures, serve_with};
+    use super::super::{Metadata, Provider};
+    use crate::standin::{aws_imdsv2, fixture_reply};
+    use crate::Reason;
+
+    fn imdsv2() -> crate::standin::MetadataServer {
+        let base = fixtures("aws");
+        let token = std::fs::read_to_string(base.join("latest/api/token")).unwrap();
+        serve_with(aws_imdsv2(token, move |r| fixture_reply(&base, &[], r)))
+    }
+
+    #[test]
+    fn reads_the_instance_through_an_imdsv2_token() {
+        let srv = imdsv2();
+        let md = fetch(Provider::Aws, &srv.url).unwrap();
+        assert_eq!(
+            md,
+            Metadata {
+                hostname: "ip-10-0-3-7.eu-west-1.compute.internal".into(),
+                addresses: md.addresses.clone(),
+                instance_id: "i-0abc123def4567890".into(),
+                instance_type: "m5.large".into(),
+                zone: "eu-west-1a".into(),
+                region: "eu-west-1".into(),
+                provider_id: "aws:///eu-west-1a/i-0abc123def4567890".into(),
+            }
+        );
+        assert_eq!(
+            md.addresses.first().map(|c| c.value.as_str()),
+            Some("10.0.3.7")
+        );
+        let reqs = srv.requests();
+        assert_eq!(
+            (reqs[0].method.as_str(), reqs[0].route()),
+            ("PUT", "/latest/api/token")
+        );
+        assert!(reqs[1..]
+            .iter()
+            .all(|r| r.method == "GET" && r.header("x-aws-ec2-metadata-token").is_some()));
+    }
+
+    #[test]
+    fn a_refused_token_is_the_hop_limit() {
+        let srv = serve_with(|_| crate::standin::Reply::status(401));
+        let e = fetch(Provider::Aws, &srv.url).unwrap_err();
+        assert_eq!(e.reason(), Reason::MetadataHopLimit, "{e}");
+    }
+}

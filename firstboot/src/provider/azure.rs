@@ -295,3 +295,54 @@ mod lock {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{fetch, serve};
+    use super::super::{Metadata, Provider};
+    use super::*;
+
+    #[test]
+    fn reads_one_json_document() {
+        let srv = serve(
+            "azure",
+            &[("Content-Type", "application/json; charset=utf-8")],
+        );
+        let md = fetch(Provider::Azure, &srv.url).unwrap();
+        assert_eq!(
+            md,
+            Metadata {
+                hostname: "kiln-worker-0".into(),
+                addresses: md.addresses.clone(),
+                instance_id: "13f56399-bd52-4150-9748-7190aae1ff21".into(),
+                instance_type: "Standard_D4s_v5".into(),
+                zone: "westeurope-2".into(),
+                region: "westeurope".into(),
+                provider_id: "azure:///subscriptions/8d10da13-8125-4ba9-a717-bf7490507b3d/resourceGroups/kiln-rg/providers/Microsoft.Compute/virtualMachines/kiln-worker-0".into(),
+            }
+        );
+        assert_eq!(
+            md.addresses.first().map(|c| c.value.as_str()),
+            Some("10.1.0.4")
+        );
+        let reqs = srv.requests();
+        assert_eq!(reqs.len(), 1);
+        assert_eq!(
+            reqs[0].path,
+            format!("/metadata/instance?api-version={API_VERSION}")
+        );
+        assert_eq!(reqs[0].header("metadata"), Some("true"));
+    }
+
+    #[test]
+    fn kvp_records_round_trip() {
+        let rec = kvp_record("K", "v").unwrap();
+        assert_eq!(rec.len(), KVP_RECORD_SIZE);
+        assert_eq!(kvp_parse(&rec), [("K".to_string(), "v".to_string())]);
+        assert!(kvp_record(&"k".repeat(KVP_KEY_SIZE), "v").is_none());
+        let long = "é".repeat(600);
+        let chunks = kvp_chunks(&long);
+        assert!(chunks.iter().all(|c| c.len() <= KVP_AZURE_VALUE_SIZE));
+        assert_eq!(chunks.concat(), long);
+    }
+}

@@ -151,3 +151,44 @@ pub fn put_status(base_url: &str, value: &str) -> Result<(), ChannelError> {
         )))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{fetch, serve};
+    use super::super::{Metadata, Provider};
+    use crate::Reason;
+
+    #[test]
+    fn reads_compute_metadata_with_the_flavor_header() {
+        let srv = serve("gcp", &[("Metadata-Flavor", "Google")]);
+        let md = fetch(Provider::Gcp, &srv.url).unwrap();
+        assert_eq!(
+            md,
+            Metadata {
+                hostname: "kiln-worker-0".into(),
+                addresses: md.addresses.clone(),
+                instance_id: "4520031799277581759".into(),
+                instance_type: "n2-standard-4".into(),
+                zone: "us-central1-a".into(),
+                region: "us-central1".into(),
+                provider_id: "gce://kiln-test-project/us-central1-a/kiln-worker-0".into(),
+            }
+        );
+        assert_eq!(
+            md.addresses.first().map(|c| c.value.as_str()),
+            Some("10.128.0.5")
+        );
+        assert!(srv
+            .requests()
+            .iter()
+            .all(|r| r.header("metadata-flavor") == Some("Google")));
+    }
+
+    #[test]
+    fn an_answer_without_the_flavor_header_is_refused() {
+        let srv = serve("gcp", &[]);
+        let e = fetch(Provider::Gcp, &srv.url).unwrap_err();
+        assert_eq!(e.reason(), Reason::MetadataInvalid, "{e}");
+        assert!(e.to_string().contains("Metadata-Flavor"), "{e}");
+    }
+}

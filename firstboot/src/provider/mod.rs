@@ -324,6 +324,57 @@ pub fn last_segment(s: &str) -> &str {
     s.rsplit('/').next().unwrap_or(s)
 }
 
+/// What the providers' unit tests share: the fixtures of `tests/fixtures/<provider>/`
+/// served by the one metadata stand-in ([`crate::standin`]), and a fetch against it.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::path::{Path, PathBuf};
+    use std::time::{Duration, Instant};
+
+    use super::{source, Context, Metadata, Provider};
+    use crate::error::Error;
+    use crate::http::Client;
+    use crate::standin::{fixture_reply, MetadataServer, Reply, Request};
+
+    /// `firstboot/tests/fixtures/<dir>`.
+    pub fn fixtures(dir: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(dir)
+    }
+
+    /// The stand-in serving `fixtures(dir)` with `headers` on every answer.
+    pub fn serve(dir: &str, headers: &[(&str, &str)]) -> MetadataServer {
+        let base = fixtures(dir);
+        let headers: Vec<(String, String)> = headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        MetadataServer::start(move |r| fixture_reply(&base, &headers, r)).unwrap()
+    }
+
+    /// The stand-in answering with `handler`.
+    pub fn serve_with(
+        handler: impl Fn(&Request) -> Reply + Send + Sync + 'static,
+    ) -> MetadataServer {
+        MetadataServer::start(handler).unwrap()
+    }
+
+    /// `provider`'s fetch against `url`, with a root that has no DMI files.
+    pub fn fetch(provider: Provider, url: &str) -> Result<Metadata, Error> {
+        let client = Client::new(Instant::now() + Duration::from_secs(10));
+        let cx = Context {
+            root: Path::new("/nonexistent-kiln-root"),
+            base_url: Some(url),
+            client: &client,
+            rpctool: "/nonexistent/vmware-rpctool",
+            api_server: "https://127.0.0.1:6443",
+            ip_family: None,
+        };
+        source(provider).fetch(&cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -104,3 +104,31 @@ pub fn network_addresses(doc: &Value) -> Vec<Candidate> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{fetch, serve};
+    use super::super::{Metadata, Provider};
+
+    #[test]
+    fn reads_meta_data_json_and_the_ec2_leaves() {
+        let srv = serve("openstack", &[]);
+        let md = fetch(Provider::Openstack, &srv.url).unwrap();
+        assert_eq!(
+            md,
+            Metadata {
+                hostname: "kiln-worker-0".into(),
+                addresses: md.addresses.clone(),
+                instance_id: "d8e02d56-2648-49a3-bf97-6be8f1204f38".into(),
+                instance_type: "m1.small".into(),
+                zone: "nova".into(),
+                region: String::new(),
+                provider_id: "openstack:///d8e02d56-2648-49a3-bf97-6be8f1204f38".into(),
+            }
+        );
+        assert_eq!(
+            md.addresses.first().map(|c| c.value.as_str()),
+            Some("10.0.0.12")
+        );
+    }
+}

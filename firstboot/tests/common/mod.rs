@@ -4,13 +4,10 @@
 #![allow(dead_code)]
 
 use std::fs;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread;
 use std::time::{Duration, Instant};
 
 pub const TOKEN: &str = "abcdef.0123456789abcdef";
@@ -207,75 +204,33 @@ pub fn firstboot(root: &Root, args: &[&str]) -> Outcome {
     )
 }
 
-/// One request as the server saw it.
-#[derive(Debug, Clone)]
-pub struct Req {
-    pub method: String,
-    /// Path with query.
-    pub path: String,
-    /// Header names lower-cased.
-    pub headers: Vec<(String, String)>,
-}
-
-impl Req {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// The path without its query.
-    pub fn route(&self) -> &str {
-        self.path.split('?').next().unwrap()
-    }
-}
-
-/// How the server answers one request.
-#[derive(Debug)]
-pub enum Reply {
-    /// A complete response: status, extra headers, body (sent with Content-Length).
-    Http(u16, Vec<(String, String)>, Vec<u8>),
-    /// Bytes written as they are, then the connection is closed.
-    Raw(Vec<u8>),
-    /// Headers, then the body one byte per `gap`.
-    Slow(Vec<u8>, Duration),
-    /// Reads the request and never answers.
-    Hang,
-}
+use kiln_firstboot::standin::MetadataServer;
+pub use kiln_firstboot::standin::{fixture_reply, Reply, Request as Req};
 
 pub fn ok(body: &str) -> Reply {
     Reply::Http(200, vec![], body.as_bytes().to_vec())
 }
 
 pub fn status(code: u16) -> Reply {
-    Reply::Http(code, vec![], format!("status {code}\n").into_bytes())
+    Reply::status(code)
 }
 
-type Handler = dyn Fn(&Req) -> Reply + Send + Sync;
-
-/// A loopback HTTP/1.1 server on port 0.
+/// The shared metadata stand-in ([`kiln_firstboot::standin`]), started the way these tests
+/// use it: on a free loopback port, panicking if it cannot bind; `url` and `requests()` are
+/// the stand-in's.
 #[derive(Debug)]
-pub struct Server {
-    pub url: String,
-    log: Arc<Mutex<Vec<Req>>>,
+pub struct Server(MetadataServer);
+
+impl std::ops::Deref for Server {
+    type Target = MetadataServer;
+    fn deref(&self) -> &MetadataServer {
+        &self.0
+    }
 }
 
 impl Server {
     pub fn start(handler: impl Fn(&Req) -> Reply + Send + Sync + 'static) -> Server {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let handler: Arc<Handler> = Arc::new(handler);
-        let l2 = log.clone();
-        thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                let (h, log) = (handler.clone(), l2.clone());
-                thread::spawn(move || serve(conn, &*h, &log));
-            }
-        });
-        Server { url, log }
+        Server(MetadataServer::start(handler).expect("binding the metadata stand-in"))
     }
 
     /// Serves files under `fixtures/<dir>/` by request path (query ignored); 404 otherwise.
@@ -288,19 +243,6 @@ impl Server {
             .collect();
         Server::start(move |r| fixture_reply(&base, &headers, r))
     }
-
-    pub fn requests(&self) -> Vec<Req> {
-        self.log.lock().unwrap().clone()
-    }
-}
-
-/// The fixture answer for `r`: the file at its path, or 404.
-pub fn fixture_reply(base: &Path, headers: &[(String, String)], r: &Req) -> Reply {
-    let p = base.join(r.route().trim_start_matches('/'));
-    match fs::read(&p) {
-        Ok(body) if p.is_file() => Reply::Http(200, headers.to_vec(), body),
-        _ => Reply::Http(404, headers.to_vec(), b"Not Found".to_vec()),
-    }
 }
 
 /// A listener that accepts connections into its backlog but never answers.
@@ -308,83 +250,4 @@ pub fn silent_listener() -> (TcpListener, String) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", l.local_addr().unwrap());
     (l, url)
-}
-
-fn read_request(conn: &mut TcpStream) -> Option<Req> {
-    let mut buf = Vec::new();
-    let mut b = [0u8; 1024];
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = conn.read(&mut b).ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&b[..n]);
-    }
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let mut lines = text.split("\r\n");
-    let mut first = lines.next()?.split(' ');
-    let method = first.next()?.to_string();
-    let path = first.next()?.to_string();
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    Some(Req {
-        method,
-        path,
-        headers,
-    })
-}
-
-fn reason(code: u16) -> &'static str {
-    match code {
-        200 => "OK",
-        301 => "Moved Permanently",
-        302 => "Found",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        429 => "Too Many Requests",
-        500 => "Internal Server Error",
-        503 => "Service Unavailable",
-        _ => "Other",
-    }
-}
-
-fn serve(mut conn: TcpStream, handler: &Handler, log: &Mutex<Vec<Req>>) {
-    let Some(req) = read_request(&mut conn) else {
-        return;
-    };
-    log.lock().unwrap().push(req.clone());
-    match handler(&req) {
-        Reply::Http(code, headers, body) => {
-            let mut head = format!("HTTP/1.1 {code} {}\r\n", reason(code));
-            for (k, v) in headers {
-                head.push_str(&format!("{k}: {v}\r\n"));
-            }
-            head.push_str(&format!(
-                "Content-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            ));
-            let _ = conn.write_all(head.as_bytes());
-            let _ = conn.write_all(&body);
-        }
-        Reply::Raw(bytes) => {
-            let _ = conn.write_all(&bytes);
-        }
-        Reply::Slow(body, gap) => {
-            let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = conn.write_all(head.as_bytes());
-            for b in body {
-                thread::sleep(gap);
-                if conn.write_all(&[b]).is_err() {
-                    return;
-                }
-            }
-        }
-        Reply::Hang => thread::sleep(Duration::from_secs(120)),
-    }
 }
