@@ -40,7 +40,7 @@ pub enum DefError {
     },
 }
 
-pub use crate::lock::{Arch, Os};
+pub use crate::supply::lock::{Arch, Os};
 
 impl Arch {
     /// The name systemd uses in `ARCHITECTURE=` of an extension-release file.

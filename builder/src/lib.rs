@@ -6,12 +6,7 @@
 pub mod archive_rules;
 pub mod bake;
 pub mod cli;
-pub mod fetch;
 pub mod image_def;
-pub mod inspect;
 pub mod install;
-pub mod lock;
-pub mod mirror;
 pub mod render;
-pub mod sign;
-pub mod store;
+pub mod supply;

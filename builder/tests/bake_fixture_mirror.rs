@@ -154,14 +154,18 @@ fn flatcar_ubuntu_and_windows_bake_from_the_fixture_mirror() {
     ] {
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(&mut zip.by_name(name).unwrap(), &mut bytes).unwrap();
-        let info = kiln::inspect::check_bytes(
+        let info = kiln::supply::inspect::check_bytes(
             &bytes,
             name,
-            kiln::lock::Os::Windows,
-            kiln::lock::Arch::Amd64,
+            kiln::supply::lock::Os::Windows,
+            kiln::supply::lock::Arch::Amd64,
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(info.format, kiln::inspect::BinaryFormat::Pe, "{name}");
+        assert_eq!(
+            info.format,
+            kiln::supply::inspect::BinaryFormat::Pe,
+            "{name}"
+        );
     }
 
     // Without the fixture key the signed lock is refused: exit 3.

@@ -301,7 +301,7 @@ fn the_gate_refuses_wrong_arch_and_non_executables() {
         "{err}"
     );
     // A Windows PE in a Linux layer.
-    let pe = kiln::inspect::minimal_pe(goblin::pe::header::COFF_MACHINE_X86_64, 3);
+    let pe = kiln::supply::inspect::minimal_pe(goblin::pe::header::COFF_MACHINE_X86_64, 3);
     let err = try_bake(d.path(), Arch::Amd64, &pe, &tgz, m, kind).unwrap_err();
     assert!(err.contains("found windows/amd64"), "{err}");
     // And the honest case passes.

@@ -262,7 +262,7 @@ fn trusted_key_requires_a_valid_signature_and_names_the_key() {
         let skp = dir.join("k.key");
         std::fs::write(&skp, k.sk.to_box(None).unwrap().to_string()).unwrap();
         let sums = std::fs::read(dir.join("SHA256SUMS")).unwrap();
-        let sig = kiln::sign::sign(&sums, &skp, None, "file:SHA256SUMS").unwrap();
+        let sig = kiln::supply::sign::sign(&sums, &skp, None, "file:SHA256SUMS").unwrap();
         std::fs::write(dir.join("SHA256SUMS.minisig"), sig).unwrap();
     };
     let run = || {
@@ -277,7 +277,7 @@ fn trusted_key_requires_a_valid_signature_and_names_the_key() {
             .output()
             .unwrap()
     };
-    let id = kiln::sign::TrustedKey::from_file(&pk)
+    let id = kiln::supply::sign::TrustedKey::from_file(&pk)
         .unwrap()
         .id()
         .to_string();

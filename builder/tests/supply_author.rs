@@ -53,7 +53,7 @@ fn add_checks_published_checksum_and_update_fills_sizes() {
     assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
     let text = std::fs::read_to_string(&lock).unwrap();
     assert!(text.starts_with("# header comment survives\n"), "{text}");
-    let l = kiln::lock::Lock::parse(&text, &lock).unwrap();
+    let l = kiln::supply::lock::Lock::parse(&text, &lock).unwrap();
     let a = &l.artifacts[0];
     assert_eq!(
         (a.sha256.as_str(), a.size),
@@ -74,7 +74,7 @@ fn add_checks_published_checksum_and_update_fills_sizes() {
     assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
     assert!(out_text(&o).contains("sign it again"), "{}", out_text(&o));
     assert!(!d.path().join("artifacts.lock.minisig").exists());
-    let l = kiln::lock::Lock::load_unverified(&lock2).unwrap();
+    let l = kiln::supply::lock::Lock::load_unverified(&lock2).unwrap();
     assert_eq!(l.artifacts[0].size, bytes.len() as u64);
 
     // Upstream changing the bytes behind a pinned URL is caught.

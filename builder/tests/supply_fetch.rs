@@ -9,9 +9,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kiln::fetch::{fetch_all, FetchError, FetchOptions, Silent, Source};
-use kiln::lock::Lock;
-use kiln::store::Store;
+use kiln::supply::fetch::{fetch_all, FetchError, FetchOptions, Silent, Source};
+use kiln::supply::lock::Lock;
+use kiln::supply::store::Store;
 use support::server::{Fault, Server};
 use support::*;
 
@@ -62,7 +62,7 @@ fn fetch(
     s: &Setup,
     sources: &[Source],
     o: &FetchOptions,
-) -> Result<kiln::fetch::Summary, FetchError> {
+) -> Result<kiln::supply::fetch::Summary, FetchError> {
     let store = Store::open(s.dir.path().join("cache")).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(fetch_all(

@@ -47,19 +47,19 @@ fn fixture_mirror_holds_real_binaries_that_pass_the_gate() {
         .arg("--trusted-key")
         .arg(&pk));
     assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
-    let lock = kiln::lock::Lock::load_unverified(&lock_path).unwrap();
-    let store = kiln::store::Store::open(out.join("mirror")).unwrap();
-    use kiln::lock::{Arch, Os};
+    let lock = kiln::supply::lock::Lock::load_unverified(&lock_path).unwrap();
+    let store = kiln::supply::store::Store::open(out.join("mirror")).unwrap();
+    use kiln::supply::lock::{Arch, Os};
 
     // runc is a single binary: the blob itself is the executable.
     for arch in [Arch::Amd64, Arch::Arm64] {
         let runc = lock.find("runc", Os::Linux, arch).expect("runc entry");
         let blob = store.lookup(runc).expect("runc blob in the mirror");
-        let info = kiln::inspect::inspect_file(&blob).unwrap();
+        let info = kiln::supply::inspect::inspect_file(&blob).unwrap();
         assert_eq!(info.arch, Some(arch), "{info}");
         assert_eq!(
             info.linkage,
-            kiln::inspect::Linkage::Dynamic,
+            kiln::supply::inspect::Linkage::Dynamic,
             "Debian's runc links libseccomp: {info}"
         );
         assert!(
@@ -101,10 +101,14 @@ fn fixture_mirror_holds_real_binaries_that_pass_the_gate() {
                 .unwrap();
             assert!(ok.success());
             let bin = x.join(member.trim_start_matches("./"));
-            let info =
-                kiln::inspect::check_bytes(&std::fs::read(&bin).unwrap(), member, Os::Linux, arch)
-                    .unwrap_or_else(|e| panic!("{e}"));
-            assert_eq!(info.format, kiln::inspect::BinaryFormat::Elf);
+            let info = kiln::supply::inspect::check_bytes(
+                &std::fs::read(&bin).unwrap(),
+                member,
+                Os::Linux,
+                arch,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(info.format, kiln::supply::inspect::BinaryFormat::Elf);
             // Every declared member exists in the archive.
             for m in &a.members {
                 assert!(
@@ -118,7 +122,7 @@ fn fixture_mirror_holds_real_binaries_that_pass_the_gate() {
     }
 
     // The fixture covers every name/os/arch the real lock pins.
-    let real = kiln::lock::Lock::load_unverified(
+    let real = kiln::supply::lock::Lock::load_unverified(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("../images/artifacts.lock"),
     )
     .unwrap();
@@ -139,7 +143,7 @@ fn fixture_mirror_holds_real_binaries_that_pass_the_gate() {
         let x = d.path().join(format!("m-{}-{}-{}", a.name, a.os, a.arch));
         std::fs::create_dir_all(&x).unwrap();
         let files: Vec<(String, std::path::PathBuf)> = match a.format {
-            kiln::lock::Format::Binary => vec![(a.members[0].from.clone(), blob.clone())],
+            kiln::supply::lock::Format::Binary => vec![(a.members[0].from.clone(), blob.clone())],
             _ => {
                 let ok = Command::new("tar")
                     .arg("-xzf")
@@ -158,12 +162,12 @@ fn fixture_mirror_holds_real_binaries_that_pass_the_gate() {
         assert!(!files.is_empty(), "{} has no members", a.id());
         for (member, path) in files {
             let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{} {member}: {e}", a.id()));
-            let info = kiln::inspect::check_bytes(&bytes, &member, a.os, a.arch)
+            let info = kiln::supply::inspect::check_bytes(&bytes, &member, a.os, a.arch)
                 .unwrap_or_else(|e| panic!("{}: {e}", a.id()));
             let want = if a.os == Os::Windows {
-                kiln::inspect::BinaryFormat::Pe
+                kiln::supply::inspect::BinaryFormat::Pe
             } else {
-                kiln::inspect::BinaryFormat::Elf
+                kiln::supply::inspect::BinaryFormat::Elf
             };
             assert_eq!(info.format, want, "{} {member}: {info}", a.id());
         }

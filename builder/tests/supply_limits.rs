@@ -81,7 +81,7 @@ fn a_non_embedded_trusted_key_is_named_on_every_use() {
         ),
         &sk,
     );
-    let id = kiln::sign::TrustedKey::from_file(&pk)
+    let id = kiln::supply::sign::TrustedKey::from_file(&pk)
         .unwrap()
         .id()
         .to_string();

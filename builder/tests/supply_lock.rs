@@ -146,7 +146,7 @@ fn signed_but_invalid_lock_names_the_field() {
     .unwrap();
     // Sign the bad text directly with the library (kiln lock sign refuses invalid locks).
     let bytes = std::fs::read(&lock).unwrap();
-    let sig = kiln::sign::sign(&bytes, &sk, None, "t").unwrap();
+    let sig = kiln::supply::sign::sign(&bytes, &sk, None, "t").unwrap();
     std::fs::write(lock.with_extension("lock.minisig"), sig).unwrap();
     let o = verify(&lock, &["--trusted-key", pk.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(3), "{}", out_text(&o));
@@ -213,7 +213,7 @@ fn minisign_cli_interop() {
 fn inspect_real_elf_and_built_pe() {
     let d = tempfile::tempdir().unwrap();
     let pe = d.path().join("kubelet.exe");
-    std::fs::write(&pe, kiln::inspect::minimal_pe(0x8664, 3)).unwrap();
+    std::fs::write(&pe, kiln::supply::inspect::minimal_pe(0x8664, 3)).unwrap();
     // /bin/ls is a real Debian dynamic executable on the test machine's own architecture.
     let o = run(kiln().arg("inspect").arg("/bin/ls").arg(&pe));
     assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
@@ -249,8 +249,8 @@ fn the_real_lock_verifies_with_the_embedded_key() {
     let lock = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../images/artifacts.lock");
     let o = run(kiln().args(["lock", "verify"]).arg(&lock));
     assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
-    let l = kiln::lock::Lock::load_unverified(&lock).unwrap();
-    use kiln::lock::{Arch, Os};
+    let l = kiln::supply::lock::Lock::load_unverified(&lock).unwrap();
+    use kiln::supply::lock::{Arch, Os};
     for (name, os, arch) in [
         ("kubelet", Os::Linux, Arch::Amd64),
         ("kubelet", Os::Linux, Arch::Arm64),
@@ -276,11 +276,11 @@ fn the_real_lock_verifies_with_the_embedded_key() {
 #[test]
 fn the_real_lock_covers_the_image_definitions() {
     use kiln::image_def::ImageDef;
-    use kiln::lock::{Arch, Os};
+    use kiln::supply::lock::{Arch, Os};
     // No public sha256 record of Windows crictl 1.36.0 was found (docs/lock-format.md).
     let known_gaps = [("crictl", Os::Windows, Arch::Amd64)];
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let l = kiln::lock::Lock::load_unverified(&root.join("images/artifacts.lock")).unwrap();
+    let l = kiln::supply::lock::Lock::load_unverified(&root.join("images/artifacts.lock")).unwrap();
     let mut gaps_seen = Vec::new();
     for image in ["flatcar", "ubuntu", "windows"] {
         let path = root.join(format!("images/{image}.toml"));

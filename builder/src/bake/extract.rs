@@ -71,7 +71,7 @@ pub struct Extracted {
     pub sha1: String,
 }
 
-pub use crate::lock::member_key;
+pub use crate::supply::lock::member_key;
 
 /// Copies `r` into a new file at `out`, hashing (sha256, SHA1) as it goes.
 fn copy_hashed(r: &mut impl Read, out: &Path) -> io::Result<(u64, String, String)> {

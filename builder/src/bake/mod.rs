@@ -1136,8 +1136,8 @@ pub fn civil(epoch: u64) -> (i64, u32, u32, u32, u32, u32) {
 /// The lock entries a definition places, for one arch, with their blobs from `store`.
 /// A missing entry or a blob absent from the store is an error naming it.
 pub fn inputs_from_lock(
-    lock: &crate::lock::Lock,
-    store: &crate::store::Store,
+    lock: &crate::supply::lock::Lock,
+    store: &crate::supply::store::Store,
     def: &ImageDef,
     arch: Arch,
 ) -> Result<Vec<ArtifactInput>, BakeError> {
@@ -1162,9 +1162,9 @@ pub fn inputs_from_lock(
             found: "nothing (run `kiln fetch` or `kiln mirror sync` first)".into(),
         })?;
         let kind = match a.format {
-            crate::lock::Format::Binary => InputKind::Binary,
-            crate::lock::Format::TarGz => InputKind::Archive(ArchiveKind::TarGz),
-            crate::lock::Format::Zip => InputKind::Archive(ArchiveKind::Zip),
+            crate::supply::lock::Format::Binary => InputKind::Binary,
+            crate::supply::lock::Format::TarGz => InputKind::Archive(ArchiveKind::TarGz),
+            crate::supply::lock::Format::Zip => InputKind::Archive(ArchiveKind::Zip),
         };
         out.push(ArtifactInput {
             name: a.name.clone(),
@@ -1190,7 +1190,7 @@ pub fn inputs_from_lock(
 /// executable for exactly that platform.
 pub fn inspect_gate(os: Os, arch: Arch) -> impl Fn(&Path, &str) -> Result<(), String> + Sync {
     move |path: &Path, what: &str| {
-        crate::inspect::inspect_file(path)
+        crate::supply::inspect::inspect_file(path)
             .and_then(|info| info.check(what, os, arch))
             .map_err(|e| e.to_string())
     }

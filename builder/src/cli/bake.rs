@@ -10,7 +10,7 @@ use crate::bake::{self, manifest, BakeRequest, WriteOptions};
 use crate::cli::supply::{load_lock, TrustArgs, DEFAULT_LOCK};
 use crate::cli::Global;
 use crate::image_def::{Arch, Format, ImageDef};
-use crate::store::Store;
+use crate::supply::store::Store;
 
 /// `kiln bake IMAGE --format F --out DIR`
 #[derive(Debug, Args)]

@@ -9,7 +9,7 @@ use clap::Args;
 use crate::archive_rules::DEFAULT_MAX_BYTES;
 use crate::cli::Global;
 use crate::install::{InstallError, InstallOptions, LayerTrust};
-use crate::sign::TrustedKey;
+use crate::supply::sign::TrustedKey;
 
 /// `kiln install`
 #[derive(Debug, Args)]

@@ -7,9 +7,9 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
 use crate::cli::{exit, Global};
-use crate::inspect;
-use crate::lock::{self, Arch, Lock, Os};
-use crate::sign::{self, Trust, TrustedKey, Verified};
+use crate::supply::inspect;
+use crate::supply::lock::{self, Arch, Lock, Os};
+use crate::supply::sign::{self, Trust, TrustedKey, Verified};
 
 /// The lock kiln reads when none is named.
 pub const DEFAULT_LOCK: &str = "images/artifacts.lock";
@@ -192,15 +192,15 @@ pub fn classify(err: &anyhow::Error) -> u8 {
                 _ => exit::VERIFY,
             };
         }
-        if let Some(e) = cause.downcast_ref::<crate::store::StoreError>() {
-            use crate::store::StoreError as S;
+        if let Some(e) = cause.downcast_ref::<crate::supply::store::StoreError>() {
+            use crate::supply::store::StoreError as S;
             return match e {
                 S::Mismatch { .. } | S::TooLong { .. } | S::TooShort { .. } => exit::VERIFY,
                 _ => exit::FAILURE,
             };
         }
-        if let Some(e) = cause.downcast_ref::<crate::fetch::FetchError>() {
-            use crate::fetch::FetchError as F;
+        if let Some(e) = cause.downcast_ref::<crate::supply::fetch::FetchError>() {
+            use crate::supply::fetch::FetchError as F;
             return match e {
                 F::Failed {
                     wrong_bytes: true, ..
@@ -209,14 +209,14 @@ pub fn classify(err: &anyhow::Error) -> u8 {
                 _ => exit::FAILURE,
             };
         }
-        if let Some(e) = cause.downcast_ref::<crate::mirror::MirrorError>() {
-            use crate::mirror::MirrorError as M;
+        if let Some(e) = cause.downcast_ref::<crate::supply::mirror::MirrorError>() {
+            use crate::supply::mirror::MirrorError as M;
             return match e {
                 M::BadPack { .. } | M::Missing { .. } => exit::VERIFY,
                 M::Store(
-                    crate::store::StoreError::Mismatch { .. }
-                    | crate::store::StoreError::TooLong { .. }
-                    | crate::store::StoreError::TooShort { .. },
+                    crate::supply::store::StoreError::Mismatch { .. }
+                    | crate::supply::store::StoreError::TooLong { .. }
+                    | crate::supply::store::StoreError::TooShort { .. },
                 ) => exit::VERIFY,
                 M::Lock(lock::LockError::Read { .. }) => exit::FAILURE,
                 M::Lock(_) => exit::VERIFY,
@@ -319,8 +319,8 @@ fn lock_sign(a: LockSignArgs, global: &Global) -> anyhow::Result<ExitCode> {
         .unwrap_or(0);
     let comment = format!("timestamp:{now}\tfile:{name}");
     let sig = sign::sign(&bytes, &a.secret_key, password, &comment)?;
-    let sig_path = lock::signature_path(&a.lock);
-    crate::store::write_atomic(&sig_path, sig.as_bytes())?;
+    let sig_path = sign::signature_path(&a.lock);
+    crate::supply::store::write_atomic(&sig_path, sig.as_bytes())?;
     if global.json {
         println!(
             "{}",
@@ -397,15 +397,15 @@ pub struct NetArgs {
 }
 
 impl NetArgs {
-    fn options(&self) -> crate::fetch::FetchOptions {
+    fn options(&self) -> crate::supply::fetch::FetchOptions {
         use std::time::Duration;
-        crate::fetch::FetchOptions {
+        crate::supply::fetch::FetchOptions {
             concurrency: self.concurrency.max(1),
             deadline: Duration::from_secs(self.deadline),
             idle_timeout: Duration::from_secs(self.idle_timeout.max(1)),
             backoff_initial: Duration::from_millis(self.backoff_ms),
             attempts_per_url: self.attempts.max(1),
-            ..crate::fetch::FetchOptions::default()
+            ..crate::supply::fetch::FetchOptions::default()
         }
     }
 }
@@ -563,14 +563,14 @@ pub fn run_fetch(a: FetchArgs, global: &Global) -> anyhow::Result<ExitCode> {
 fn fetch_cmd(a: FetchArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let (lock, _) = load_lock(&a.lock, &a.trust)?;
     let cache = a.cache.clone().unwrap_or_else(default_cache);
-    let store = crate::store::Store::open(&cache)?;
-    let mut sources: Vec<crate::fetch::Source> = a
+    let store = crate::supply::store::Store::open(&cache)?;
+    let mut sources: Vec<crate::supply::fetch::Source> = a
         .mirrors
         .iter()
-        .map(|m| crate::fetch::Source::mirror(m))
+        .map(|m| crate::supply::fetch::Source::mirror(m))
         .collect();
     if sources.is_empty() || a.upstream {
-        sources.push(crate::fetch::Source::Upstream);
+        sources.push(crate::supply::fetch::Source::Upstream);
     }
     let artifacts = a.filter.apply(&lock);
     let summary = run_fetch_all(&store, &artifacts, &sources, &a.net, global)?;
@@ -579,15 +579,15 @@ fn fetch_cmd(a: FetchArgs, global: &Global) -> anyhow::Result<ExitCode> {
 }
 
 fn run_fetch_all(
-    store: &crate::store::Store,
+    store: &crate::supply::store::Store,
     artifacts: &[lock::Artifact],
-    sources: &[crate::fetch::Source],
+    sources: &[crate::supply::fetch::Source],
     net: &NetArgs,
     global: &Global,
-) -> anyhow::Result<crate::fetch::Summary> {
+) -> anyhow::Result<crate::supply::fetch::Summary> {
     let reporter = progress::reporter(global, artifacts);
     let rt = runtime()?;
-    let r = rt.block_on(crate::fetch::fetch_all(
+    let r = rt.block_on(crate::supply::fetch::fetch_all(
         store,
         artifacts,
         sources,
@@ -598,7 +598,7 @@ fn run_fetch_all(
     Ok(r?)
 }
 
-fn report_summary(what: &str, dir: &Path, s: &crate::fetch::Summary, global: &Global) {
+fn report_summary(what: &str, dir: &Path, s: &crate::supply::fetch::Summary, global: &Global) {
     if global.json {
         println!(
             "{}",
@@ -632,7 +632,7 @@ pub fn run_mirror(cmd: MirrorCommand, global: &Global) -> anyhow::Result<ExitCod
 fn fetch_remote_lock(base: &str, dir: &Path, net: &NetArgs) -> anyhow::Result<PathBuf> {
     let rt = runtime()?;
     let opts = net.options();
-    let lock_path = dir.join(crate::mirror::LOCK_NAME);
+    let lock_path = dir.join(crate::supply::mirror::LOCK_NAME);
     rt.block_on(async {
         let client = reqwest::Client::builder()
             .connect_timeout(opts.connect_timeout)
@@ -640,13 +640,13 @@ fn fetch_remote_lock(base: &str, dir: &Path, net: &NetArgs) -> anyhow::Result<Pa
             .build()?;
         for (name, path, required) in [
             (
-                crate::mirror::LOCK_NAME.to_string(),
+                crate::supply::mirror::LOCK_NAME.to_string(),
                 lock_path.clone(),
                 true,
             ),
             (
-                format!("{}.minisig", crate::mirror::LOCK_NAME),
-                lock::signature_path(&lock_path),
+                format!("{}.minisig", crate::supply::mirror::LOCK_NAME),
+                sign::signature_path(&lock_path),
                 false,
             ),
         ] {
@@ -691,7 +691,7 @@ enum SmallGet {
 async fn get_small(
     client: &reqwest::Client,
     url: &str,
-    opts: &crate::fetch::FetchOptions,
+    opts: &crate::supply::fetch::FetchOptions,
 ) -> Result<Option<Vec<u8>>, SmallGet> {
     let net_err = |e: reqwest::Error| SmallGet::Transient(e.to_string());
     let resp = tokio::time::timeout(opts.idle_timeout, client.get(url).send())
@@ -739,22 +739,24 @@ fn mirror_sync(a: MirrorSyncArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let staging = tempfile::tempdir()?;
     let lock_path = match (&a.lock, a.from.first()) {
         (Some(l), _) => l.clone(),
-        (None, Some(from)) => match crate::fetch::Source::mirror(from) {
-            crate::fetch::Source::MirrorUrl(u) => fetch_remote_lock(&u, staging.path(), &a.net)?,
-            crate::fetch::Source::MirrorDir(d) => d.join(crate::mirror::LOCK_NAME),
-            crate::fetch::Source::Upstream => unreachable_source(),
+        (None, Some(from)) => match crate::supply::fetch::Source::mirror(from) {
+            crate::supply::fetch::Source::MirrorUrl(u) => {
+                fetch_remote_lock(&u, staging.path(), &a.net)?
+            }
+            crate::supply::fetch::Source::MirrorDir(d) => d.join(crate::supply::mirror::LOCK_NAME),
+            crate::supply::fetch::Source::Upstream => unreachable_source(),
         },
         (None, None) => PathBuf::from(DEFAULT_LOCK),
     };
     let (lock, _) = load_lock(&lock_path, &a.trust)?;
-    let mirror = crate::mirror::Mirror::open(&a.to)?;
-    let mut sources: Vec<crate::fetch::Source> = a
+    let mirror = crate::supply::mirror::Mirror::open(&a.to)?;
+    let mut sources: Vec<crate::supply::fetch::Source> = a
         .from
         .iter()
-        .map(|m| crate::fetch::Source::mirror(m))
+        .map(|m| crate::supply::fetch::Source::mirror(m))
         .collect();
     if sources.is_empty() || a.upstream {
-        sources.push(crate::fetch::Source::Upstream);
+        sources.push(crate::supply::fetch::Source::Upstream);
     }
     let artifacts = a.filter.apply(&lock);
     let summary = run_fetch_all(mirror.store(), &artifacts, &sources, &a.net, global)?;
@@ -774,7 +776,7 @@ fn mirror_verify(a: MirrorVerifyArgs, global: &Global) -> anyhow::Result<ExitCod
         "mirror {} is not a directory",
         a.dir.display()
     );
-    let mirror = crate::mirror::Mirror::open(&a.dir)?;
+    let mirror = crate::supply::mirror::Mirror::open(&a.dir)?;
     let lock = if mirror.lock_path().exists() {
         Some(mirror.lock(&a.trust.trust()?)?.0)
     } else {
@@ -829,7 +831,7 @@ fn mirror_verify(a: MirrorVerifyArgs, global: &Global) -> anyhow::Result<ExitCod
 }
 
 fn mirror_pack(a: MirrorPackArgs, global: &Global) -> anyhow::Result<ExitCode> {
-    let mirror = crate::mirror::Mirror::open(&a.dir)?;
+    let mirror = crate::supply::mirror::Mirror::open(&a.dir)?;
     let (lock, _) = mirror.lock(&a.trust.trust()?)?;
     let bytes = mirror.pack(&lock, &a.out, a.level)?;
     if global.json {
@@ -849,7 +851,7 @@ fn mirror_pack(a: MirrorPackArgs, global: &Global) -> anyhow::Result<ExitCode> {
 }
 
 fn mirror_unpack(a: MirrorUnpackArgs, global: &Global) -> anyhow::Result<ExitCode> {
-    let mirror = crate::mirror::Mirror::open(&a.to)?;
+    let mirror = crate::supply::mirror::Mirror::open(&a.to)?;
     let (lock, verified) = mirror.unpack(&a.pack, &a.trust.trust()?)?;
     if global.json {
         println!(
@@ -875,8 +877,8 @@ mod progress {
     use std::sync::{Arc, Mutex};
 
     use crate::cli::Global;
-    use crate::fetch::{Event, Reporter};
-    use crate::lock::Artifact;
+    use crate::supply::fetch::{Event, Reporter};
+    use crate::supply::lock::Artifact;
 
     pub(super) enum Mode {
         Json,
@@ -1006,8 +1008,8 @@ fn header_of(text: &str) -> String {
 fn write_lock(path: &Path, header: &str, lock: &Lock) -> anyhow::Result<()> {
     let text = format!("{header}{}", lock.to_toml());
     Lock::parse(&text, path)?;
-    crate::store::write_atomic(path, text.as_bytes())?;
-    let sig = lock::signature_path(path);
+    crate::supply::store::write_atomic(path, text.as_bytes())?;
+    let sig = sign::signature_path(path);
     match std::fs::remove_file(&sig) {
         Ok(()) => eprintln!(
             "kiln: {} changed; its old signature {} was removed: sign it again with `kiln lock sign`",
@@ -1042,7 +1044,11 @@ fn lock_add(a: LockAddArgs, global: &Global) -> anyhow::Result<ExitCode> {
     };
     let opts = a.net.options();
     let rt = runtime()?;
-    let (sha, size) = rt.block_on(crate::fetch::hash_url(&a.url, lock::MAX_UNSIZED, &opts))?;
+    let (sha, size) = rt.block_on(crate::supply::fetch::hash_url(
+        &a.url,
+        lock::MAX_UNSIZED,
+        &opts,
+    ))?;
     let verified = if let Some(cu) = &a.checksum_url {
         let (text, _) = rt.block_on(async {
             let r = reqwest::get(cu)
@@ -1059,7 +1065,7 @@ fn lock_add(a: LockAddArgs, global: &Global) -> anyhow::Result<ExitCode> {
         let published = first_sha256(&text)
             .with_context(|| format!("{cu} holds no sha256 (expected 64 hex digits)"))?;
         if published != sha {
-            return Err(crate::store::StoreError::Mismatch {
+            return Err(crate::supply::store::StoreError::Mismatch {
                 what: format!("{} (checked against {cu})", a.url),
                 expected: published,
                 found: sha,
@@ -1073,7 +1079,7 @@ fn lock_add(a: LockAddArgs, global: &Global) -> anyhow::Result<ExitCode> {
         })
     } else if let Some(want) = &a.sha256 {
         if *want != sha {
-            return Err(crate::store::StoreError::Mismatch {
+            return Err(crate::supply::store::StoreError::Mismatch {
                 what: a.url.clone(),
                 expected: want.clone(),
                 found: sha,
@@ -1158,10 +1164,13 @@ fn lock_update(a: LockUpdateArgs, global: &Global) -> anyhow::Result<ExitCode> {
         .iter_mut()
         .filter(|x| selected.contains(&x.id()))
     {
-        let (sha, size) =
-            rt.block_on(crate::fetch::hash_url(&art.url, lock::MAX_UNSIZED, &opts))?;
+        let (sha, size) = rt.block_on(crate::supply::fetch::hash_url(
+            &art.url,
+            lock::MAX_UNSIZED,
+            &opts,
+        ))?;
         if sha != art.sha256 {
-            return Err(crate::store::StoreError::Mismatch {
+            return Err(crate::supply::store::StoreError::Mismatch {
                 what: format!(
                     "{} from {}: upstream now serves different bytes than the lock pins",
                     art.id(),

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::sign::{self, Trust, TrustedKey};
+use crate::supply::sign::{self, Trust, TrustedKey};
 
 /// The name `kiln bake` gives the checksum file beside its outputs.
 pub const SUMS_NAME: &str = "SHA256SUMS";

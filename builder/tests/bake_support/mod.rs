@@ -17,7 +17,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kiln::store::{Expect, Store};
+use kiln::supply::store::{Expect, Store};
 use sha2::{Digest, Sha256};
 
 /// The repository root.
@@ -141,7 +141,7 @@ fn pe(bins: Bins, work: &Path, tag: &str) -> Vec<u8> {
             return std::fs::read(&out).unwrap();
         }
     }
-    let mut b = kiln::inspect::minimal_pe(goblin::pe::header::COFF_MACHINE_X86_64, 3);
+    let mut b = kiln::supply::inspect::minimal_pe(goblin::pe::header::COFF_MACHINE_X86_64, 3);
     b.extend_from_slice(tag.as_bytes());
     b
 }

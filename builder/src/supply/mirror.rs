@@ -17,9 +17,9 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
-use crate::lock::{self, is_sha256_hex, Lock, LockError};
-use crate::sign::{Trust, Verified};
-use crate::store::{self, Expect, Store, StoreError};
+use crate::supply::lock::{is_sha256_hex, Lock, LockError};
+use crate::supply::sign::{self, Trust, Verified};
+use crate::supply::store::{self, Expect, Store, StoreError};
 
 /// The lock's file name inside a mirror.
 pub const LOCK_NAME: &str = "artifacts.lock";
@@ -149,7 +149,7 @@ impl Mirror {
     /// and a reader that races with a replacement sees a mismatch and refuses, never accepts.
     pub fn install_lock(&self, lock_bytes: &[u8], sig: Option<&[u8]>) -> Result<(), MirrorError> {
         let dest = self.lock_path();
-        let sig_dest = lock::signature_path(&dest);
+        let sig_dest = sign::signature_path(&dest);
         match sig {
             Some(s) => store::write_atomic(&sig_dest, s)?,
             None => match std::fs::remove_file(&sig_dest) {
@@ -165,7 +165,7 @@ impl Mirror {
     /// Copies a lock file and its `.minisig` into the mirror.
     pub fn install_lock_file(&self, lock_path: &Path) -> Result<(), MirrorError> {
         let bytes = std::fs::read(lock_path).map_err(io("reading", lock_path))?;
-        let sig_path = lock::signature_path(lock_path);
+        let sig_path = sign::signature_path(lock_path);
         let sig = match std::fs::read(&sig_path) {
             Ok(s) => Some(s),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -268,7 +268,7 @@ impl Mirror {
         let lock_path = self.lock_path();
         let lock_bytes = std::fs::read(&lock_path).map_err(io("reading", &lock_path))?;
         append_bytes(&mut tar, LOCK_NAME, &lock_bytes, out)?;
-        let sig_path = lock::signature_path(&lock_path);
+        let sig_path = sign::signature_path(&lock_path);
         if let Ok(sig) = std::fs::read(&sig_path) {
             append_bytes(&mut tar, &format!("{LOCK_NAME}.minisig"), &sig, out)?;
         }
@@ -362,7 +362,7 @@ impl Mirror {
                 let lp = staging.path().join(LOCK_NAME);
                 std::fs::write(&lp, lb).map_err(io("writing", &lp))?;
                 if let Some(s) = &sig_bytes {
-                    std::fs::write(lock::signature_path(&lp), s).map_err(io("writing", &lp))?;
+                    std::fs::write(sign::signature_path(&lp), s).map_err(io("writing", &lp))?;
                 }
                 let (mut l, v) = Lock::load_verified(&lp, trust)?;
                 l.path = pack.join(LOCK_NAME);
@@ -389,7 +389,7 @@ impl Mirror {
             let lp = staging.path().join(LOCK_NAME);
             std::fs::write(&lp, lb).map_err(io("writing", &lp))?;
             if let Some(s) = &sig_bytes {
-                std::fs::write(lock::signature_path(&lp), s).map_err(io("writing", &lp))?;
+                std::fs::write(sign::signature_path(&lp), s).map_err(io("writing", &lp))?;
             }
             let (mut l, v) = Lock::load_verified(&lp, trust)?;
             l.path = pack.join(LOCK_NAME);

@@ -10,7 +10,7 @@ use base64::Engine as _;
 
 /// The public key kiln trusts by default: the kiln release key (`builder/keys/kiln-release.pub`).
 /// Its secret half never enters the repository; see `docs/lock-format.md`.
-pub const DEFAULT_PUBLIC_KEY: &str = include_str!("../keys/kiln-release.pub");
+pub const DEFAULT_PUBLIC_KEY: &str = include_str!("../../keys/kiln-release.pub");
 
 /// Why a signature could not be made or checked.
 #[derive(Debug, thiserror::Error)]
@@ -154,6 +154,13 @@ fn key_id_hex(bytes: &[u8]) -> String {
     bytes.iter().rev().map(|b| format!("{b:02X}")).collect()
 }
 
+/// The path of the detached signature for a file: `<path>.minisig`.
+pub fn signature_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".minisig");
+    PathBuf::from(s)
+}
+
 /// What a lock must satisfy to be used.
 #[derive(Debug, Clone)]
 pub enum Trust {
@@ -187,7 +194,7 @@ pub enum Verified {
 
 /// Checks `bytes` (the content of `file`) against `<file>.minisig` under `trust`.
 pub fn verify_file_bytes(file: &Path, bytes: &[u8], trust: &Trust) -> Result<Verified, SignError> {
-    let sig_path = crate::lock::signature_path(file);
+    let sig_path = signature_path(file);
     let key = match trust {
         Trust::Key(k) | Trust::AllowUnsigned(k) => k,
     };

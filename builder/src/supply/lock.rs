@@ -2,7 +2,7 @@
 //! sha256 per OS and architecture. Parsed strictly (unknown keys refused) and validated once.
 //!
 //! The format is documented in `docs/lock-format.md`. Signature checking lives in
-//! [`crate::sign`]; [`Lock::load_verified`] does both.
+//! [`crate::supply::sign`]; [`Lock::load_verified`] does both.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::sign::{self, SignError, Trust, Verified};
+use crate::supply::sign::{self, SignError, Trust, Verified};
 
 /// The lock format version this kiln reads and writes.
 pub const LOCK_VERSION: u32 = 1;
@@ -354,13 +354,6 @@ impl Lock {
     pub fn total_size(&self) -> u64 {
         self.artifacts.iter().map(|a| a.size).sum()
     }
-}
-
-/// The path of the detached signature for a file: `<path>.minisig`.
-pub fn signature_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(".minisig");
-    PathBuf::from(s)
 }
 
 /// True for 64 lowercase hex digits.

@@ -14,8 +14,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use serde::Serialize;
 
-use crate::lock::Artifact;
-use crate::store::{Claim, Expect, Partial, Store, StoreError, CHUNK};
+use crate::supply::lock::Artifact;
+use crate::supply::store::{Claim, Expect, Partial, Store, StoreError, CHUNK};
 
 /// Where bytes may come from.
 #[derive(Debug, Clone, PartialEq, Eq)]

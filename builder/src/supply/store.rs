@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::lock::{is_sha256_hex, Artifact};
+use crate::supply::lock::{is_sha256_hex, Artifact};
 
 /// Read/write chunk size for hashing and copying.
 pub const CHUNK: usize = 256 * 1024;
@@ -98,7 +98,7 @@ impl Expect {
     pub fn for_artifact(a: &Artifact) -> Expect {
         Expect {
             sha256: a.sha256.clone(),
-            size: a.known_size().unwrap_or(crate::lock::MAX_UNSIZED),
+            size: a.known_size().unwrap_or(crate::supply::lock::MAX_UNSIZED),
             exact: a.known_size().is_some(),
             what: a.id(),
         }
@@ -670,9 +670,9 @@ mod tests {
         let a = Artifact {
             name: "runc".into(),
             version: "1".into(),
-            os: crate::lock::Os::Linux,
-            arch: crate::lock::Arch::Arm64,
-            format: crate::lock::Format::Binary,
+            os: crate::supply::lock::Os::Linux,
+            arch: crate::supply::lock::Arch::Arm64,
+            format: crate::supply::lock::Format::Binary,
             url: "http://x/runc.arm64".into(),
             sources: vec![],
             size: 3,

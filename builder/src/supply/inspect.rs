@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use goblin::Object;
 use serde::Serialize;
 
-use crate::lock::{Arch, Os};
+use crate::supply::lock::{Arch, Os};
 
 /// Why a file could not be inspected or failed the gate.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,14 @@
+//! The supply chain: everything between an upstream release and a verified blob on disk.
+//!
+//! [`lock`] pins every artifact (URL, size, sha256); [`sign`] checks and makes the lock's
+//! minisign signature; [`store`] is the content-addressed blob store every byte lands in after
+//! it was hashed; [`fetch`] fills a store from mirrors and upstream; [`mirror`] keeps an
+//! air-gapped copy; [`inspect`] is the binary gate that refuses a file built for the wrong OS
+//! or architecture. Nothing here knows about images, bakes or provisioners.
+
+pub mod fetch;
+pub mod inspect;
+pub mod lock;
+pub mod mirror;
+pub mod sign;
+pub mod store;
