@@ -6,7 +6,7 @@
 //! `kiln-firstboot status` reads the file back ([`crate::report::cmd_status`]).
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::clock;
 use crate::console::{Console, STATUS_PREFIX};
@@ -14,11 +14,14 @@ use crate::contract;
 use crate::contract::paths::NodePaths;
 use crate::contract::status_json::MESSAGE_CAP;
 use crate::diagnose::{Diagnosis, UnitState};
-use crate::fsutil;
 use crate::json;
 use crate::provider::{self, Provider, ReportTarget};
 use crate::text::push_capped;
 use crate::Reason;
+
+mod files;
+
+pub use files::{publish_outcome_files, write_atomic, WriteError};
 
 /// The phases of one boot, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -545,87 +548,4 @@ impl Reporter {
         }
         out.push_str("}\n");
     }
-}
-
-/// Writes or removes the success sentinel and the failure files for a final `outcome`.
-/// Never leaves both the sentinel and a failure file in place.
-pub fn publish_outcome_files(
-    paths: &NodePaths,
-    outcome: Outcome,
-    reason: Reason,
-    message: &str,
-) -> Result<(), WriteError> {
-    let (success, failure, capi_failure) =
-        (&paths.capi_success, &paths.failure, &paths.capi_failure);
-    match outcome {
-        Outcome::Success => {
-            remove_if_present(failure)?;
-            remove_if_present(capi_failure)?;
-            write_atomic(success, b"success\n", 0o644)
-        }
-        Outcome::Failure => {
-            // The sentinel goes first: a crash in between must not leave a stale "success".
-            remove_if_present(success)?;
-            let mut text = String::with_capacity(64 + message.len());
-            text.push_str(reason.code());
-            text.push('\n');
-            // The message is one line by contract; logs may carry newlines.
-            for c in message.chars() {
-                text.push(if c == '\n' || c == '\r' { ' ' } else { c });
-            }
-            text.push('\n');
-            text.push_str(reason.hint());
-            text.push('\n');
-            write_atomic(failure, text.as_bytes(), 0o644)?;
-            write_atomic(capi_failure, text.as_bytes(), 0o644)
-        }
-        Outcome::Running => Ok(()),
-    }
-}
-
-fn remove_if_present(path: &Path) -> Result<(), WriteError> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(WriteError {
-            path: path.to_path_buf(),
-            action: "remove",
-            source,
-        }),
-    }
-}
-
-/// A file under `/run` could not be written or removed.
-#[derive(Debug)]
-pub struct WriteError {
-    pub path: PathBuf,
-    pub action: &'static str,
-    pub source: std::io::Error,
-}
-
-impl std::fmt::Display for WriteError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "cannot {} {}: {} (is /run a writable tmpfs with free space?)",
-            self.action,
-            self.path.display(),
-            self.source
-        )
-    }
-}
-
-impl std::error::Error for WriteError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
-}
-
-/// Replaces `path` atomically (fsutil's temp file, fsync, rename), naming it on failure.
-pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), WriteError> {
-    fsutil::write_atomic(path, bytes, mode).map_err(|source| WriteError {
-        path: path.to_path_buf(),
-        action: "write",
-        source,
-    })
 }
