@@ -233,6 +233,11 @@ impl Server {
         Server(MetadataServer::start(handler).expect("binding the metadata stand-in"))
     }
 
+    /// The same on another loopback address: `[::1]:0` plays an IPv6 endpoint.
+    pub fn start_on(addr: &str, handler: impl Fn(&Req) -> Reply + Send + Sync + 'static) -> Server {
+        Server(MetadataServer::bind(addr, handler).expect("binding the metadata stand-in"))
+    }
+
     /// Serves files under `fixtures/<dir>/` by request path (query ignored); 404 otherwise.
     /// `headers` go on every answer, as the real service sends them.
     pub fn fixtures(dir: &str, headers: &[(&str, &str)]) -> Server {
