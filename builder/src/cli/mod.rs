@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 pub mod bake;
 pub mod install;
+pub mod outdated;
 pub mod render;
 pub mod supply;
 
@@ -21,6 +22,8 @@ pub mod exit {
     pub const VERIFY: u8 = 3;
     /// A source could not deliver (network errors after retries, 404, deadline).
     pub const FETCH: u8 = 4;
+    /// `kiln lock outdated`: a newer patch release of a pinned minor exists.
+    pub const OUTDATED: u8 = 5;
 }
 
 /// The node contract version (`KILN_CONTRACT`) this kiln writes; see `docs/contract.md`.

@@ -75,6 +75,8 @@ pub enum LockCommand {
     Add(LockAddArgs),
     /// Authoring (needs network): re-download entries, confirm their sha256, record sizes.
     Update(LockUpdateArgs),
+    /// Report entries with a newer patch (exit 5) or minor upstream, or in another lock.
+    Outdated(crate::cli::outdated::OutdatedArgs),
 }
 
 /// `kiln lock add`
@@ -223,6 +225,13 @@ pub fn classify(err: &anyhow::Error) -> u8 {
                 M::Store(_) | M::Io { .. } => exit::FAILURE,
             };
         }
+        if let Some(e) = cause.downcast_ref::<crate::supply::outdated::index::IndexError>() {
+            use crate::supply::outdated::index::IndexError as I;
+            return match e {
+                I::Unreachable { .. } | I::Status { .. } => exit::FETCH,
+                I::Format { .. } => exit::FAILURE,
+            };
+        }
         if let Some(
             inspect::InspectError::Mismatch { .. } | inspect::InspectError::NotExecutable { .. },
         ) = cause.downcast_ref::<inspect::InspectError>()
@@ -244,6 +253,7 @@ pub fn run_lock(cmd: LockCommand, global: &Global) -> anyhow::Result<ExitCode> {
         LockCommand::Sign(a) => lock_sign(a, global),
         LockCommand::Add(a) => lock_add(a, global),
         LockCommand::Update(a) => lock_update(a, global),
+        LockCommand::Outdated(a) => crate::cli::outdated::run(a, global),
     })
 }
 

@@ -4,11 +4,13 @@
 //! minisign signature; [`store`] is the content-addressed blob store every byte lands in after
 //! it was hashed; [`fetch`] fills a store from mirrors and upstream; [`mirror`] keeps an
 //! air-gapped copy; [`inspect`] is the binary gate that refuses a file built for the wrong OS
-//! or architecture. Nothing here knows about images, bakes or provisioners.
+//! or architecture; [`outdated`] says when a lock falls behind upstream's patch releases.
+//! Nothing here knows about images, bakes or provisioners.
 
 pub mod fetch;
 pub mod inspect;
 pub mod lock;
 pub mod mirror;
+pub mod outdated;
 pub mod sign;
 pub mod store;

@@ -1,0 +1,295 @@
+//! `kiln lock outdated` against a loopback "upstream" serving release indexes
+//! (`builder/tests/data/outdated/`): newer patches are flagged (exit 5), a newer minor is
+//! reported apart, pre-releases, drafts and withdrawn releases are ignored, an up-to-date lock
+//! exits 0; offline against a second lock or a mirror; an unreachable index exits 4.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use support::server::{Fault, Server};
+use support::*;
+
+fn data(name: &str) -> Vec<u8> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/outdated")
+        .join(name);
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The fixture upstream: Kubernetes labels under `/k8s`, GitHub listings under `/gh`.
+fn upstream() -> Server {
+    let s = Server::start();
+    s.add("/k8s/release/stable-1.36.txt", data("stable-1.36.txt"));
+    s.add("/k8s/release/stable.txt", data("stable.txt"));
+    for (repo, file) in [
+        ("containerd/containerd", "containerd-releases.json"),
+        ("opencontainers/runc", "runc-releases.json"),
+        ("containernetworking/plugins", "cni-plugins-releases.json"),
+        ("kubernetes-sigs/cri-tools", "cri-tools-releases.json"),
+    ] {
+        s.add(
+            &format!("/gh/repos/{repo}/releases?per_page=100"),
+            data(file),
+        );
+    }
+    s
+}
+
+fn outdated(lock: &Path, server: &Server, json: bool) -> std::process::Output {
+    let mut c = kiln();
+    c.args(["lock", "outdated"]).arg(lock);
+    c.arg("--kubernetes-index")
+        .arg(format!("{}/k8s", server.base()));
+    c.arg("--github-api").arg(format!("{}/gh", server.base()));
+    if json {
+        c.arg("--json");
+    }
+    run(&mut c)
+}
+
+fn committed_lock() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../images/artifacts.lock")
+}
+
+fn json_lines(o: &std::process::Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect()
+}
+
+fn entry<'a>(lines: &'a [serde_json::Value], id: &str) -> &'a serde_json::Value {
+    lines
+        .iter()
+        .find(|l| l["entry"]["id"] == id)
+        .unwrap_or_else(|| panic!("no entry {id} in {lines:?}"))
+        .get("entry")
+        .unwrap()
+}
+
+/// One entry of a test lock; `version` is written into the URL the way upstream names files.
+fn entry_text(name: &str, version: &str, os: &str, url: &str) -> String {
+    let file = url.rsplit('/').next().unwrap();
+    format!(
+        "\n[[artifact]]\nname = \"{name}\"\nversion = \"{version}\"\nos = \"{os}\"\narch = \"amd64\"\nformat = \"binary\"\nurl = \"{url}\"\nsha256 = \"{}\"\nverified = \"test\"\nmembers = [{{ from = \"{file}\", to = \"bin/{name}\" }}]\n",
+        "0".repeat(64)
+    )
+}
+
+fn small_lock(containerd: &str, kube: &str, runc: &str) -> String {
+    let mut s = String::from("version = 1\n");
+    s += &entry_text(
+        "containerd",
+        containerd,
+        "linux",
+        &format!("https://github.com/containerd/containerd/releases/download/v{containerd}/containerd-{containerd}-linux-amd64.tar.gz"),
+    );
+    s += &entry_text(
+        "kubelet",
+        kube,
+        "linux",
+        &format!("https://dl.k8s.io/release/{kube}/bin/linux/amd64/kubelet"),
+    );
+    s += &entry_text(
+        "runc",
+        runc,
+        "linux",
+        &format!("https://github.com/opencontainers/runc/releases/download/v{runc}/runc.amd64"),
+    );
+    s
+}
+
+#[test]
+fn the_committed_lock_is_flagged_against_a_newer_upstream() {
+    let server = upstream();
+    let o = outdated(&committed_lock(), &server, false);
+    let text = out_text(&o);
+    assert_eq!(o.status.code(), Some(5), "{text}");
+    assert!(
+        text.contains(
+            "containerd@2.3.4/linux/amd64: BEHIND: patch 2.3.6 is out; newer minor: 2.4.1"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("kubelet@v1.36.1/linux/amd64: BEHIND: patch v1.36.4"),
+        "{text}"
+    );
+
+    let o = outdated(&committed_lock(), &server, true);
+    assert_eq!(o.status.code(), Some(5), "{}", out_text(&o));
+    let lines = json_lines(&o);
+    let c = entry(&lines, "containerd@2.3.4/linux/amd64");
+    assert_eq!(c["status"], "patch_behind");
+    assert_eq!(c["newest_patch"], "2.3.6");
+    assert_eq!(c["newest_minor"], "2.4.1");
+    let ignored: Vec<(String, String)> = c["ignored"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["tag"].as_str().unwrap().into(),
+                i["why"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let why = |tag: &str| {
+        ignored
+            .iter()
+            .find(|(t, _)| t == tag)
+            .map(|(_, w)| w.as_str())
+            .unwrap_or_else(|| panic!("{tag} not among the ignored: {ignored:?}"))
+    };
+    assert_eq!(why("v2.3.7"), "pre-release");
+    assert_eq!(why("v2.3.8-beta.0"), "pre-release");
+    assert_eq!(why("v2.3.9"), "withdrawn (its title says \"withdrawn\")");
+    assert_eq!(why("v2.3.10"), "withdrawn (it lists no downloads)");
+    assert_eq!(why("v2.4.2"), "draft");
+    assert_eq!(why("v2.4.0-rc.1"), "pre-release");
+    // Windows containerd is judged by its own download name, present in the fixture's 2.3.6.
+    let w = entry(&lines, "containerd@2.3.4/windows/amd64");
+    assert_eq!(w["newest_patch"], "2.3.6");
+    let k = entry(&lines, "kubeadm@v1.36.1/linux/arm64");
+    assert_eq!(
+        (&k["newest_patch"], &k["newest_minor"]),
+        (&"v1.36.4".into(), &"v1.37.0".into())
+    );
+    assert_eq!(
+        entry(&lines, "runc@1.5.1/linux/arm64")["newest_patch"],
+        "1.5.2"
+    );
+    let cni = entry(&lines, "cni-plugins@1.9.1/linux/amd64");
+    assert_eq!(
+        (&cni["status"], &cni["newest_minor"]),
+        (&"current".into(), &serde_json::Value::Null)
+    );
+    let crictl = entry(&lines, "crictl@1.36.0/linux/arm64");
+    assert_eq!(
+        (&crictl["status"], &crictl["newest_minor"]),
+        (&"current".into(), &"1.37.0".into())
+    );
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["event"], "summary");
+    assert_eq!(summary["patch_behind"], 14, "{summary}");
+    // Each index was read once, however many entries share it.
+    assert_eq!(
+        server.hits("/gh/repos/containerd/containerd/releases?per_page=100"),
+        2
+    );
+}
+
+#[test]
+fn an_up_to_date_lock_exits_0() {
+    let server = upstream();
+    let d = tempfile::tempdir().unwrap();
+    let lock = d.path().join("current.lock");
+    std::fs::write(&lock, small_lock("2.3.6", "v1.36.4", "1.5.2")).unwrap();
+    let o = outdated(&lock, &server, false);
+    let text = out_text(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("0 of 3 entries miss a patch release"),
+        "{text}"
+    );
+    assert!(
+        text.contains("containerd@2.3.6/linux/amd64: current patch; newer minor: 2.4.1"),
+        "{text}"
+    );
+
+    // An artifact kiln has no index for is reported, not counted.
+    std::fs::write(
+        &lock,
+        format!(
+            "{}{}",
+            small_lock("2.3.6", "v1.36.4", "1.5.2"),
+            entry_text(
+                "site-agent",
+                "3.1.0",
+                "linux",
+                "https://example.invalid/agent"
+            )
+        ),
+    )
+    .unwrap();
+    let o = outdated(&lock, &server, false);
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    assert!(
+        out_text(&o).contains("site-agent@3.1.0/linux/amd64: unknown: no release index is known"),
+        "{}",
+        out_text(&o)
+    );
+}
+
+#[test]
+fn offline_against_a_second_lock_or_a_mirror() {
+    let d = tempfile::tempdir().unwrap();
+    let old = d.path().join("old.lock");
+    let new = d.path().join("new.lock");
+    std::fs::write(&old, small_lock("2.3.4", "v1.36.1", "1.5.1")).unwrap();
+    std::fs::write(&new, small_lock("2.3.6", "v1.37.0", "1.5.1")).unwrap();
+    let against = |lock: &Path, other: &Path| {
+        run(kiln()
+            .args(["lock", "outdated", "--json"])
+            .arg(lock)
+            .arg("--against")
+            .arg(other))
+    };
+    let o = against(&old, &new);
+    assert_eq!(o.status.code(), Some(5), "{}", out_text(&o));
+    let lines = json_lines(&o);
+    assert_eq!(
+        entry(&lines, "containerd@2.3.4/linux/amd64")["newest_patch"],
+        "2.3.6"
+    );
+    let k = entry(&lines, "kubelet@v1.36.1/linux/amd64");
+    assert_eq!(
+        (&k["status"], &k["newest_minor"]),
+        (&"current".into(), &"v1.37.0".into())
+    );
+    assert_eq!(entry(&lines, "runc@1.5.1/linux/amd64")["status"], "current");
+
+    let o = against(&new, &old);
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+
+    // A mirror directory is read through its lock.
+    let mirror = d.path().join("mirror");
+    std::fs::create_dir(&mirror).unwrap();
+    std::fs::copy(&new, mirror.join("artifacts.lock")).unwrap();
+    let o = against(&old, &mirror);
+    assert_eq!(o.status.code(), Some(5), "{}", out_text(&o));
+}
+
+#[test]
+fn an_unreachable_index_exits_4_and_a_bad_one_exits_1() {
+    let server = upstream();
+    let d = tempfile::tempdir().unwrap();
+    let lock = d.path().join("a.lock");
+    std::fs::write(&lock, small_lock("2.3.6", "v1.36.4", "1.5.2")).unwrap();
+    let label = "/k8s/release/stable-1.36.txt";
+    // A transient failure is retried.
+    server.fault(label, Fault::Status(503));
+    let o = outdated(&lock, &server, false);
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    assert_eq!(server.hits(label), 2);
+
+    server.always(label, Fault::Status(404));
+    let o = outdated(&lock, &server, false);
+    assert_eq!(o.status.code(), Some(4), "{}", out_text(&o));
+    assert!(
+        out_text(&o).contains("stable-1.36.txt: HTTP 404"),
+        "{}",
+        out_text(&o)
+    );
+    server.heal(label);
+
+    server.add(label, b"<html>rate limited</html>".to_vec());
+    let o = outdated(&lock, &server, false);
+    assert_eq!(o.status.code(), Some(1), "{}", out_text(&o));
+    assert!(
+        out_text(&o).contains("not in the expected format"),
+        "{}",
+        out_text(&o)
+    );
+}
