@@ -12,12 +12,13 @@ use crate::contract::node_env::{self, Invalid, NodeEnv};
 use crate::contract::paths::{self, NodePaths};
 use crate::contract::{JoinMode, Provider, KILN_CONTRACT, VERSION_TEXT};
 use crate::error::Error;
-use crate::fsutil;
+use crate::fsutil::{self, SecretError};
+use crate::redact::{self, Secrets};
 use crate::sizing::{Inputs, Machine, Settings};
 use crate::Reason;
 
 /// The credential the provisioner placed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum Credential {
     /// `/etc/kiln/bootstrap-kubeconfig`, used as it is.
     Kubeconfig,
@@ -25,6 +26,17 @@ pub enum Credential {
     Token(String),
     /// `/etc/kiln/kubeadm-join.yaml`.
     KubeadmJoin,
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token itself.
+        f.write_str(match self {
+            Credential::Kubeconfig => "Kubeconfig",
+            Credential::Token(_) => "Token(..)",
+            Credential::KubeadmJoin => "KubeadmJoin",
+        })
+    }
 }
 
 /// The validated inputs of one run.
@@ -166,6 +178,17 @@ pub fn parse_max_pods(text: &str) -> Result<Vec<(String, u32)>, String> {
 /// Reads, checks and combines every input file under `root`.
 /// `deadline_flag` (`--deadline`) beats node.env, which beats image.env.
 pub fn load(paths: &NodePaths, deadline_flag: Option<u64>) -> Result<Config, Error> {
+    load_with_secrets(paths, deadline_flag, &mut Secrets::default())
+}
+
+/// [`load`], adding the secret values read on the way (credentials, a private key pasted
+/// into the CA file) to `secrets` as they are found, so they reach the run's redactor even
+/// when a later check fails.
+pub fn load_with_secrets(
+    paths: &NodePaths,
+    deadline_flag: Option<u64>,
+    secrets: &mut Secrets,
+) -> Result<Config, Error> {
     let image_path = &paths.image_env;
     let node_path = &paths.node_env;
     let image_raw = require_env(image_path, &image_env::REQUIRED)?;
@@ -216,10 +239,11 @@ pub fn load(paths: &NodePaths, deadline_flag: Option<u64>) -> Result<Config, Err
                 ca.display()
             )))
         }
-        Some(_) => {}
+        // A CA private key has no business here; if one was pasted in, it is a secret.
+        Some(t) => secrets.extend(redact::secrets_in(&t)),
     }
 
-    let credential = credential(paths, node.join_mode)?;
+    let credential = credential(paths, node.join_mode, secrets)?;
 
     let kubelet_config = if paths.kubelet_config_override.is_file() {
         paths::KUBELET_CONFIG_OVERRIDE.to_string()
@@ -237,19 +261,27 @@ pub fn load(paths: &NodePaths, deadline_flag: Option<u64>) -> Result<Config, Err
     })
 }
 
-/// Finds the one credential the join mode needs, and checks it is not readable by others.
-fn credential(paths: &NodePaths, mode: JoinMode) -> Result<Credential, Error> {
+/// The most a credential file may hold.
+const CREDENTIAL_CAP: u64 = 1024 * 1024;
+
+/// Finds the one credential the join mode needs, reads it through [`fsutil::read_secret`]
+/// (never through a symlink; mode and owner checked on the open file) and collects the
+/// secret values in it for the run's redactor.
+fn credential(
+    paths: &NodePaths,
+    mode: JoinMode,
+    secrets: &mut Secrets,
+) -> Result<Credential, Error> {
     let (kubeconfig, token, join) = (
         paths.bootstrap_kubeconfig.clone(),
         paths.bootstrap_token.clone(),
         paths.kubeadm_join.clone(),
     );
+    // Present as anything, a symlink included: a symlink is refused below, not skipped.
+    let exists = |p: &&PathBuf| std::fs::symlink_metadata(p).is_ok();
     let present: Vec<&PathBuf> = match mode {
-        JoinMode::Kubelet => [&kubeconfig, &token]
-            .into_iter()
-            .filter(|p| p.is_file())
-            .collect(),
-        JoinMode::Kubeadm => [&join].into_iter().filter(|p| p.is_file()).collect(),
+        JoinMode::Kubelet => [&kubeconfig, &token].into_iter().filter(exists).collect(),
+        JoinMode::Kubeadm => [&join].into_iter().filter(exists).collect(),
     };
     let looked = match mode {
         JoinMode::Kubelet => format!("{} or {}", kubeconfig.display(), token.display()),
@@ -271,43 +303,56 @@ fn credential(paths: &NodePaths, mode: JoinMode) -> Result<Credential, Error> {
             )))
         }
     };
-    match fsutil::too_open(path) {
-        Ok(None) => {}
-        Ok(Some(m)) => {
-            return Err(Error::config(
-                Reason::SecretMode,
-                format!("{}: expected mode 0600, found 0{m:o}", path.display()),
-            ))
-        }
-        Err(e) => return Err(invalid(format!("{}: cannot stat: {e}", path.display()))),
-    }
-    if let Ok(Some(uid)) = fsutil::foreign_owner(path) {
-        return Err(Error::config(
-            Reason::SecretMode,
-            format!(
-                "{}: expected to be owned by root, found owner uid {uid}",
-                path.display()
-            ),
-        ));
-    }
+    let text = fsutil::read_secret(path, CREDENTIAL_CAP).map_err(|e| {
+        let reason = match e {
+            SecretError::TooOpen(_) | SecretError::ForeignOwner(_) | SecretError::Symlink => {
+                Reason::SecretMode
+            }
+            SecretError::Missing => Reason::ConfigMissing,
+            _ => Reason::ConfigInvalid,
+        };
+        Error::config(reason, format!("{}: {e}", path.display()))
+    })?;
     if path == &join {
+        secrets.extend(redact::secrets_in(&text));
         return Ok(Credential::KubeadmJoin);
     }
     if path == &kubeconfig {
+        secrets.extend(redact::secrets_in(&text));
         return Ok(Credential::Kubeconfig);
     }
-    let text = fsutil::read_capped(path, 4096)
-        .map_err(invalid)?
-        .unwrap_or_default();
     let t = text.trim();
     if !valid_token(t) {
+        // Whatever it holds is meant to be secret: keep it out of every output all the same.
+        secrets.push(t);
         return Err(invalid(format!(
             "{}: expected one line [a-z0-9]{{6}}.[a-z0-9]{{16}}, found {} bytes that do not match (the value is not printed)",
             path.display(),
             t.len()
         )));
     }
+    secrets.push(t);
     Ok(Credential::Token(t.to_string()))
+}
+
+/// The secret values of every credential file on the node, read the safe way and without
+/// judging them: for the commands that run after a boot (`report`, `status`) and so never
+/// validated the configuration. Files that are absent, refused or unreadable add nothing.
+pub fn node_secrets(paths: &NodePaths) -> Secrets {
+    let mut s = Secrets::default();
+    for p in [&paths.bootstrap_kubeconfig, &paths.kubeadm_join] {
+        if let Ok(text) = fsutil::read_secret(p, CREDENTIAL_CAP) {
+            s.extend(redact::secrets_in(&text));
+        }
+    }
+    if let Ok(text) = fsutil::read_secret(&paths.bootstrap_token, CREDENTIAL_CAP) {
+        s.push(text.trim());
+    }
+    // The CA file is public (0644), but a private key pasted into it is not.
+    if let Ok(Some(text)) = fsutil::read_capped(&paths.ca_crt, 1024 * 1024) {
+        s.extend(redact::secrets_in(&text));
+    }
+    s
 }
 
 /// True for a kubeadm bootstrap token, `[a-z0-9]{6}.[a-z0-9]{16}`.

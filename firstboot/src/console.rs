@@ -8,6 +8,8 @@ use std::fs::File;
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
+use crate::redact::{self, Redacted, Redactor};
+
 /// The consoles tried, in order, when `--console` is not given.
 #[cfg(not(windows))]
 pub const DEFAULT_CONSOLES: &[&str] = &["/dev/ttyS0", "/dev/console"];
@@ -59,10 +61,10 @@ impl Console {
             }
         }
         if let Some((p, e)) = last_err {
-            eprintln!(
+            redact::eprint(&Redactor::shapes_only().redact(&format!(
                 "kiln-firstboot: warning: console {} cannot be opened ({e}); console lines are skipped",
                 p.display()
-            );
+            )));
         }
         Console::none()
     }
@@ -73,7 +75,10 @@ impl Console {
     }
 
     /// Writes one line (the newline is added). Drops the line if the console would block.
-    pub fn line(&mut self, text: &str) {
+    /// The console is readable through cloud APIs by people who must not see credentials:
+    /// only redacted text goes there.
+    pub fn line(&mut self, text: &Redacted) {
+        let text = text.as_str();
         let Some(file) = self.file.as_mut() else {
             return;
         };
@@ -84,10 +89,10 @@ impl Console {
         buf.push(b'\n');
         if let Err(e) = write_nonblocking(file, &buf) {
             if !self.warned {
-                eprintln!(
+                redact::eprint(&Redactor::shapes_only().redact(&format!(
                     "kiln-firstboot: warning: console {} did not take a line ({e}); skipping it",
                     self.path.display()
-                );
+                )));
                 self.warned = true;
             }
             if e.kind() != ErrorKind::WouldBlock {

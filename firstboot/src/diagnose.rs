@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::contract::status_json::{LOG_CAP, MESSAGE_CAP};
 use crate::json;
+use crate::redact::{self, Redactor};
 use crate::service;
 use crate::text::push_capped;
 use crate::wait::DEFAULT_HEALTHZ_URL;
@@ -228,6 +229,8 @@ pub struct ReportOptions {
     /// systemd's `$SERVICE_RESULT` when `report` runs as kubelet's `ExecStopPost=`: `success`
     /// means kubelet was stopped on purpose, which is nothing to report.
     pub service_result: Option<String>,
+    /// Cleans every log line as it is read, and the warnings printed on the way.
+    pub redactor: Redactor,
 }
 
 impl ReportOptions {
@@ -245,6 +248,7 @@ impl ReportOptions {
             journal_lines: 200,
             command_timeout: Duration::from_secs(5),
             service_result: None,
+            redactor: Redactor::shapes_only(),
         }
     }
 }
@@ -280,15 +284,15 @@ pub fn unit_states(opts: &ReportOptions) -> Vec<UnitState> {
                 Ok(out) if out.success => Some(UnitState::parse_show(unit, &out.stdout_text()))
                     .filter(|u| !u.active_state.is_empty()),
                 Ok(out) => {
-                    eprintln!(
+                    redact::eprint(&opts.redactor.redact(&format!(
                         "kiln-firstboot: warning: {} show {unit} failed: {}",
                         systemctl.display(),
                         out.stderr_text().trim()
-                    );
+                    )));
                     None
                 }
                 Err(e) => {
-                    eprintln!("kiln-firstboot: warning: {}", e.message());
+                    warn(opts, e.message());
                     None
                 }
             }
@@ -328,69 +332,46 @@ pub fn read_logs(opts: &ReportOptions) -> Vec<String> {
             match service::output(journalctl, &args, Instant::now() + opts.command_timeout) {
                 Ok(out) => {
                     let label = unit.strip_suffix(".service").unwrap_or(unit);
-                    push_labelled(&mut lines, label, &out.stdout_text());
+                    push_labelled(&mut lines, label, &out.stdout_text(), &opts.redactor);
                 }
-                Err(e) => eprintln!("kiln-firstboot: warning: {}", e.message()),
+                Err(e) => warn(opts, e.message()),
             }
         }
     }
     for (label, path) in &opts.log_files {
         match read_tail(path, 256 * 1024) {
-            Ok(text) => push_labelled(&mut lines, label, &text),
+            Ok(text) => push_labelled(&mut lines, label, &text, &opts.redactor),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => eprintln!(
-                "kiln-firstboot: warning: cannot read log {}: {e}",
-                path.display()
-            ),
+            Err(e) => warn(opts, &format!("cannot read log {}: {e}", path.display())),
         }
     }
     lines
 }
 
-fn push_labelled(lines: &mut Vec<String>, label: &str, text: &str) {
+/// A warning on stderr, redacted.
+fn warn(opts: &ReportOptions, what: &str) {
+    redact::eprint(
+        &opts
+            .redactor
+            .redact(&format!("kiln-firstboot: warning: {what}")),
+    );
+}
+
+/// Appends each line of `text` as `label: line`, redacted: log lines end up in a
+/// world-readable status file, on the console and in the cloud channels.
+fn push_labelled(lines: &mut Vec<String>, label: &str, text: &str, redactor: &Redactor) {
     for l in text.lines().map(str::trim_end).filter(|l| !l.is_empty()) {
         if l.starts_with("-- ") && l.ends_with(" --") {
             // journalctl's "-- No entries --" / "-- Boot … --" markers.
             continue;
         }
-        let mut s = String::with_capacity(label.len() + 2 + l.len());
+        let l = redactor.redact(l);
+        let mut s = String::with_capacity(label.len() + 2 + l.as_str().len());
         s.push_str(label);
         s.push_str(": ");
-        s.push_str(&redact_tokens(l));
+        s.push_str(l.as_str());
         lines.push(s);
     }
-}
-
-/// Replaces bootstrap tokens (`[a-z0-9]{6}.[a-z0-9]{16}`) with `<redacted>`: log lines go to
-/// a world-readable status file, the console and the cloud channels.
-pub fn redact_tokens(line: &str) -> std::borrow::Cow<'_, str> {
-    let b = line.as_bytes();
-    let tok = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    let is_token_at = |i: usize| {
-        i + 23 <= b.len()
-            && b[i..i + 6].iter().all(|&c| tok(c))
-            && b[i + 6] == b'.'
-            && b[i + 7..i + 23].iter().all(|&c| tok(c))
-            && (i == 0 || !tok(b[i - 1]))
-            && b.get(i + 23).is_none_or(|&c| !tok(c))
-    };
-    if !(0..b.len()).any(is_token_at) {
-        return std::borrow::Cow::Borrowed(line);
-    }
-    let mut out = String::with_capacity(line.len());
-    let mut i = 0;
-    while i < b.len() {
-        if is_token_at(i) {
-            out.push_str("<redacted>");
-            i += 23;
-        } else {
-            // Copy one whole character (tokens are ASCII, so no match starts mid-character).
-            let ch = line[i..].chars().next().unwrap_or(' ');
-            out.push(ch);
-            i += ch.len_utf8();
-        }
-    }
-    std::borrow::Cow::Owned(out)
 }
 
 /// The last `max` bytes of a file, from the first full line.
@@ -512,24 +493,6 @@ mod tests {
         assert_eq!(match_line(l), Some(Reason::ApiDns));
         let l = "kubelet: dial tcp 10.0.0.10:6443: i/o timeout";
         assert_eq!(match_line(l), Some(Reason::ApiUnreachable));
-    }
-
-    #[test]
-    fn bootstrap_tokens_are_redacted() {
-        let l = "token abcdef.0123456789abcdef was rejected; é 07401b.f395accd246ae52d.";
-        assert_eq!(
-            redact_tokens(l),
-            "token <redacted> was rejected; é <redacted>."
-        );
-        // Not a token: too long on either side, or upper case.
-        for keep in [
-            "xabcdef.0123456789abcdef",
-            "abcdef.0123456789abcdefx",
-            "ABCDEF.0123456789ABCDEF",
-            "sha256:3f0c1b.2a3f0c1b2a3f0c1b2a",
-        ] {
-            assert_eq!(redact_tokens(keep), keep);
-        }
     }
 
     #[test]

@@ -6,7 +6,8 @@ use std::io::{self, Read, Write};
 use std::path::Path;
 
 /// Writes `data` to `path` so that readers see the old file or the new one, never a torn one.
-/// The mode is set on the temp file before the rename, so a secret is never briefly open.
+/// The temp file is created with its final mode ([`create_temp`]), so a secret is never
+/// briefly open to others, and a name planted beside the target cannot redirect the write.
 pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir)?;
@@ -14,39 +15,214 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-    let result = write_then_rename(&tmp, path, data, mode);
+    let (mut f, tmp) = create_temp(dir, &name, mode)?;
+    let result = write_then_rename(&mut f, &tmp, path, data, mode);
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }
     result
 }
 
-fn write_then_rename(tmp: &Path, path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
-    let mut f = create_with_mode(tmp, mode)?;
+fn write_then_rename(
+    f: &mut File,
+    tmp: &Path,
+    path: &Path,
+    data: &[u8],
+    mode: u32,
+) -> io::Result<()> {
     f.write_all(data)?;
-    set_mode(&f, mode)?;
+    set_mode(f, mode)?;
     f.sync_all()?;
-    drop(f);
     fs::rename(tmp, path)?;
     sync_dir(path.parent().unwrap_or(Path::new(".")));
     Ok(())
 }
 
+/// How many names [`create_temp`] tries before giving up: each try fails only when
+/// something already sits at a fresh random name.
+const TEMP_TRIES: u32 = 16;
+
+/// Creates a new temp file `.<stem>.<random>.tmp` in `dir` with `mode`, opened
+/// `O_CREAT|O_EXCL|O_NOFOLLOW`: the kernel refuses the open when anything, a symlink
+/// included, already has the name, so a planted name can make one try fail but never
+/// redirects the write. The random part (from `/dev/urandom`, else the clock, the pid and
+/// a counter) only makes planting names in advance pointless; safety comes from `O_EXCL`.
+pub fn create_temp(dir: &Path, stem: &str, mode: u32) -> io::Result<(File, std::path::PathBuf)> {
+    let mut last = io::Error::from(io::ErrorKind::AlreadyExists);
+    for _ in 0..TEMP_TRIES {
+        let tmp = dir.join(format!(".{stem}.{:016x}.tmp", random_u64()));
+        match create_new(&tmp, mode) {
+            Ok(f) => return Ok((f, tmp)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = e,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
+}
+
+/// 64 random bits: `/dev/urandom`, or (where it cannot be read) the clock, the process id
+/// and a counter mixed together, which are guessable but distinct per call.
+pub fn random_u64() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut b = [0u8; 8];
+    if File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_ok()
+    {
+        return u64::from_le_bytes(b);
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut x = t
+        ^ (u64::from(std::process::id()) << 32)
+        ^ COUNTER
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    // splitmix64's finaliser, so consecutive calls differ in every bit.
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// `O_NOFOLLOW` in the Linux generic ABI (x86-64, aarch64, riscv64) and on the BSDs/macOS.
+#[cfg(all(unix, target_os = "linux"))]
+const O_NOFOLLOW: i32 = 0o400000;
+#[cfg(all(unix, not(target_os = "linux")))]
+const O_NOFOLLOW: i32 = 0x0100;
+
+/// Creates `path` as a new file with `mode` (`O_CREAT|O_EXCL|O_NOFOLLOW`): fails with
+/// `AlreadyExists` when anything, a dangling symlink included, has the name.
 #[cfg(unix)]
-fn create_with_mode(path: &Path, mode: u32) -> io::Result<File> {
+pub fn create_new(path: &Path, mode: u32) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
+        .custom_flags(O_NOFOLLOW)
         .mode(mode)
         .open(path)
 }
 
+/// Creates `path` as a new file (`CREATE_NEW`).
 #[cfg(not(unix))]
-fn create_with_mode(path: &Path, _mode: u32) -> io::Result<File> {
-    File::create(path)
+pub fn create_new(path: &Path, _mode: u32) -> io::Result<File> {
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+}
+
+/// Why a secret file was refused.
+#[derive(Debug)]
+pub enum SecretError {
+    /// It does not exist.
+    Missing,
+    /// The name is a symbolic link (never followed).
+    Symlink,
+    /// It is not a regular file.
+    NotAFile,
+    /// Group or others may read or write it: its mode.
+    TooOpen(u32),
+    /// Someone other than root or this process's user owns it: their uid.
+    ForeignOwner(u32),
+    /// It is larger than the cap.
+    TooLarge(u64),
+    /// It is not UTF-8 text.
+    NotText,
+    /// Another I/O error.
+    Io(io::Error),
+}
+
+impl std::fmt::Display for SecretError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SecretError::Missing => f.write_str("not found"),
+            SecretError::Symlink => {
+                f.write_str("expected a regular file, found a symbolic link (never followed)")
+            }
+            SecretError::NotAFile => f.write_str("expected a regular file, found another type"),
+            SecretError::TooOpen(m) => write!(f, "expected mode 0600, found 0{m:o}"),
+            SecretError::ForeignOwner(uid) => {
+                write!(f, "expected to be owned by root, found owner uid {uid}")
+            }
+            SecretError::TooLarge(cap) => write!(f, "expected at most {cap} bytes, found more"),
+            SecretError::NotText => f.write_str("expected UTF-8 text"),
+            SecretError::Io(e) => write!(f, "cannot read: {e}"),
+        }
+    }
+}
+
+/// Reads a secret file of at most `cap` bytes the safe way: opened `O_NOFOLLOW` (a symlink
+/// at the name is refused, not followed), then type, mode and owner checked on the open
+/// descriptor (`fstat`), so what was checked is what is read: no window in which the name
+/// could be swapped between a `stat` and an `open`. `ELOOP` from `O_NOFOLLOW` is the
+/// symlink case. Parent directories are trusted (they belong to root on a node).
+pub fn read_secret(path: &Path, cap: u64) -> Result<String, SecretError> {
+    let f = open_nofollow(path).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => SecretError::Missing,
+        _ if e.raw_os_error() == Some(ELOOP) => SecretError::Symlink,
+        _ => SecretError::Io(e),
+    })?;
+    let meta = f.metadata().map_err(SecretError::Io)?;
+    if !meta.is_file() {
+        return Err(SecretError::NotAFile);
+    }
+    check_secret_meta(&meta)?;
+    let mut buf = Vec::new();
+    f.take(cap + 1)
+        .read_to_end(&mut buf)
+        .map_err(SecretError::Io)?;
+    if buf.len() as u64 > cap {
+        return Err(SecretError::TooLarge(cap));
+    }
+    String::from_utf8(buf).map_err(|_| SecretError::NotText)
+}
+
+/// `ELOOP`: what `open(2)` with `O_NOFOLLOW` answers for a symlink (Linux; BSDs too).
+#[cfg(target_os = "linux")]
+const ELOOP: i32 = 40;
+#[cfg(not(target_os = "linux"))]
+const ELOOP: i32 = 62;
+
+#[cfg(unix)]
+fn open_nofollow(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(O_NOFOLLOW)
+        .open(path)
+}
+
+#[cfg(not(unix))]
+fn open_nofollow(path: &Path) -> io::Result<File> {
+    // Windows: a reparse point is not followed by this check; ACLs are the provisioner's job.
+    if fs::symlink_metadata(path)?.file_type().is_symlink() {
+        return Err(io::Error::from_raw_os_error(ELOOP));
+    }
+    File::open(path)
+}
+
+#[cfg(unix)]
+fn check_secret_meta(meta: &fs::Metadata) -> Result<(), SecretError> {
+    use std::os::unix::fs::MetadataExt;
+    let mode = meta.mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(SecretError::TooOpen(mode));
+    }
+    let owner = meta.uid();
+    // /proc/self belongs to the process's effective user: its uid without libc.
+    let me = fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0);
+    if owner != 0 && owner != me {
+        return Err(SecretError::ForeignOwner(owner));
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn check_secret_meta(_meta: &fs::Metadata) -> Result<(), SecretError> {
+    Ok(())
 }
 
 /// Sets the mode exactly: `open(2)` applies the umask, this does not.
@@ -98,37 +274,6 @@ pub fn read_capped(path: &Path, cap: u64) -> Result<Option<String>, String> {
     })
 }
 
-/// The permission bits of `path` when they let group or others read it (unix only).
-#[cfg(unix)]
-pub fn too_open(path: &Path) -> io::Result<Option<u32>> {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = fs::metadata(path)?.permissions().mode() & 0o777;
-    Ok((mode & 0o077 != 0).then_some(mode))
-}
-
-/// The owner of `path` when it is neither root nor the user running this process: a secret
-/// someone else owns could have been swapped under us (unix only).
-#[cfg(unix)]
-pub fn foreign_owner(path: &Path) -> io::Result<Option<u32>> {
-    use std::os::unix::fs::MetadataExt;
-    let owner = fs::metadata(path)?.uid();
-    // /proc/self belongs to the process's effective user: its uid without libc.
-    let me = fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0);
-    Ok((owner != 0 && owner != me).then_some(owner))
-}
-
-/// Windows has no uid; ACLs are the provisioner's job there.
-#[cfg(not(unix))]
-pub fn foreign_owner(path: &Path) -> io::Result<Option<u32>> {
-    fs::metadata(path).map(|_| None)
-}
-
-/// Windows has no mode bits; ACLs are the provisioner's job there.
-#[cfg(not(unix))]
-pub fn too_open(path: &Path) -> io::Result<Option<u32>> {
-    fs::metadata(path).map(|_| None)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,6 +321,82 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["target"]);
+        fs::remove_dir_all(d).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_planted_symlink_never_redirects_a_write() {
+        use std::os::unix::fs::{symlink, PermissionsExt};
+        let d = tempdir("plant");
+        let victim = d.join("victim");
+        fs::write(&victim, "precious").unwrap();
+        // At a temp name: the exclusive create refuses it, dangling or not.
+        let planted = d.join(".status.json.0123456789abcdef.tmp");
+        symlink(&victim, &planted).unwrap();
+        let e = create_new(&planted, 0o600).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists, "{e}");
+        let dangling = d.join("dangling");
+        symlink(d.join("nowhere"), &dangling).unwrap();
+        assert!(create_new(&dangling, 0o600).is_err());
+        assert!(!d.join("nowhere").exists());
+        // At the target name: the rename replaces the link itself, not what it points to.
+        let target = d.join("status.json");
+        symlink(&victim, &target).unwrap();
+        write_atomic(&target, b"new", 0o644).unwrap();
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(!fs::symlink_metadata(&target)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(fs::read_to_string(&target).unwrap(), "new");
+        // The temp file had its final mode from the start, whatever the umask.
+        let (f, tmp) = create_temp(&d, "secret", 0o600).unwrap();
+        assert_eq!(f.metadata().unwrap().permissions().mode() & 0o777, 0o600);
+        let name = tmp.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            name.starts_with(".secret.") && name.ends_with(".tmp"),
+            "{name}"
+        );
+        let (_, other) = create_temp(&d, "secret", 0o600).unwrap();
+        assert_ne!(tmp, other, "two temp names in a row must differ");
+        fs::remove_dir_all(d).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn secrets_are_checked_through_the_open_file() {
+        use std::os::unix::fs::{symlink, PermissionsExt};
+        let d = tempdir("secret");
+        let real = d.join("token");
+        fs::write(&real, "abcdef.0123456789abcdef\n").unwrap();
+        fs::set_permissions(&real, fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(
+            read_secret(&real, 4096).unwrap(),
+            "abcdef.0123456789abcdef\n"
+        );
+        // A symlink to a perfectly good secret is refused, not followed.
+        let link = d.join("link");
+        symlink(&real, &link).unwrap();
+        assert!(matches!(
+            read_secret(&link, 4096),
+            Err(SecretError::Symlink)
+        ));
+        fs::set_permissions(&real, fs::Permissions::from_mode(0o640)).unwrap();
+        assert!(matches!(
+            read_secret(&real, 4096),
+            Err(SecretError::TooOpen(0o640))
+        ));
+        fs::set_permissions(&real, fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(matches!(
+            read_secret(&real, 4),
+            Err(SecretError::TooLarge(4))
+        ));
+        assert!(matches!(read_secret(&d, 4096), Err(SecretError::NotAFile)));
+        assert!(matches!(
+            read_secret(&d.join("absent"), 4096),
+            Err(SecretError::Missing)
+        ));
         fs::remove_dir_all(d).unwrap();
     }
 

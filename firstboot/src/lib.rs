@@ -1,6 +1,9 @@
 //! kiln-firstboot: runs once per boot, turns kiln's node contract (`/usr/lib/kiln`,
 //! `/etc/kiln`) and one instance metadata source into kubelet's environment, starts kubelet
 //! and reports the outcome. std only, no crates: see `docs/contract.md`.
+// Nothing prints directly: stdout and stderr are reached through `redact::print` and
+// `redact::eprint`, which take only redacted text (docs/security.md).
+#![warn(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod contract;
 
@@ -17,6 +20,7 @@ pub mod json;
 pub mod kubelet_env;
 pub mod netaddr;
 pub mod provider;
+pub mod redact;
 pub mod report;
 pub mod run;
 pub mod service;

@@ -1,8 +1,11 @@
 //! Thin entry point: parse the command line, dispatch to the library, map to an exit code.
+// Output goes through `kiln_firstboot::redact`'s sinks only (see lib.rs).
+#![warn(clippy::print_stdout, clippy::print_stderr)]
 
 use std::process::ExitCode;
 
 use kiln_firstboot::cli::{self, Command};
+use kiln_firstboot::redact::{self, Redactor};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -13,11 +16,12 @@ fn main() -> ExitCode {
     let code = match cli::parse(&args) {
         Ok(Command::Run(opts)) => kiln_firstboot::run::run(&opts),
         Ok(Command::Help) => {
-            print!("{}", cli::USAGE);
+            redact::print(&Redactor::shapes_only().redact(cli::USAGE));
             0
         }
         Ok(Command::Version) => {
-            println!("kiln-firstboot {}", env!("CARGO_PKG_VERSION"));
+            let v = concat!("kiln-firstboot ", env!("CARGO_PKG_VERSION"), "\n");
+            redact::print(&Redactor::shapes_only().redact(v));
             0
         }
         Ok(Command::Status { root, json }) => kiln_firstboot::report::cmd_status(&root, json),
@@ -38,7 +42,9 @@ fn main() -> ExitCode {
             kiln_firstboot::report::cmd_report(&opts)
         }
         Err(e) => {
-            eprintln!("kiln-firstboot: {e}\nkiln-firstboot: run `kiln-firstboot --help`");
+            redact::eprint(&Redactor::shapes_only().redact(&format!(
+                "kiln-firstboot: {e}\nkiln-firstboot: run `kiln-firstboot --help`"
+            )));
             kiln_firstboot::Reason::Usage.exit_code()
         }
     };

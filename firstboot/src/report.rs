@@ -3,14 +3,15 @@
 //! kubelet that died after boot and records it like a failed run ([`cmd_report`]).
 
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::config;
 use crate::console::Console;
 use crate::contract::paths::NodePaths;
 use crate::diagnose::{self, ReportOptions, UnitState};
 use crate::json;
+use crate::redact::{self, Redactor};
 use crate::status::Reporter;
 use crate::wait;
 use crate::Reason;
@@ -18,33 +19,39 @@ use crate::Reason;
 /// `kiln-firstboot status [--json]`: prints status.json as a short summary (or as is with
 /// `json`). Exits 0 on success, the reason's exit code on failure, 8 while still running, and
 /// 1 when there is no readable status.
+/// The file was written redacted; it is redacted again on the way out (with the node's
+/// credentials when this user can read them), since anyone may have written it.
 pub fn cmd_status(root: &Path, json: bool) -> u8 {
-    let path = NodePaths::under(root).status_json;
+    let paths = NodePaths::under(root);
+    let mut redactor = Redactor::shapes_only();
+    redactor.add_all(config::node_secrets(&paths).values());
+    let path = paths.status_json;
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!(
+            redact::eprint(&redactor.redact(&format!(
                 "kiln-firstboot: cannot read {}: {e}; has kiln-firstboot run on this boot? (systemctl status kiln-firstboot)",
                 path.display()
-            );
+            )));
             return 1;
         }
     };
     let status = match StatusView::parse(&text) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!(
+            redact::eprint(&redactor.redact(&format!(
                 "kiln-firstboot: {} is not a kiln status file: {e}",
                 path.display()
-            );
+            )));
             return 1;
         }
     };
-    let mut out = std::io::stdout().lock();
     if json {
-        let _ = writeln!(out, "{}", text.trim_end());
+        let mut line = text.trim_end().to_string();
+        line.push('\n');
+        redact::print(&redactor.redact(&line));
     } else {
-        let _ = out.write_all(status.summary().as_bytes());
+        redact::print(&redactor.redact(&status.summary()));
     }
     status.exit_code()
 }
@@ -199,12 +206,20 @@ impl StatusView {
 /// `kiln-firstboot report`: diagnoses kubelet now. If kubelet is running and healthy it only
 /// prints what it found (exit 0); otherwise it records the failure in status.json, the
 /// failure files, the console and the cloud channels, and exits with the reason's code.
+///
+/// Its output goes to the journal and the console, so it reads the node's credentials first
+/// ([`config::node_secrets`]) and redacts everything with them.
 pub fn cmd_report(opts: &ReportOptions) -> u8 {
+    let paths = NodePaths::under(&opts.root);
+    let mut opts = opts.clone();
+    opts.redactor.add_all(config::node_secrets(&paths).values());
+    let opts = &opts;
+    let say = |text: String| redact::print(&opts.redactor.redact(&text));
     if opts.service_result.as_deref() == Some("success") {
-        println!(
-            "kiln-firstboot: {} stopped cleanly; nothing to report",
+        say(format!(
+            "kiln-firstboot: {} stopped cleanly; nothing to report\n",
             opts.kubelet_unit
-        );
+        ));
         return 0;
     }
     let diagnosis = diagnose::diagnose(opts);
@@ -216,38 +231,38 @@ pub fn cmd_report(opts: &ReportOptions) -> u8 {
     let healthy =
         kubelet_up && wait::probe_healthz(&opts.healthz_url, Duration::from_secs(2)).is_ok();
     if healthy {
-        println!(
-            "kiln-firstboot: kubelet is running and {} answers ok; nothing to report",
+        say(format!(
+            "kiln-firstboot: kubelet is running and {} answers ok; nothing to report\n",
             opts.healthz_url
-        );
+        ));
         if diagnosis.reason != Reason::JoinTimeout {
-            println!(
-                "  (its logs match {}: {})",
+            say(format!(
+                "  (its logs match {}: {})\n",
                 diagnosis.reason, diagnosis.message
-            );
+            ));
         }
         return 0;
     }
-    let paths = NodePaths::under(&opts.root);
     let path = &paths.status_json;
     let console = Console::open(opts.console.as_deref());
     let mut reporter = match std::fs::read_to_string(path) {
         Ok(text) => match Reporter::resume(&paths, console, &text) {
             Ok(r) => r,
             Err((e, console)) => {
-                eprintln!(
+                redact::eprint(&opts.redactor.redact(&format!(
                     "kiln-firstboot: warning: {} is not a kiln status file ({e}); starting a new one",
                     path.display()
-                );
+                )));
                 Reporter::with_console(&paths, console)
             }
         },
         Err(_) => Reporter::with_console(&paths, console),
     };
+    reporter.set_redactor(opts.redactor.clone());
     reporter.conclude(&diagnosis);
     let summary = StatusView::parse(reporter.last_json())
         .map(|v| v.summary())
         .unwrap_or_default();
-    print!("{summary}");
+    say(summary);
     reporter.exit_code()
 }

@@ -17,6 +17,7 @@ use crate::kubelet_env::{self, Node};
 use crate::netaddr::{self, IpFamily, Offered};
 use crate::provider::detect::{self, Detected, Dmi};
 use crate::provider::{self, Context, ReportTarget};
+use crate::redact::{self, Collected, Secrets};
 use crate::service::{self, ToolError};
 use crate::sizing::{self, Sizing};
 use crate::status::{Phase, Reporter};
@@ -33,11 +34,13 @@ pub fn run(opts: &Options) -> u8 {
     match result {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("kiln-firstboot: {e}");
+            let mut text = format!("kiln-firstboot: {e}");
             let hint = e.reason().hint();
             if !hint.is_empty() {
-                eprintln!("kiln-firstboot: hint: {hint}");
+                text.push_str("\nkiln-firstboot: hint: ");
+                text.push_str(hint);
             }
+            redact::eprint(&rep.redactor().redact(&text));
             e.reason().exit_code()
         }
     }
@@ -56,7 +59,11 @@ fn boot(
     started: Instant,
 ) -> Result<(), Error> {
     rep.begin(Phase::Config);
-    let cfg = config::load(paths, opts.deadline).map_err(|e| fail(rep, Phase::Config, e))?;
+    // The redactor learns each secret as soon as it is read, even when the phase then fails.
+    let mut secrets = Secrets::default();
+    let loaded = config::load_with_secrets(paths, opts.deadline, &mut secrets);
+    rep.add_secrets(&secrets);
+    let cfg = loaded.map_err(|e| fail(rep, Phase::Config, e))?;
     // The deadline counts from process start, so time spent reading config is included.
     // An absurd deadline (u64::MAX seconds) must not overflow the clock; a year is forever here.
     let deadline = started
@@ -71,8 +78,10 @@ fn boot(
         .as_deref()
         .or(cfg.node.metadata_url.as_deref())
         .map(|u| provider::named_endpoint(u).unwrap_or(u).to_string());
-    let node = metadata(opts, &cfg, deadline, base_url.as_deref(), rep)
-        .map_err(|e| fail(rep, Phase::Metadata, e))?;
+    let found = Collected::default();
+    let node = metadata(opts, &cfg, deadline, base_url.as_deref(), rep, &found);
+    rep.add_secrets(&found.take());
+    let node = node.map_err(|e| fail(rep, Phase::Metadata, e))?;
     rep.identity(node.provider.name(), &node.node_name, cfg.image_id());
     rep.set_report_back(
         node.provider,
@@ -127,6 +136,7 @@ fn wait_joined(
     ropts.journalctl = Some(PathBuf::from(&opts.journalctl));
     ropts.kubelet_unit = cfg.image.kubelet_unit.clone();
     ropts.containerd_unit = cfg.image.containerd_unit.clone();
+    ropts.redactor = rep.redactor().clone();
     let begun = Instant::now();
     let mut polls = 0u32;
     // Asking systemd every poll would cost a fork each time; once a second is enough.
@@ -199,12 +209,14 @@ fn detected(root: &Path, rep: &mut Reporter) -> Result<Provider, Error> {
 }
 
 /// Asks the chosen metadata source and applies node.env's overrides.
+/// Secrets the source is handed (a session token) are noted in `secrets`.
 fn metadata(
     opts: &Options,
     cfg: &Config,
     deadline: Instant,
     base_url: Option<&str>,
     rep: &mut Reporter,
+    secrets: &Collected,
 ) -> Result<Node, Error> {
     // `auto` (no provider) is detected from DMI; `--provider` beats node.env.
     let name = match opts.provider.unwrap_or(cfg.node.provider) {
@@ -221,6 +233,7 @@ fn metadata(
         rpctool: &opts.rpctool,
         api_server,
         ip_family: cfg.node.ip_family,
+        secrets,
     };
     let md = source.fetch(&cx)?;
     let offered = Offered::from_candidates(&md.addresses);

@@ -39,7 +39,7 @@ impl ToolError {
 enum Keep {
     /// The first bytes, up to this many; the rest is read and dropped.
     Head(usize),
-    /// The last bytes, up to this many.
+    /// The last bytes, up to this many, from the start of a line when there is one.
     Tail(usize),
 }
 
@@ -60,7 +60,13 @@ fn reader(mut r: impl Read + Send + 'static, keep: Keep) -> thread::JoinHandle<V
                 Keep::Tail(max) => {
                     kept.extend_from_slice(&buf[..n]);
                     if kept.len() > max {
-                        kept.drain(..kept.len() - max);
+                        let mut cut = kept.len() - max;
+                        // Start at a line: a line cut in the middle could begin with the
+                        // unmatchable second half of a secret (a token's last characters).
+                        if let Some(nl) = kept[cut..].iter().position(|&c| c == b'\n') {
+                            cut += nl + 1;
+                        }
+                        kept.drain(..cut);
                     }
                 }
             }

@@ -13,10 +13,16 @@ use std::path::{Path, PathBuf};
 
 use common::{ok, status, Root, Server};
 use kiln_firstboot::provider::{self, azure, gcp, ChannelError, Provider, ReportTarget};
+use kiln_firstboot::redact::{Redacted, Redactor};
+
+/// The channels take only redacted text.
+fn redacted(s: &str) -> Redacted {
+    Redactor::shapes_only().redact(s)
+}
 
 /// Publishes `json` through `p`'s report-back channel.
 fn report(p: Provider, to: &ReportTarget, json: &str) -> Result<(), ChannelError> {
-    provider::source(p).report_back(to, json)
+    provider::source(p).report_back(to, &redacted(json))
 }
 
 fn target(root: &Path, base_url: Option<&str>, rpctool: &str) -> ReportTarget {
@@ -74,7 +80,7 @@ fn gcp_puts_the_guest_attribute() {
 
     // Guest attributes disabled: the server says 403 and the error says what to enable.
     let off = Server::start(|_| status(403));
-    let errs = gcp::put_status(&off.url, STATUS).unwrap_err();
+    let errs = gcp::put_status(&off.url, &redacted(STATUS)).unwrap_err();
     assert!(errs.to_string().contains("answered 403"), "{errs}");
     assert!(
         errs.to_string().contains("enable-guest-attributes"),
@@ -109,7 +115,7 @@ fn gcp_body_is_the_status() {
             .unwrap();
         String::from_utf8(buf).unwrap()
     });
-    gcp::put_status(&url, STATUS).unwrap();
+    gcp::put_status(&url, &redacted(STATUS)).unwrap();
     let req = h.join().unwrap();
     assert!(
         req.starts_with(

@@ -74,6 +74,7 @@ impl MetadataSource for Aws {
                 ),
             ));
         }
+        cx.secrets.note(token);
         let headers = [("X-aws-ec2-metadata-token", token)];
         let get = |key: &str, optional: bool| -> Result<String, Error> {
             let url = format!("{base}/latest/meta-data/{key}");

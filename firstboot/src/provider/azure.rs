@@ -13,6 +13,7 @@ use crate::contract::paths;
 use crate::contract::Provider;
 use crate::error::Error;
 use crate::json::{self, Value};
+use crate::redact::Redacted;
 use crate::Reason;
 
 /// The api-version firstboot is written and tested against.
@@ -41,7 +42,7 @@ impl MetadataSource for Azure {
         Provider::Azure
     }
 
-    fn report_back(&self, to: &ReportTarget, status_json: &str) -> Result<(), ChannelError> {
+    fn report_back(&self, to: &ReportTarget, status_json: &Redacted) -> Result<(), ChannelError> {
         kvp_publish(&paths::under(&to.root, KVP_POOL), KVP_KEY, status_json)
     }
 
@@ -190,7 +191,8 @@ pub fn kvp_chunks(value: &str) -> Vec<&str> {
 /// pieces and `KEY` holds the piece count. Other writers' records are kept, in place and in
 /// order. The file is updated in place under an exclusive `flock` (what cloud-init and the
 /// Hyper-V KVP daemon's other clients do), not renamed: the daemon reads it by name.
-pub fn kvp_publish(pool: &Path, key: &str, value: &str) -> Result<(), ChannelError> {
+pub fn kvp_publish(pool: &Path, key: &str, value: &Redacted) -> Result<(), ChannelError> {
+    let value = value.as_str();
     use std::io::{Read, Seek, SeekFrom, Write};
     let err = |what: String| ChannelError {
         channel: "azure-kvp",

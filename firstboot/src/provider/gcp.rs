@@ -13,6 +13,7 @@ use super::{ChannelError, ReportTarget, LINK_LOCAL};
 use crate::contract::Provider;
 use crate::error::Error;
 use crate::http::Client;
+use crate::redact::Redacted;
 use crate::Reason;
 
 /// The guest attribute the final status is PUT to, under the metadata server.
@@ -59,7 +60,7 @@ impl MetadataSource for Gcp {
         Provider::Gcp
     }
 
-    fn report_back(&self, to: &ReportTarget, status_json: &str) -> Result<(), ChannelError> {
+    fn report_back(&self, to: &ReportTarget, status_json: &Redacted) -> Result<(), ChannelError> {
         put_status(to.base_url.as_deref().unwrap_or(LINK_LOCAL), status_json)
     }
 
@@ -123,7 +124,7 @@ impl MetadataSource for Gcp {
 
 /// PUTs `value` to the GCP guest attribute `kiln/status` (readable with
 /// `gcloud compute instances get-guest-attributes --query-path=kiln/`).
-pub fn put_status(base_url: &str, value: &str) -> Result<(), ChannelError> {
+pub fn put_status(base_url: &str, value: &Redacted) -> Result<(), ChannelError> {
     let base = base_url.trim_end_matches('/');
     let base = base.strip_suffix("/computeMetadata/v1").unwrap_or(base);
     let url = format!("{base}{STATUS_ATTRIBUTE_PATH}");
@@ -137,7 +138,7 @@ pub fn put_status(base_url: &str, value: &str) -> Result<(), ChannelError> {
             "PUT",
             &url,
             &[("Metadata-Flavor", "Google")],
-            value.as_bytes(),
+            value.as_str().as_bytes(),
         )
         .map_err(|e| err(e.to_string()))?;
     let code = resp.status;

@@ -14,6 +14,7 @@ use crate::fsutil;
 use crate::http::{Client, HttpError};
 pub use crate::netaddr::Candidate;
 use crate::netaddr::{self, IpFamily};
+use crate::redact::{Collected, Redacted};
 use crate::Reason;
 
 pub mod aws;
@@ -65,6 +66,9 @@ pub struct Context<'a> {
     pub api_server: &'a str,
     /// `IP_FAMILY` from node.env, when set.
     pub ip_family: Option<IpFamily>,
+    /// Where a source notes the secrets it is handed (a metadata session token), so the
+    /// run's redactor keeps them out of every output.
+    pub secrets: &'a Collected,
 }
 
 impl Context<'_> {
@@ -133,7 +137,7 @@ pub trait MetadataSource {
     /// Publishes the final status JSON on the platform's own channel, one that needs no
     /// inbound connectivity (`docs/contract.md#cloud-channels`). Most platforms have none:
     /// the serial console is their channel, and this does nothing.
-    fn report_back(&self, to: &ReportTarget, status_json: &str) -> Result<(), ChannelError> {
+    fn report_back(&self, to: &ReportTarget, status_json: &Redacted) -> Result<(), ChannelError> {
         let _ = (to, status_json);
         Ok(())
     }
@@ -370,6 +374,7 @@ pub(crate) mod test_support {
             rpctool: "/nonexistent/vmware-rpctool",
             api_server: "https://127.0.0.1:6443",
             ip_family: None,
+            secrets: &crate::redact::Collected::default(),
         };
         source(provider).fetch(&cx)
     }

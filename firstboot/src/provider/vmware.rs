@@ -10,6 +10,7 @@ use super::{
 };
 use crate::contract::Provider;
 use crate::error::Error;
+use crate::redact::Redacted;
 use crate::service;
 use crate::Reason;
 
@@ -47,7 +48,7 @@ impl MetadataSource for Vmware {
         Provider::Vmware
     }
 
-    fn report_back(&self, to: &ReportTarget, status_json: &str) -> Result<(), ChannelError> {
+    fn report_back(&self, to: &ReportTarget, status_json: &Redacted) -> Result<(), ChannelError> {
         info_set(&to.rpctool, STATUS_KEY, status_json)
     }
 
@@ -88,13 +89,13 @@ impl MetadataSource for Vmware {
 
 /// `vmware-rpctool "info-set guestinfo.kiln.status <json>"`: one argument, as open-vm-tools
 /// expects; readable from vSphere as the VM's `guestinfo.kiln.status` variable.
-pub fn info_set(rpctool: &Path, key: &str, value: &str) -> Result<(), ChannelError> {
+pub fn info_set(rpctool: &Path, key: &str, value: &Redacted) -> Result<(), ChannelError> {
     let err = |what: String| ChannelError {
         channel: "vmware",
         target: rpctool.display().to_string(),
         what,
     };
-    let arg = format!("info-set {key} {value}");
+    let arg = format!("info-set {key} {}", value.as_str());
     let out = service::output(rpctool, &[&arg], Instant::now() + Duration::from_secs(5))
         .map_err(|e| err(e.message().to_string()))?;
     if out.success {

@@ -6,15 +6,19 @@ use std::path::{Path, PathBuf};
 use super::Outcome;
 use crate::contract::paths::NodePaths;
 use crate::fsutil;
+use crate::redact::{Redacted, Redactor};
 use crate::Reason;
 
 /// Writes or removes the success sentinel and the failure files for a final `outcome`.
 /// Never leaves both the sentinel and a failure file in place.
+///
+/// `redactor` cleans what is written.
 pub fn publish_outcome_files(
     paths: &NodePaths,
     outcome: Outcome,
     reason: Reason,
     message: &str,
+    redactor: &Redactor,
 ) -> Result<(), WriteError> {
     let (success, failure, capi_failure) =
         (&paths.capi_success, &paths.failure, &paths.capi_failure);
@@ -22,7 +26,7 @@ pub fn publish_outcome_files(
         Outcome::Success => {
             remove_if_present(failure)?;
             remove_if_present(capi_failure)?;
-            write_atomic(success, b"success\n", 0o644)
+            write_atomic(success, &redactor.redact("success\n"), 0o644)
         }
         Outcome::Failure => {
             // The sentinel goes first: a crash in between must not leave a stale "success".
@@ -37,8 +41,9 @@ pub fn publish_outcome_files(
             text.push('\n');
             text.push_str(reason.hint());
             text.push('\n');
-            write_atomic(failure, text.as_bytes(), 0o644)?;
-            write_atomic(capi_failure, text.as_bytes(), 0o644)
+            let text = redactor.redact(&text);
+            write_atomic(failure, &text, 0o644)?;
+            write_atomic(capi_failure, &text, 0o644)
         }
         Outcome::Running => Ok(()),
     }
@@ -83,8 +88,9 @@ impl std::error::Error for WriteError {
 }
 
 /// Replaces `path` atomically (fsutil's temp file, fsync, rename), naming it on failure.
-pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), WriteError> {
-    fsutil::write_atomic(path, bytes, mode).map_err(|source| WriteError {
+/// Status files are read by people who must not see credentials: only redacted text.
+pub fn write_atomic(path: &Path, text: &Redacted, mode: u32) -> Result<(), WriteError> {
+    fsutil::write_atomic(path, text.as_str().as_bytes(), mode).map_err(|source| WriteError {
         path: path.to_path_buf(),
         action: "write",
         source,

@@ -4,6 +4,11 @@
 //! `failure` or `skipped`, and `finish` once. Every call rewrites status.json atomically, so a
 //! crash at any point leaves a file that tells the truth about what had happened by then.
 //! `kiln-firstboot status` reads the file back ([`crate::report::cmd_status`]).
+//!
+//! Every string the reporter takes in (messages, log lines, identity, details) is redacted
+//! as it arrives, before it is capped or JSON-escaped, and every document it writes is
+//! redacted again as a whole: the file, console and channel writers only take a
+//! [`Redacted`](crate::redact::Redacted).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -16,6 +21,7 @@ use crate::contract::status_json::MESSAGE_CAP;
 use crate::diagnose::{Diagnosis, UnitState};
 use crate::json;
 use crate::provider::{self, Provider, ReportTarget};
+use crate::redact::{self, Redactor, Secrets};
 use crate::text::push_capped;
 use crate::Reason;
 
@@ -133,9 +139,11 @@ pub struct Reporter {
     /// that stood in for something the node should have had, an auto-detected `none`, a
     /// refused metadata address.
     warnings: Vec<String>,
-    /// Reused for every rendering, so the success path allocates once.
+    /// The status JSON as last written (redacted).
     buf: String,
     write_warned: bool,
+    /// Shapes only until the run read its credentials ([`Reporter::add_secrets`]).
+    redactor: Redactor,
 }
 
 impl Reporter {
@@ -164,14 +172,30 @@ impl Reporter {
             warnings: Vec::new(),
             buf: String::with_capacity(2048),
             write_warned: false,
+            redactor: Redactor::shapes_only(),
         }
+    }
+
+    /// Teaches the redactor the secret values the run has read so far.
+    pub fn add_secrets(&mut self, secrets: &Secrets) {
+        self.redactor.add_all(secrets.values());
+    }
+
+    /// Replaces the redactor (`report` builds its own from the node's credentials).
+    pub fn set_redactor(&mut self, redactor: Redactor) {
+        self.redactor = redactor;
+    }
+
+    /// The run's redactor, for output that does not go through the reporter (stderr).
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
     }
 
     /// Records who this node is, as soon as it is known.
     pub fn identity(&mut self, provider: &str, node_name: &str, image_id: &str) {
-        self.provider = provider.to_string();
-        self.node_name = node_name.to_string();
-        self.image_id = image_id.to_string();
+        self.provider = self.redactor.redact(provider).into_string();
+        self.node_name = self.redactor.redact(node_name).into_string();
+        self.image_id = self.redactor.redact(image_id).into_string();
     }
 
     /// Records what was decided about the node's size; each warning also goes to the console.
@@ -192,10 +216,13 @@ impl Reporter {
     /// Records a warning: on stderr, on the console, and in status.json's `warnings` (each
     /// at most 512 bytes, at most 8 kept).
     pub fn warn(&mut self, text: &str) {
-        eprintln!("kiln-firstboot: warning: {text}");
+        let text = self.redactor.redact(text);
+        let text = text.as_str();
         let mut line = String::with_capacity(32 + text.len());
         line.push_str("kiln-firstboot: warning: ");
         line.push_str(text);
+        let line = self.redactor.redact(&line);
+        redact::eprint(&line);
         self.console.line(&line);
         if self.warnings.len() < MAX_WARNINGS {
             let mut w = String::with_capacity(text.len().min(MESSAGE_CAP));
@@ -247,7 +274,9 @@ impl Reporter {
         if self.reason.is_none() {
             self.reason = Some(reason);
             self.message.clear();
-            push_capped(&mut self.message, message, MESSAGE_CAP);
+            // Redacted before the cap, so the cap cannot cut a secret in two unmatched halves.
+            let message = self.redactor.redact(message);
+            push_capped(&mut self.message, message.as_str(), MESSAGE_CAP);
         }
         let mut detail = String::with_capacity(32);
         detail.push_str("reason=");
@@ -258,7 +287,7 @@ impl Reporter {
     /// Ends `phase` with the outcome of a diagnosis: its reason, message, log lines and unit
     /// states all go into status.json.
     pub fn failure_diagnosed(&mut self, phase: Phase, diagnosis: &Diagnosis) {
-        self.log.clone_from(&diagnosis.log);
+        self.set_log(&diagnosis.log);
         self.units.clone_from(&diagnosis.units);
         self.failure(phase, diagnosis.reason, &diagnosis.message);
     }
@@ -302,6 +331,7 @@ impl Reporter {
                 outcome,
                 self.reason.unwrap_or(Reason::Ok),
                 &self.message,
+                &self.redactor,
             ),
         };
         if let Err(e) = outcome_files {
@@ -310,10 +340,15 @@ impl Reporter {
         let mut line = String::with_capacity(STATUS_PREFIX.len() + self.buf.len());
         line.push_str(STATUS_PREFIX);
         line.push_str(self.buf.trim_end());
-        self.console.line(&line);
+        self.console.line(&self.redactor.redact(&line));
         if let Some((p, to)) = &self.report_back {
-            if let Err(err) = provider::source(*p).report_back(to, self.buf.trim_end()) {
-                eprintln!("kiln-firstboot: warning: {err}");
+            let json = self.redactor.redact(self.buf.trim_end());
+            if let Err(err) = provider::source(*p).report_back(to, &json) {
+                redact::eprint(
+                    &self
+                        .redactor
+                        .redact(&format!("kiln-firstboot: warning: {err}")),
+                );
             }
         }
     }
@@ -375,8 +410,9 @@ impl Reporter {
     pub fn conclude(&mut self, diagnosis: &Diagnosis) {
         self.reason = Some(diagnosis.reason);
         self.message.clear();
-        push_capped(&mut self.message, &diagnosis.message, MESSAGE_CAP);
-        self.log.clone_from(&diagnosis.log);
+        let message = self.redactor.redact(&diagnosis.message);
+        push_capped(&mut self.message, message.as_str(), MESSAGE_CAP);
+        self.set_log(&diagnosis.log);
         self.units.clone_from(&diagnosis.units);
         let mut line = String::with_capacity(96);
         let _ = write!(
@@ -384,8 +420,15 @@ impl Reporter {
             "kiln-firstboot: report result=failure reason={}",
             diagnosis.reason.code()
         );
-        self.console.line(&line);
+        self.console.line(&self.redactor.redact(&line));
         self.finish();
+    }
+
+    fn set_log(&mut self, log: &[String]) {
+        self.log = log
+            .iter()
+            .map(|l| self.redactor.redact(l).into_string())
+            .collect();
     }
 
     /// The overall result so far.
@@ -433,7 +476,7 @@ impl Reporter {
             line.push(' ');
             line.push_str(detail);
         }
-        self.console.line(&line);
+        self.console.line(&self.redactor.redact(&line));
         self.write_status();
     }
 
@@ -442,16 +485,23 @@ impl Reporter {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
         self.render(&mut buf);
-        self.buf = buf;
-        let path = &self.paths.status_json;
-        if let Err(e) = write_atomic(path, self.buf.as_bytes(), 0o644) {
+        // The parts were redacted as they came in; the whole is redacted once more, because
+        // only a `Redacted` can be written.
+        let doc = self.redactor.redact(&buf);
+        let written = write_atomic(&self.paths.status_json, &doc, 0o644);
+        self.buf = doc.into_string();
+        if let Err(e) = written {
             self.warn_write(&e);
         }
     }
 
     fn warn_write(&mut self, e: &WriteError) {
         if !self.write_warned {
-            eprintln!("kiln-firstboot: warning: {e}");
+            redact::eprint(
+                &self
+                    .redactor
+                    .redact(&format!("kiln-firstboot: warning: {e}")),
+            );
             self.write_warned = true;
         }
     }

@@ -3,6 +3,7 @@
 
 use super::kubelet::open_scm;
 use super::{containerd_environment, install, node_services, parse_install_args, uninstall};
+use crate::redact::{self, Redactor};
 use crate::Reason;
 
 /// The Windows-only subcommands, before the common parser sees the arguments:
@@ -10,8 +11,10 @@ use crate::Reason;
 /// of them.
 pub fn main(args: &[String]) -> Option<u8> {
     let (sub, rest) = args.split_first()?;
+    // These commands read no credential: the token shape is all there is to redact.
+    let r = Redactor::shapes_only();
     let fail = |msg: String, code: u8| {
-        eprintln!("kiln-firstboot {sub}: {msg}");
+        redact::eprint(&r.redact(&format!("kiln-firstboot {sub}: {msg}")));
         code
     };
     match sub.as_str() {
@@ -37,7 +40,9 @@ pub fn main(args: &[String]) -> Option<u8> {
                 match install(scm.as_mut(), &specs) {
                     Ok(done) => {
                         for (name, how) in done {
-                            println!("kiln-firstboot install: {name} {how:?}");
+                            redact::print(
+                                &r.redact(&format!("kiln-firstboot install: {name} {how:?}\n")),
+                            );
                         }
                         Some(0)
                     }
@@ -47,7 +52,10 @@ pub fn main(args: &[String]) -> Option<u8> {
                 let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
                 match uninstall(scm.as_mut(), &names) {
                     Ok(removed) => {
-                        println!("kiln-firstboot uninstall: removed {}", removed.join(", "));
+                        redact::print(&r.redact(&format!(
+                            "kiln-firstboot uninstall: removed {}\n",
+                            removed.join(", ")
+                        )));
                         Some(0)
                     }
                     Err(e) => Some(fail(e.to_string(), 1)),
