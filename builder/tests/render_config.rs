@@ -63,9 +63,11 @@ fn kubelet_mode_writes_the_contract_files() {
         std::fs::read(dir.path().join("ca.crt")).unwrap()
     );
     // The env file reads back with the contract's own rules.
-    let pairs =
-        kiln::render::env::parse(std::str::from_utf8(&file(&files, "node.env").contents).unwrap())
-            .unwrap();
+    let env = kiln_firstboot::contract::envfile::parse(
+        std::str::from_utf8(&file(&files, "node.env").contents).unwrap(),
+    )
+    .unwrap();
+    let pairs = env.entries();
     assert_eq!(
         pairs[11],
         (

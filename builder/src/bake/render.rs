@@ -6,9 +6,12 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use kiln_firstboot::contract::{self, image_env, paths, EnvFile};
+
 use crate::image_def::{Arch, CgroupDriver, ImageDef, Os, Registry};
 
-/// `image.env` (contract: `/usr/lib/kiln/image.env`). `versions` maps env keys such as
+/// `image.env` (contract: `/usr/lib/kiln/image.env`), written through the contract's env-file
+/// codec so every value is quoted as the contract says. `versions` maps env keys such as
 /// `CONTAINERD_VERSION` to artifact versions.
 pub fn image_env(
     def: &ImageDef,
@@ -16,39 +19,53 @@ pub fn image_env(
     image_id: &str,
     versions: &BTreeMap<String, String>,
 ) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "# Written by kiln bake; see docs/contract.md. Do not edit."
-    );
-    let _ = writeln!(s, "KILN_CONTRACT={}", crate::cli::CONTRACT_VERSION);
-    let _ = writeln!(s, "KILN_IMAGE_ID={image_id}");
-    let _ = writeln!(s, "KILN_IMAGE_NAME={}", def.name);
-    let _ = writeln!(s, "KILN_VERSION={}", env!("CARGO_PKG_VERSION"));
-    let _ = writeln!(s, "KILN_OS={}", def.os);
-    let _ = writeln!(s, "KILN_ARCH={arch}");
-    let _ = writeln!(s, "KUBERNETES_VERSION={}", def.kubernetes.version);
+    let (kubelet_config, endpoint) = match def.os {
+        Os::Linux => (
+            paths::DEFAULT_KUBELET_CONFIG.to_string(),
+            image_env::DEFAULT_RUNTIME_ENDPOINT,
+        ),
+        Os::Windows => (
+            format!("C:/{}", paths::windows_place(paths::DEFAULT_KUBELET_CONFIG)),
+            WINDOWS_RUNTIME_ENDPOINT,
+        ),
+    };
+    let mut env = EnvFile::default();
+    env.comment("Written by kiln bake; see docs/contract.md. Do not edit.")
+        .set(contract::KILN_CONTRACT, contract::VERSION_TEXT)
+        .set(image_env::KILN_IMAGE_ID, image_id)
+        .set(image_env::KILN_IMAGE_NAME, def.name.as_str())
+        .set(image_env::KILN_VERSION, env!("CARGO_PKG_VERSION"))
+        .set(image_env::KILN_OS, def.os.as_str())
+        .set(image_env::KILN_ARCH, arch.as_str())
+        .set(
+            image_env::KUBERNETES_VERSION,
+            def.kubernetes.version.as_str(),
+        );
     for (k, v) in versions {
-        if k != "KUBERNETES_VERSION" {
-            let _ = writeln!(s, "{k}={v}");
+        if k != image_env::KUBERNETES_VERSION {
+            env.set(k, v.as_str());
         }
     }
-    let _ = writeln!(s, "KUBELET_UNIT=kubelet.service");
-    let _ = writeln!(s, "CONTAINERD_UNIT=containerd.service");
-    let cfg = match def.os {
-        Os::Linux => "/usr/lib/kiln/kubelet-config.yaml",
-        Os::Windows => "C:/k/kiln/kubelet-config.yaml",
-    };
-    let _ = writeln!(s, "KUBELET_CONFIG={cfg}");
-    let endpoint = match def.os {
-        Os::Linux => "unix:///run/containerd/containerd.sock",
-        Os::Windows => "npipe:////./pipe/containerd-containerd",
-    };
-    let _ = writeln!(s, "CONTAINER_RUNTIME_ENDPOINT={endpoint}");
-    let _ = writeln!(s, "DEFAULT_MAX_PODS={}", def.kubernetes.default_max_pods);
-    let _ = writeln!(s, "KILN_DEADLINE={}", def.kubernetes.deadline);
-    s
+    env.set(image_env::KUBELET_UNIT, image_env::DEFAULT_KUBELET_UNIT)
+        .set(
+            image_env::CONTAINERD_UNIT,
+            image_env::DEFAULT_CONTAINERD_UNIT,
+        )
+        .set(image_env::KUBELET_CONFIG, kubelet_config)
+        .set(image_env::CONTAINER_RUNTIME_ENDPOINT, endpoint)
+        .set(
+            image_env::DEFAULT_MAX_PODS,
+            def.kubernetes.default_max_pods.to_string(),
+        )
+        .set(
+            image_env::KILN_DEADLINE,
+            def.kubernetes.deadline.to_string(),
+        );
+    env.to_string()
 }
+
+/// containerd's named pipe on Windows, the CRI endpoint kubelet there talks to.
+pub const WINDOWS_RUNTIME_ENDPOINT: &str = "npipe:////./pipe/containerd-containerd";
 
 /// `max-pods.map`: `instance-type pods`, sorted by instance type.
 pub fn max_pods_map(def: &ImageDef) -> String {
@@ -70,10 +87,7 @@ pub fn kubelet_config(def: &ImageDef) -> String {
     };
     let (ca, endpoint) = match def.os {
         Os::Linux => ("/etc/kiln/ca.crt", "unix:///run/containerd/containerd.sock"),
-        Os::Windows => (
-            "C:/ProgramData/kiln/ca.crt",
-            "npipe:////./pipe/containerd-containerd",
-        ),
+        Os::Windows => ("C:/ProgramData/kiln/ca.crt", WINDOWS_RUNTIME_ENDPOINT),
     };
     format!(
         "\

@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use kiln_firstboot::contract;
 
 pub mod bake;
 pub mod install;
@@ -25,9 +26,6 @@ pub mod exit {
     /// `kiln lock outdated`: a newer patch release of a pinned minor exists.
     pub const OUTDATED: u8 = 5;
 }
-
-/// The node contract version (`KILN_CONTRACT`) this kiln writes; see `docs/contract.md`.
-pub const CONTRACT_VERSION: u32 = 1;
 
 /// kiln builds immutable Kubernetes node images from a signed, pinned artifact lock.
 #[derive(Debug, Parser)]
@@ -95,9 +93,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Contract => {
             if cli.global.json {
-                println!("{{\"kiln_contract\":{CONTRACT_VERSION}}}");
+                println!("{{\"kiln_contract\":{}}}", contract::VERSION);
             } else {
-                println!("KILN_CONTRACT={CONTRACT_VERSION}");
+                println!("{}={}", contract::KILN_CONTRACT, contract::VERSION);
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::env::{self, EnvFile};
+use kiln_firstboot::contract::envfile::{self, EnvFile};
+use kiln_firstboot::contract::{self, node_env};
+
 use super::{kubeadm, NodeFile, PUBLIC_MODE, SECRET_MODE};
 
 /// Errors of reading and validating `node.toml`; each names the file and the key.
@@ -344,22 +346,28 @@ impl NodeConfig {
         let taints: Vec<String> = self.taints.iter().map(Taint::flag_form).collect();
         let mut env = EnvFile::default();
         env.comment("kiln node contract v1: written by `kiln render` from node.toml.")
-            .set("KILN_CONTRACT", crate::cli::CONTRACT_VERSION.to_string())
-            .set("API_SERVER", self.api_server.url.clone())
-            .set("CLUSTER_NAME", self.cluster_name.clone())
-            .set("JOIN_MODE", self.join_mode.as_str())
-            .set("PROVIDER", self.provider.as_str())
-            .set_opt("NODE_NAME", self.node_name.clone())
-            .set_opt("NODE_IP", self.node_ip.clone())
-            .set_opt("NODE_LABELS", join(&labels, ","))
-            .set_opt("NODE_TAINTS", join(&taints, ","))
-            .set_opt("MAX_PODS", self.max_pods.map(|n| n.to_string()))
-            .set_opt("CLUSTER_DNS", join(&self.cluster_dns, ","))
-            .set_opt("KUBELET_EXTRA_ARGS", join(&self.kubelet_extra_args, " "))
-            .set_opt("KILN_DEADLINE", self.deadline.map(|n| n.to_string()))
-            .set_opt("HTTP_PROXY", self.http_proxy.clone())
-            .set_opt("HTTPS_PROXY", self.https_proxy.clone())
-            .set_opt("NO_PROXY", join(&self.no_proxy, ","));
+            .set(contract::KILN_CONTRACT, contract::VERSION_TEXT)
+            .set(node_env::API_SERVER, self.api_server.url.clone())
+            .set(node_env::CLUSTER_NAME, self.cluster_name.clone())
+            .set(node_env::JOIN_MODE, self.join_mode.as_str())
+            .set(node_env::PROVIDER, self.provider.as_str())
+            .set_opt(node_env::NODE_NAME, self.node_name.clone())
+            .set_opt(node_env::NODE_IP, self.node_ip.clone())
+            .set_opt(node_env::NODE_LABELS, join(&labels, ","))
+            .set_opt(node_env::NODE_TAINTS, join(&taints, ","))
+            .set_opt(node_env::MAX_PODS, self.max_pods.map(|n| n.to_string()))
+            .set_opt(node_env::CLUSTER_DNS, join(&self.cluster_dns, ","))
+            .set_opt(
+                node_env::KUBELET_EXTRA_ARGS,
+                join(&self.kubelet_extra_args, " "),
+            )
+            .set_opt(
+                node_env::KILN_DEADLINE,
+                self.deadline.map(|n| n.to_string()),
+            )
+            .set_opt(node_env::HTTP_PROXY, self.http_proxy.clone())
+            .set_opt(node_env::HTTPS_PROXY, self.https_proxy.clone())
+            .set_opt(node_env::NO_PROXY, join(&self.no_proxy, ","));
         env.to_string()
     }
 }
@@ -392,7 +400,7 @@ impl Validator<'_> {
 
     fn validate(&self, raw: RawNode) -> Result<NodeConfig, ConfigError> {
         if let Some(v) = raw.kiln_contract {
-            if v != crate::cli::CONTRACT_VERSION {
+            if v != contract::VERSION {
                 return Err(self.invalid("kiln_contract", "1 (the contract this kiln renders)", v));
             }
         }
@@ -757,7 +765,7 @@ impl Validator<'_> {
 
 /// No whitespace, quotes, `\`, `$`, backtick or control characters: safe bare in an env file.
 fn plain_token(s: &str) -> bool {
-    env::is_writable(s)
+    envfile::is_writable(s)
         && !s.chars().any(|c| {
             c.is_whitespace() || c.is_control() || matches!(c, '"' | '\'' | '\\' | '$' | '`')
         })

@@ -4,7 +4,6 @@
 
 pub mod cloudinit;
 pub mod config;
-pub mod env;
 pub mod files;
 pub mod ignition;
 pub mod kubeadm;
@@ -15,6 +14,7 @@ use std::fmt;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
+use kiln_firstboot::contract::{self, envfile, node_env};
 use sha2::{Digest, Sha256};
 
 pub use config::{ConfigError, NodeConfig};
@@ -305,24 +305,25 @@ pub fn contract_problems(files: &[NodeFile]) -> Vec<String> {
     let mut join_mode = "kubelet".to_string();
     match files.iter().find(|f| f.name == "node.env") {
         None => problems.push(format!("{LINUX_DIR}/node.env: missing (required)")),
-        Some(file) => match env::parse(&String::from_utf8_lossy(&file.contents)) {
+        Some(file) => match envfile::parse(&String::from_utf8_lossy(&file.contents)) {
             Err(e) => problems.push(format!("{}: {e}", file.linux_path())),
-            Ok(pairs) => {
-                let get = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v);
-                match get("KILN_CONTRACT").map(String::as_str) {
-                    Some("1") => {}
+            Ok(env) => {
+                match env.get(contract::KILN_CONTRACT) {
+                    Some(contract::VERSION_TEXT) => {}
                     other => problems.push(format!(
-                        "{}: KILN_CONTRACT must be 1, found {other:?}",
-                        file.linux_path()
+                        "{}: {} must be {}, found {other:?}",
+                        file.linux_path(),
+                        contract::KILN_CONTRACT,
+                        contract::VERSION_TEXT,
                     )),
                 }
-                for key in ["API_SERVER", "CLUSTER_NAME"] {
-                    if get(key).is_none() {
+                for key in [node_env::API_SERVER, node_env::CLUSTER_NAME] {
+                    if env.get(key).is_none() {
                         problems.push(format!("{}: required key {key} missing", file.linux_path()));
                     }
                 }
-                if let Some(mode) = get("JOIN_MODE") {
-                    join_mode = mode.clone();
+                if let Some(mode) = env.get(node_env::JOIN_MODE) {
+                    join_mode = mode.to_string();
                 }
             }
         },
