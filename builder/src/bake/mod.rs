@@ -23,7 +23,9 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use crate::exit::ExitClass;
 use crate::image_def::{Arch, Format, ImageDef, Os};
+use crate::supply::inspect::InspectError;
 pub use extract::ArchiveKind;
 
 /// Default `SOURCE_DATE_EPOCH` when the environment sets none: 2024-01-01T00:00:00Z.
@@ -82,7 +84,7 @@ pub enum BakeError {
         /// The file inspected.
         path: PathBuf,
         /// The gate's reason.
-        why: String,
+        why: Box<InspectError>,
     },
     /// Two sources want the same path in the layer.
     #[error("layer path /{path} is wanted by both {first} and {second}")]
@@ -118,6 +120,19 @@ pub enum BakeError {
         /// Its exit status and stderr.
         detail: String,
     },
+}
+
+impl BakeError {
+    /// A binary the gate refuses, a blob that is not what the lock says and a hostile archive
+    /// exit 3; the rest is a failure.
+    pub fn exit_class(&self) -> ExitClass {
+        match self {
+            BakeError::Inspect { .. }
+            | BakeError::Blob { .. }
+            | BakeError::Extract(extract::ExtractError::Hostile { .. }) => ExitClass::Verify,
+            _ => ExitClass::Failure,
+        }
+    }
 }
 
 pub(crate) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> BakeError {
@@ -266,8 +281,8 @@ pub struct Layer {
     pub artifacts: Vec<ArtifactRecord>,
 }
 
-/// Checks one binary before it is baked: `(file, label)` → `Err(reason)` to refuse.
-pub type Gate<'a> = dyn Fn(&Path, &str) -> Result<(), String> + Sync + 'a;
+/// Checks one binary before it is baked: `(file, label)` → `Err(why)` to refuse.
+pub type Gate<'a> = dyn Fn(&Path, &str) -> Result<(), InspectError> + Sync + 'a;
 
 /// Everything a bake needs.
 pub struct BakeRequest<'a> {
@@ -553,7 +568,7 @@ impl Layer {
                             (req.gate)(&f.path, &label).map_err(|why| BakeError::Inspect {
                                 what: label.clone(),
                                 path: f.path.clone(),
-                                why,
+                                why: Box::new(why),
                             })?;
                         }
                         Ok(files)
@@ -589,7 +604,7 @@ impl Layer {
         (req.gate)(req.firstboot, "kiln-firstboot").map_err(|why| BakeError::Inspect {
             what: "kiln-firstboot".into(),
             path: req.firstboot.to_path_buf(),
-            why,
+            why: Box::new(why),
         })?;
         let (fb_path, kiln_dir) = match def.os {
             Os::Linux => ("usr/bin/kiln-firstboot", "usr/lib/kiln"),
@@ -1188,11 +1203,9 @@ pub fn inputs_from_lock(
 
 /// The supply chain's inspection gate for `os`/`arch`: every baked binary must be an
 /// executable for exactly that platform.
-pub fn inspect_gate(os: Os, arch: Arch) -> impl Fn(&Path, &str) -> Result<(), String> + Sync {
+pub fn inspect_gate(os: Os, arch: Arch) -> impl Fn(&Path, &str) -> Result<(), InspectError> + Sync {
     move |path: &Path, what: &str| {
-        crate::supply::inspect::inspect_file(path)
-            .and_then(|info| info.check(what, os, arch))
-            .map_err(|e| e.to_string())
+        crate::supply::inspect::inspect_file(path).and_then(|info| info.check(what, os, arch))
     }
 }
 

@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use clap::Args;
 
 use crate::bake::{self, manifest, BakeRequest, WriteOptions};
+use crate::cli::fail::classify;
 use crate::cli::supply::{load_lock, TrustArgs, DEFAULT_LOCK};
 use crate::cli::Global;
 use crate::image_def::{Arch, Format, ImageDef};
@@ -86,27 +87,6 @@ pub fn run_bake(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
         }
         ExitCode::from(classify(&e))
     }))
-}
-
-/// Verification failures of a bake exit 3 (`exit::VERIFY`), as in `kiln lock verify`.
-fn classify(e: &anyhow::Error) -> u8 {
-    for cause in e.chain() {
-        if let Some(b) = cause.downcast_ref::<bake::BakeError>() {
-            use bake::BakeError as B;
-            return match b {
-                B::Inspect { .. }
-                | B::Blob { .. }
-                | B::Extract(bake::extract::ExtractError::Hostile { .. }) => {
-                    crate::cli::exit::VERIFY
-                }
-                B::Artifact { found, .. } if found.starts_with("sha256 ") => {
-                    crate::cli::exit::VERIFY
-                }
-                _ => crate::cli::exit::FAILURE,
-            };
-        }
-    }
-    crate::cli::supply::classify(e)
 }
 
 fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {

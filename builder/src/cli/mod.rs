@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use kiln_firstboot::contract;
 
 pub mod bake;
+pub mod fail;
 pub mod install;
 pub mod outdated;
 pub mod render;
@@ -16,13 +17,13 @@ pub mod exit {
     /// Everything worked.
     pub const OK: u8 = 0;
     /// Any failure not covered below.
-    pub const FAILURE: u8 = 1;
+    pub const FAILURE: u8 = crate::exit::ExitClass::Failure.code();
     /// Bad command line (clap's own code).
     pub const USAGE: u8 = 2;
     /// A check failed: lock signature, artifact digest or size, or the binary gate.
-    pub const VERIFY: u8 = 3;
+    pub const VERIFY: u8 = crate::exit::ExitClass::Verify.code();
     /// A source could not deliver (network errors after retries, 404, deadline).
-    pub const FETCH: u8 = 4;
+    pub const FETCH: u8 = crate::exit::ExitClass::Fetch.code();
     /// `kiln lock outdated`: a newer patch release of a pinned minor exists.
     pub const OUTDATED: u8 = 5;
 }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
+use crate::cli::fail::{classify, fail};
 use crate::cli::{exit, Global};
 use crate::supply::inspect;
 use crate::supply::lock::{self, Arch, Lock, Os};
@@ -170,76 +171,6 @@ pub struct InspectArgs {
     /// Refuse (exit 3) any file not built for this architecture.
     #[arg(long, requires = "os")]
     pub arch: Option<Arch>,
-}
-
-/// Prints an error chain and picks the exit code for it.
-pub fn fail(err: &anyhow::Error) -> ExitCode {
-    eprintln!("kiln: error: {err}");
-    for cause in err.chain().skip(1) {
-        eprintln!("  caused by: {cause}");
-    }
-    ExitCode::from(classify(err))
-}
-
-/// Verification failures (signature, digest, size, binary gate) exit 3; sources that could not
-/// deliver exit 4; everything else 1.
-pub fn classify(err: &anyhow::Error) -> u8 {
-    for cause in err.chain() {
-        if cause.downcast_ref::<sign::SignError>().is_some() {
-            return exit::VERIFY;
-        }
-        if let Some(e) = cause.downcast_ref::<lock::LockError>() {
-            return match e {
-                lock::LockError::Read { .. } => exit::FAILURE,
-                _ => exit::VERIFY,
-            };
-        }
-        if let Some(e) = cause.downcast_ref::<crate::supply::store::StoreError>() {
-            use crate::supply::store::StoreError as S;
-            return match e {
-                S::Mismatch { .. } | S::TooLong { .. } | S::TooShort { .. } => exit::VERIFY,
-                _ => exit::FAILURE,
-            };
-        }
-        if let Some(e) = cause.downcast_ref::<crate::supply::fetch::FetchError>() {
-            use crate::supply::fetch::FetchError as F;
-            return match e {
-                F::Failed {
-                    wrong_bytes: true, ..
-                } => exit::VERIFY,
-                F::Failed { .. } | F::Deadline(_) => exit::FETCH,
-                _ => exit::FAILURE,
-            };
-        }
-        if let Some(e) = cause.downcast_ref::<crate::supply::mirror::MirrorError>() {
-            use crate::supply::mirror::MirrorError as M;
-            return match e {
-                M::BadPack { .. } | M::Missing { .. } => exit::VERIFY,
-                M::Store(
-                    crate::supply::store::StoreError::Mismatch { .. }
-                    | crate::supply::store::StoreError::TooLong { .. }
-                    | crate::supply::store::StoreError::TooShort { .. },
-                ) => exit::VERIFY,
-                M::Lock(lock::LockError::Read { .. }) => exit::FAILURE,
-                M::Lock(_) => exit::VERIFY,
-                M::Store(_) | M::Io { .. } => exit::FAILURE,
-            };
-        }
-        if let Some(e) = cause.downcast_ref::<crate::supply::outdated::index::IndexError>() {
-            use crate::supply::outdated::index::IndexError as I;
-            return match e {
-                I::Unreachable { .. } | I::Status { .. } => exit::FETCH,
-                I::Format { .. } => exit::FAILURE,
-            };
-        }
-        if let Some(
-            inspect::InspectError::Mismatch { .. } | inspect::InspectError::NotExecutable { .. },
-        ) = cause.downcast_ref::<inspect::InspectError>()
-        {
-            return exit::VERIFY;
-        }
-    }
-    exit::FAILURE
 }
 
 fn done(r: anyhow::Result<ExitCode>) -> anyhow::Result<ExitCode> {

@@ -14,6 +14,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use serde::Serialize;
 
+use crate::exit::ExitClass;
 use crate::supply::lock::Artifact;
 use crate::supply::store::{Claim, Expect, Partial, Store, StoreError, CHUNK};
 
@@ -169,6 +170,20 @@ pub enum FetchError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl FetchError {
+    /// Wrong bytes from a source are refused (exit 3); sources that could not deliver, or
+    /// the deadline, exit 4; the rest (the client, the store itself) is a failure.
+    pub fn exit_class(&self) -> ExitClass {
+        match self {
+            FetchError::Failed {
+                wrong_bytes: true, ..
+            } => ExitClass::Verify,
+            FetchError::Failed { .. } | FetchError::Deadline(_) => ExitClass::Fetch,
+            FetchError::Client(_) | FetchError::Store(_) => ExitClass::Failure,
+        }
+    }
 }
 
 /// What a run did.

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use goblin::Object;
 use serde::Serialize;
 
+use crate::exit::ExitClass;
 use crate::supply::lock::{Arch, Os};
 
 /// Why a file could not be inspected or failed the gate.
@@ -43,6 +44,16 @@ pub enum InspectError {
         /// Format and machine in words.
         detail: String,
     },
+}
+
+impl InspectError {
+    /// A file the gate refuses exits 3; one that cannot be read is a failure.
+    pub fn exit_class(&self) -> ExitClass {
+        match self {
+            InspectError::Mismatch { .. } | InspectError::NotExecutable { .. } => ExitClass::Verify,
+            InspectError::Read { .. } => ExitClass::Failure,
+        }
+    }
 }
 
 /// Executable container format.

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::exit::ExitClass;
 use crate::supply::sign::{self, SignError, Trust, Verified};
 
 /// The lock format version this kiln reads and writes.
@@ -277,6 +278,17 @@ pub enum LockError {
     /// The signature check failed.
     #[error(transparent)]
     Signature(#[from] SignError),
+}
+
+impl LockError {
+    /// A lock that cannot be read is a plain failure; one that is invalid or badly signed
+    /// is refused (exit 3).
+    pub fn exit_class(&self) -> ExitClass {
+        match self {
+            LockError::Read { .. } => ExitClass::Failure,
+            _ => ExitClass::Verify,
+        }
+    }
 }
 
 impl Lock {

@@ -17,6 +17,7 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
+use crate::exit::ExitClass;
 use crate::supply::lock::{is_sha256_hex, Lock, LockError};
 use crate::supply::sign::{self, Trust, Verified};
 use crate::supply::store::{self, Expect, Store, StoreError};
@@ -59,6 +60,18 @@ pub enum MirrorError {
         /// Artifact ids.
         missing: Vec<String>,
     },
+}
+
+impl MirrorError {
+    /// A bad pack, missing blobs, wrong bytes or a refused lock exit 3; the rest is a failure.
+    pub fn exit_class(&self) -> ExitClass {
+        match self {
+            MirrorError::BadPack { .. } | MirrorError::Missing { .. } => ExitClass::Verify,
+            MirrorError::Store(e) => e.exit_class(),
+            MirrorError::Lock(e) => e.exit_class(),
+            MirrorError::Io { .. } => ExitClass::Failure,
+        }
+    }
 }
 
 fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> MirrorError {

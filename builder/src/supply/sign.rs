@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 
+use crate::exit::ExitClass;
+
 /// The public key kiln trusts by default: the kiln release key (`builder/keys/kiln-release.pub`).
 /// Its secret half never enters the repository; see `docs/lock-format.md`.
 pub const DEFAULT_PUBLIC_KEY: &str = include_str!("../../keys/kiln-release.pub");
@@ -77,6 +79,13 @@ pub enum SignError {
         /// What went wrong.
         reason: String,
     },
+}
+
+impl SignError {
+    /// Every signature failure, even an unreadable file, refuses the input: exit 3.
+    pub fn exit_class(&self) -> ExitClass {
+        ExitClass::Verify
+    }
 }
 
 /// A public key kiln trusts, with its key id for messages.

@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::exit::ExitClass;
 use crate::supply::lock::{is_sha256_hex, Artifact};
 
 /// Read/write chunk size for hashing and copying.
@@ -69,6 +70,18 @@ pub enum StoreError {
         /// Actual digest.
         found: String,
     },
+}
+
+impl StoreError {
+    /// Bytes that are not what was expected are refused (exit 3); the rest is a failure.
+    pub fn exit_class(&self) -> ExitClass {
+        match self {
+            StoreError::Mismatch { .. }
+            | StoreError::TooLong { .. }
+            | StoreError::TooShort { .. } => ExitClass::Verify,
+            StoreError::Io { .. } | StoreError::BadDigest(_) => ExitClass::Failure,
+        }
+    }
 }
 
 fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> StoreError {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::version::Version;
+use crate::exit::ExitClass;
 
 /// The Kubernetes release bucket (`<base>/release/stable-1.N.txt`).
 pub const KUBERNETES_INDEX: &str = "https://dl.k8s.io";
@@ -216,6 +217,16 @@ pub enum IndexError {
         /// What was wrong.
         message: String,
     },
+}
+
+impl IndexError {
+    /// An index that could not be fetched exits 4; one that is not an index is a failure.
+    pub fn exit_class(&self) -> ExitClass {
+        match self {
+            IndexError::Unreachable { .. } | IndexError::Status { .. } => ExitClass::Fetch,
+            IndexError::Format { .. } => ExitClass::Failure,
+        }
+    }
 }
 
 /// Reads index documents over HTTP, each URL once per run.

@@ -1,0 +1,56 @@
+//! How a failed command ends: its error and every cause printed, and the exit code of the
+//! first cause that knows its class (each library error's `exit_class()`).
+
+use std::error::Error as StdError;
+use std::process::ExitCode;
+
+use crate::bake::BakeError;
+use crate::exit::ExitClass;
+use crate::supply::fetch::FetchError;
+use crate::supply::inspect::InspectError;
+use crate::supply::lock::LockError;
+use crate::supply::mirror::MirrorError;
+use crate::supply::outdated::index::IndexError;
+use crate::supply::sign::SignError;
+use crate::supply::store::StoreError;
+
+/// Prints an error chain and picks the exit code for it.
+pub fn fail(err: &anyhow::Error) -> ExitCode {
+    eprintln!("kiln: error: {err}");
+    for cause in err.chain().skip(1) {
+        eprintln!("  caused by: {cause}");
+    }
+    ExitCode::from(classify(err))
+}
+
+/// The exit code of an error: the class of the outermost cause that is a kiln error
+/// (verification failures exit 3, sources that could not deliver 4), else 1.
+pub fn classify(err: &anyhow::Error) -> u8 {
+    err.chain()
+        .find_map(class_of)
+        .unwrap_or(ExitClass::Failure)
+        .code()
+}
+
+fn class_of(cause: &(dyn StdError + 'static)) -> Option<ExitClass> {
+    macro_rules! first_of {
+        ($($t:ty),* $(,)?) => {
+            $(
+                if let Some(e) = cause.downcast_ref::<$t>() {
+                    return Some(e.exit_class());
+                }
+            )*
+        };
+    }
+    first_of!(
+        BakeError,
+        SignError,
+        LockError,
+        StoreError,
+        FetchError,
+        MirrorError,
+        IndexError,
+        InspectError,
+    );
+    None
+}
