@@ -155,9 +155,13 @@ pub struct ImageDef {
     /// Kernel modules loaded at boot, written to `/usr/lib/modules-load.d/kiln.conf`.
     #[serde(default)]
     pub modules: Vec<String>,
-    /// Max pods per instance type, written to `/usr/lib/kiln/max-pods.map`.
+    /// Max pods per instance type, written to `/usr/lib/kiln/max-pods.map`; an entry wins
+    /// over `[sizing]`.
     #[serde(default)]
     pub max_pods: BTreeMap<String, u32>,
+    /// How nodes decide max pods and kubelet's reservations, and the AWS ENI table.
+    #[serde(default)]
+    pub sizing: crate::sizing::SizingDef,
     /// Extra systemd units shipped in the layer.
     #[serde(default, rename = "unit")]
     pub units: Vec<ExtraUnit>,
@@ -573,6 +577,9 @@ impl ImageDef {
                 return Err(self.invalid(&format!("max_pods.\"{t}\""), "a positive integer", n));
             }
         }
+        self.sizing
+            .validate(self.os == Os::Windows)
+            .map_err(|(key, expected, found)| self.invalid(&key, &expected, found))?;
         for (i, u) in self.units.iter().enumerate() {
             let builtin = crate::bake::units::BUILTIN_UNITS.contains(&u.name.as_str());
             let typed = [

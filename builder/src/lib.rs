@@ -10,4 +10,5 @@ pub mod exit;
 pub mod image_def;
 pub mod install;
 pub mod render;
+pub mod sizing;
 pub mod supply;

@@ -40,10 +40,16 @@ fn standin() -> String {
 /// A copy of `images/<name>` adapted to the fixture lock.
 fn adapt(name: &str, dir: &Path) -> PathBuf {
     let text = std::fs::read_to_string(repo().join("images").join(name)).unwrap();
-    let text = text.replace(
-        &format!("version = \"{}\"", kube_version()),
-        &format!("version = \"{}\"", standin()),
-    );
+    let text = text
+        .replace(
+            &format!("version = \"{}\"", kube_version()),
+            &format!("version = \"{}\"", standin()),
+        )
+        // The pinned AWS table stays where the definition names it.
+        .replace(
+            "aws_table = \"data/",
+            &format!("aws_table = \"{}/data/", repo().join("images").display()),
+        );
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
     p

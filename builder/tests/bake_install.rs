@@ -207,15 +207,27 @@ fn refuses_files_it_does_not_own_and_writes_nothing() {
 fn upgrade_removes_what_the_new_layer_dropped_and_diff_explains_it() {
     let fx = fixture(Bins::Real);
     let d = fx.dir.path();
-    let old = bake_rootfs(&fx, &repo().join("images/ubuntu.toml"), &d.join("old"));
-    let text = std::fs::read_to_string(repo().join("images/ubuntu.toml")).unwrap();
-    let text = text
+    // Both definitions beside a copy of the AWS table they pin, each with a max-pods.map entry.
+    let shipped = std::fs::read_to_string(repo().join("images/ubuntu.toml")).unwrap();
+    let def_in = |dir: &str, text: String| {
+        std::fs::create_dir_all(d.join(dir).join("data")).unwrap();
+        std::fs::copy(
+            repo().join("images/data/aws-eni.tsv"),
+            d.join(dir).join("data/aws-eni.tsv"),
+        )
+        .unwrap();
+        let def = d.join(dir).join("ubuntu.toml");
+        std::fs::write(&def, text + "\n[max_pods]\n\"t3.medium\" = 17\n").unwrap();
+        def
+    };
+    let def1 = def_in("defs-old", shipped.clone());
+    let old = bake_rootfs(&fx, &def1, &d.join("old"));
+    let text = shipped
         .replace("[[artifact]]\nname = \"crictl\"\n", "")
-        .replace("registry.k8s.io/pause:3.10", "registry.k8s.io/pause:3.10.1")
-        .replace("\"t3.medium\" = 17", "\"t3.medium\" = 20");
-    std::fs::create_dir_all(d.join("defs")).unwrap();
-    let def2 = d.join("defs/ubuntu.toml");
-    std::fs::write(&def2, text).unwrap();
+        .replace("registry.k8s.io/pause:3.10", "registry.k8s.io/pause:3.10.1");
+    let def2 = def_in("defs", text);
+    let t = std::fs::read_to_string(&def2).unwrap();
+    std::fs::write(&def2, t.replace("\"t3.medium\" = 17", "\"t3.medium\" = 20")).unwrap();
     let new = bake_rootfs(&fx, &def2, &d.join("new"));
     let root = debian_root(d);
     ok(&install(&old, &root), "install old");

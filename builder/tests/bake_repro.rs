@@ -82,7 +82,13 @@ fn check_format(image: &str, format: &str) {
     arts.reverse();
     let lock2 = d.join("reversed.lock");
     std::fs::write(&lock2, lock_text(&arts)).unwrap();
-    std::fs::create_dir_all(d.join("defs")).unwrap();
+    // The pinned AWS table travels with the definition (sizing.aws_table is relative to it).
+    std::fs::create_dir_all(d.join("defs/data")).unwrap();
+    std::fs::copy(
+        repo().join("images/data/aws-eni.tsv"),
+        d.join("defs/data/aws-eni.tsv"),
+    )
+    .unwrap();
     let def2 = shuffled_definition(&def, &d.join("defs"));
     assert_ne!(std::fs::read(&def).unwrap(), std::fs::read(&def2).unwrap());
 

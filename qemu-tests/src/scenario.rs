@@ -128,7 +128,9 @@ pub fn fixture_kubelet_version(lock_text: &str) -> Option<String> {
 /// An image definition from `images/<name>.toml` for the fixture lock: the `[[artifact]]`
 /// entries it cannot provide (none today; crictl is the workspace's stand-in) are dropped, and
 /// `kubernetes.version` names the stand-in kubelet's version (`kubelet_version`), which bake
-/// checks verbatim against the lock. Everything else is the real definition.
+/// checks verbatim against the lock. A relative `aws_table` (the pinned AWS ENI table) points
+/// into the workspace's `images/`, since the copy is written elsewhere. Everything else is the
+/// real definition.
 pub fn fixture_image_def(
     image: &str,
     available: &[String],
@@ -136,6 +138,11 @@ pub fn fixture_image_def(
 ) -> Result<String> {
     let path = workspace().join(format!("images/{image}.toml"));
     let mut text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
+    let images = workspace().join("images");
+    text = text.replace(
+        "aws_table = \"data/",
+        &format!("aws_table = \"{}/data/", images.display()),
+    );
     if let Some(v) = kubelet_version {
         let mut in_kubernetes = false;
         text = text
@@ -492,8 +499,14 @@ mod tests {
         assert!(def.contains("name = \"containerd\""));
         assert!(!def.contains("name = \"crictl\""));
         // Tables after the dropped entries survive.
-        assert!(def.contains("[max_pods]"), "{def}");
-        assert!(def.contains("\"m5.large\" = 29"));
+        assert!(def.contains("[sizing]"), "{def}");
+        assert!(def.contains("max_pods = \"aws-vpc-cni\""), "{def}");
+        // …with the pinned table named where it is, not beside the copy.
+        let table = workspace().join("images/data/aws-eni.tsv");
+        assert!(
+            def.contains(&format!("aws_table = \"{}\"", table.display())),
+            "{def}"
+        );
     }
 
     #[test]

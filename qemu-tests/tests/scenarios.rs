@@ -53,13 +53,19 @@ fn ubuntu_aws() {
         o.kubelet_env("PROVIDER_ID").as_deref(),
         Some(provider_id.as_str())
     );
+    // m5.large from the baked AWS table (images/ubuntu.toml: aws-vpc-cni), 3 x (10-1) + 2.
     assert_eq!(o.kubelet_env("MAX_PODS").as_deref(), Some("29"));
+    // The EKS formula on the guest's one vCPU (vm.rs: -smp 1): 6 % of a core, 11 x 29 + 255 MiB.
+    let eks = "cpu=60m,memory=574Mi,ephemeral-storage=1Gi";
+    assert_eq!(o.kubelet_env("KUBE_RESERVED").as_deref(), Some(eks));
     // …and the kubelet that systemd started really got them.
     let args = o.kubelet_args();
     for want in [
         format!("--node-ip={}", i.local_ipv4),
         format!("--provider-id={provider_id}"),
         "--max-pods=29".to_string(),
+        format!("--kube-reserved={eks}"),
+        "--eviction-hard=memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%".to_string(),
     ] {
         assert!(
             args.iter().any(|a| a == &want),
@@ -226,6 +232,9 @@ fn flatcar_sysext() {
         "--node-ip=10.0.4.9".to_string(),
         format!("--provider-id={provider_id}"),
         "--max-pods=29".into(),
+        // images/flatcar.toml: the GKE formula on one vCPU and 1 GiB of RAM (MemTotal under
+        // 1 GiB: 255 MiB).
+        "--kube-reserved=cpu=60m,memory=255Mi".into(),
     ] {
         assert!(
             args.iter().any(|a| a == &want),

@@ -638,6 +638,31 @@ impl Layer {
             render::max_pods_map(def),
             config_origin(&keys, &["max_pods"]),
         )?;
+        if let Some(table) =
+            def.sizing
+                .load_table(&def.base_dir)
+                .map_err(|e| BakeError::Artifact {
+                    image: def.name.clone(),
+                    name: "sizing.aws_table".into(),
+                    expected: e.expected.clone(),
+                    found: format!("{} in {}", e.found, e.path.display()),
+                })?
+        {
+            let sha256 = hex::encode(Sha256::digest(&table));
+            let sha1 = hex::encode(sha1::Sha1::digest(&table));
+            let size = table.len() as u64;
+            layer.add(
+                &format!("{kiln_dir}/aws-eni.tsv"),
+                Node::File {
+                    data: Data::Inline(table),
+                    mode: 0o644,
+                    size,
+                    sha256,
+                    sha1,
+                },
+                config_origin(&keys, &["sizing.aws_table", "sizing.aws_table_sha256"]),
+            )?;
+        }
         layer.add_text(
             &format!("{kiln_dir}/kubelet-config.yaml"),
             render::kubelet_config(def),

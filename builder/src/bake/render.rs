@@ -56,11 +56,14 @@ pub fn image_env(
         .set(
             image_env::DEFAULT_MAX_PODS,
             def.kubernetes.default_max_pods.to_string(),
-        )
-        .set(
-            image_env::KILN_DEADLINE,
-            def.kubernetes.deadline.to_string(),
         );
+    for (k, v) in def.sizing.image_env_entries(def.os == Os::Windows) {
+        env.set(k, v);
+    }
+    env.set(
+        image_env::KILN_DEADLINE,
+        def.kubernetes.deadline.to_string(),
+    );
     env.to_string()
 }
 

@@ -115,10 +115,15 @@ fn unsafe_unquoted(c: char) -> bool {
 }
 
 /// True when a value must be double-quoted to be written: it holds a byte that is unsafe
-/// unquoted, or a `#` (which a reader could take for a comment), or it is empty (so that a
-/// lone value still shows that it is one).
+/// unquoted, a `#` (which a reader could take for a comment), or a shell operator (`<`, `>`,
+/// `|`, `&`, `;`, `(`, `)`: `EVICTION_HARD=memory.available<100Mi` would be a redirection to
+/// a shell that sources the file), or it is empty (so that a lone value still shows that it is
+/// one).
 fn needs_quotes(value: &str) -> bool {
-    value.is_empty() || value.chars().any(|c| unsafe_unquoted(c) || c == '#')
+    value.is_empty()
+        || value.chars().any(|c| {
+            unsafe_unquoted(c) || matches!(c, '#' | '<' | '>' | '|' | '&' | ';' | '(' | ')')
+        })
 }
 
 /// Whether a value can be written so that every reader sees the same thing: no line break
@@ -380,6 +385,8 @@ mod tests {
             ("x$y", "\"x\\$y\""),
             ("back\\slash", "\"back\\\\slash\""),
             ("a#b", "\"a#b\""),
+            ("memory.available<100Mi", "\"memory.available<100Mi\""),
+            ("a;b", "\"a;b\""),
         ];
         for (input, want) in cases {
             assert_eq!(quote(input), want, "quote({input:?})");
