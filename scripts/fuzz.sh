@@ -25,6 +25,10 @@ for t in "${targets[@]}"; do
     json) find ../tests/fixtures -name '*.json' -o -path '*azure*' -type f | xargs -r cp -t "corpus/$t" 2>/dev/null || true ;;
     envfile) printf 'KILN_CONTRACT=1\nAPI_SERVER=https://10.0.0.10:6443\nKUBELET_EXTRA_ARGS="--v=2 \\"x\\""\nK='"'"'lit'"'"'\n# c\n' > "corpus/$t/seed" ;;
     http_response) printf 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n' > "corpus/$t/seed" ;;
+    cli) printf 'run\0--root\0/tmp/r\0--provider=aws\0--metadata-url\0http://127.0.0.1:1/\0--deadline=5' > "corpus/$t/seed" ;;
+    url) printf 'http://[fd00::a]:8080/latest/meta-data?x=1' > "corpus/$t/seed" ;;
+    max_pods) printf '# instance-type pods\nm5.large 29\nm5.xlarge\t58\n' > "corpus/$t/seed" ;;
+    redact) printf 'users:\n- user:\n    token: "s3cr3t-bearer"\n    client-key-data: a2V5a2V5\n\0err="Unauthorized" bearer s3cr3t-bearer abcdef.0123456789abcdef' > "corpus/$t/seed" ;;
   esac
   cargo +nightly fuzz run "$t" "corpus/$t" -- -max_total_time="$secs" -max_len=65536
 done
