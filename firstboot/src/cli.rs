@@ -267,6 +267,20 @@ mod tests {
     }
 
     #[test]
+    fn metadata_urls_may_be_ipv6_literals_or_a_name() {
+        for v in ["http://[::1]:8080", "http://[fd00:ec2::254]", "aws-ipv6"] {
+            let Ok(Command::Run(o)) = p(&["--metadata-url", v]) else {
+                panic!("{v}")
+            };
+            assert_eq!(o.metadata_url.as_deref(), Some(v));
+        }
+        for bad in ["http://[::1", "aws", "aws-ipv4", "[::1]:80"] {
+            let e = p(&["--metadata-url", bad]).expect_err(bad);
+            assert!(e.contains("aws-ipv6"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn errors_name_the_argument() {
         for (args, needle) in [
             (&["--bogus"][..], "--bogus"),

@@ -474,6 +474,56 @@ fn gcp_answer_without_instance_name() {
         .all(|r| r.header("metadata-flavor") == Some("Google")));
 }
 
+/// The same answer with an IPv6 list on the primary interface (no captured answer with
+/// `ipv6s` was found; the addresses here are documentation ones, added by the test):
+/// IP_FAMILY=dual takes the first, a link-local one before it is refused.
+#[test]
+fn gcp_dual_stack_from_ipv6s() {
+    let root = Root::node("");
+    root.node_env("IP_FAMILY=dual\n");
+    dmi(&root, GCE_DMI);
+    let mut doc = load("gcp/mackerel-g1small-no-name/computeMetadata-v1-recursive.json");
+    if let Value::Object(m) = &mut doc {
+        let (_, instance) = m.iter_mut().find(|(k, _)| k == "instance").unwrap();
+        if let Value::Object(i) = instance {
+            let (_, nics) = i
+                .iter_mut()
+                .find(|(k, _)| k == "networkInterfaces")
+                .unwrap();
+            if let Value::Array(nics) = nics {
+                set(
+                    &mut nics[0],
+                    "ipv6s",
+                    Value::Array(vec![
+                        Value::String("fe80::4001:aff:fe80:2".into()),
+                        Value::String("2001:db8:4150:ba95::2".into()),
+                    ]),
+                );
+            }
+        }
+    }
+    let srv = gce(doc);
+    let status = both_ways(
+        &root,
+        "gcp",
+        &srv.url,
+        &want([
+            "PROVIDER=gcp",
+            "NODE_NAME=gce-1",
+            "NODE_IP=192.0.2.1,2001:db8:4150:ba95::2",
+            "INSTANCE_ID=4567890123456789123",
+            "INSTANCE_TYPE=g1-small",
+            "ZONE=asia-east1-a",
+            "REGION=asia-east1",
+            "PROVIDER_ID=gce://dummyprof-987/asia-east1-a/gce-1",
+        ]),
+    );
+    assert!(
+        status.contains("network-interfaces/0/ipv6s: refused fe80::4001:aff:fe80:2 (link-local"),
+        "{status}"
+    );
+}
+
 /// A minimal answer without hostname or interfaces: the instance name names the node, the
 /// route to the API server gives the address.
 #[test]
@@ -811,4 +861,55 @@ fn auto_none_warns_with_the_dmi_values() {
     assert!(root
         .read("run/kiln/kubelet.env")
         .contains("PROVIDER=none\n"));
+}
+
+/// Hostile metadata: an Azure answer with 200 interfaces of unusable addresses before a good
+/// one. The good one is found; status.json keeps 8 warnings, and stderr says once that the
+/// rest are not shown instead of printing 200 lines.
+#[test]
+fn a_flood_of_unusable_addresses_is_capped() {
+    let root = Root::node("");
+    dmi(&root, AZURE_DMI);
+    let mut doc = load("azure/walinuxagent-valid/instance.json");
+    let mut nics = Vec::new();
+    for i in 0..200 {
+        let mut nic = Value::Object(vec![]);
+        let ip = if i % 2 == 0 { "0.0.0.0" } else { "ff02::1" };
+        let family = if i % 2 == 0 { "ipv4" } else { "ipv6" };
+        let mut addr = Value::Object(vec![]);
+        set(&mut addr, "privateIpAddress", Value::String(ip.into()));
+        set(
+            &mut nic,
+            &format!("{family}/ipAddress"),
+            Value::Array(vec![addr]),
+        );
+        nics.push(nic);
+    }
+    let mut good = Value::Object(vec![]);
+    set(
+        &mut good,
+        "privateIpAddress",
+        Value::String("10.0.1.4".into()),
+    );
+    let mut nic = Value::Object(vec![]);
+    set(&mut nic, "ipv4/ipAddress", Value::Array(vec![good]));
+    nics.push(nic);
+    set(&mut doc, "network/interface", Value::Array(nics));
+    let srv = azure(doc);
+    let out = run(&root, &srv.url, Some("azure"));
+    assert_eq!(out.code, 0, "{out:#?}");
+    assert!(root
+        .read("run/kiln/kubelet.env")
+        .contains("NODE_IP=10.0.1.4\n"));
+    let lines = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("warning:"))
+        .count();
+    assert_eq!(lines, 9, "{}", out.stderr);
+    assert!(out
+        .stderr
+        .contains("more than 8 warnings: the rest are not shown"));
+    let status = root.read("run/kiln/status.json");
+    assert_eq!(status.matches("refused").count(), 8, "{status}");
 }

@@ -253,7 +253,11 @@ pub fn check(key: &str, value: &str) -> Result<(), &'static str> {
         }
         IP_FAMILY if set && IpFamily::parse(value).is_none() => return Err(IP_FAMILY_EXPECTED),
         METADATA_URL
-            if set && !value.starts_with("http://") && !METADATA_URL_NAMES.contains(&value) =>
+            if set
+                && !METADATA_URL_NAMES.contains(&value)
+                && (!value.starts_with("http://")
+                    || value.len() == "http://".len()
+                    || !value.bytes().all(|b| b.is_ascii_graphic())) =>
         {
             return Err("http://host[:port] or aws-ipv6")
         }
@@ -529,7 +533,12 @@ mod tests {
         let n = NodeEnv::from_env(&env).unwrap();
         assert_eq!(n.ip_family, Some(IpFamily::Dual));
         assert_eq!(n.metadata_url.as_deref(), Some("aws-ipv6"));
-        for bad in ["METADATA_URL=https://x\n", "METADATA_URL=aws\n"] {
+        for bad in [
+            "METADATA_URL=https://x\n",
+            "METADATA_URL=aws\n",
+            "METADATA_URL=http://\n",
+            "METADATA_URL=\"http://a b\"\n",
+        ] {
             let env = parse(bad).unwrap();
             assert!(NodeEnv::from_env(&env).is_err(), "{bad}");
         }

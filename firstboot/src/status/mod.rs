@@ -139,6 +139,8 @@ pub struct Reporter {
     /// that stood in for something the node should have had, an auto-detected `none`, a
     /// refused metadata address.
     warnings: Vec<String>,
+    /// Warnings beyond [`MAX_WARNINGS`], counted, not kept or printed.
+    warnings_dropped: usize,
     /// The status JSON as last written (redacted).
     buf: String,
     write_warned: bool,
@@ -170,6 +172,7 @@ impl Reporter {
             units: Vec::new(),
             sizing: String::new(),
             warnings: Vec::new(),
+            warnings_dropped: 0,
             buf: String::with_capacity(2048),
             write_warned: false,
             redactor: Redactor::shapes_only(),
@@ -215,20 +218,31 @@ impl Reporter {
 
     /// Records a warning: on stderr, on the console, and in status.json's `warnings` (each
     /// at most 512 bytes, at most 8 kept).
+    /// Beyond that, warnings are counted and the first one dropped says so, so metadata
+    /// with thousands of unusable addresses cannot flood the console.
     pub fn warn(&mut self, text: &str) {
         let text = self.redactor.redact(text);
         let text = text.as_str();
-        let mut line = String::with_capacity(32 + text.len());
+        let mut line = String::with_capacity(32 + text.len().min(MESSAGE_CAP));
         line.push_str("kiln-firstboot: warning: ");
-        line.push_str(text);
-        let line = self.redactor.redact(&line);
-        redact::eprint(&line);
-        self.console.line(&line);
         if self.warnings.len() < MAX_WARNINGS {
             let mut w = String::with_capacity(text.len().min(MESSAGE_CAP));
             push_capped(&mut w, text, MESSAGE_CAP);
+            line.push_str(&w);
             self.warnings.push(w);
+        } else {
+            self.warnings_dropped += 1;
+            if self.warnings_dropped > 1 {
+                return;
+            }
+            let _ = write!(
+                line,
+                "more than {MAX_WARNINGS} warnings: the rest are not shown"
+            );
         }
+        let line = self.redactor.redact(&line);
+        redact::eprint(&line);
+        self.console.line(&line);
     }
 
     /// The warnings recorded so far.
