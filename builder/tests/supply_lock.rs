@@ -309,3 +309,85 @@ fn the_real_lock_covers_the_image_definitions() {
         );
     }
 }
+
+/// `images/artifacts.lock.proposed` (issue 21) waits for the release key. Until it is signed
+/// and renamed, it must stay a lock kiln accepts, every Linux value must cite two independent
+/// records, every Windows value must say it has one, and it must cover the image definitions.
+#[test]
+fn the_proposed_lock_validates_and_states_its_strength() {
+    use kiln::supply::lock::{Lock, Os};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let path = root.join("images/artifacts.lock.proposed");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.starts_with(
+            "# NOT SIGNED: awaiting the release key holder; `kiln lock sign` it and rename.\n"
+        ),
+        "the proposal must say on its first line that it is unsigned"
+    );
+    assert!(
+        !root.join("images/artifacts.lock.proposed.minisig").exists(),
+        "a signed proposal is the lock: rename it to images/artifacts.lock"
+    );
+    let proposed = Lock::parse(&text, &path).unwrap();
+    let current = Lock::load_unverified(&root.join("images/artifacts.lock")).unwrap();
+    for a in &proposed.artifacts {
+        match a.os {
+            Os::Linux => {
+                assert!(
+                    a.verified.contains("independent records"),
+                    "{}: a Linux pin must cite two independent records: {}",
+                    a.id(),
+                    a.verified
+                );
+                for weak in ["ONE SOURCE", "WEAK PIN", "one source only"] {
+                    assert!(!a.verified.contains(weak), "{}: {}", a.id(), a.verified);
+                }
+            }
+            Os::Windows => assert!(
+                a.verified.starts_with("ONE SOURCE"),
+                "{}: say how strong a Windows pin is: {}",
+                a.id(),
+                a.verified
+            ),
+        }
+        // Every entry of the committed lock has its successor, and none moves backwards.
+        let old = current.find(&a.name, a.os, a.arch).unwrap();
+        let v = |s: &str| kiln::supply::outdated::version::Version::parse(s).unwrap();
+        assert!(
+            v(&a.version) >= v(&old.version),
+            "{} < {}",
+            a.id(),
+            old.id()
+        );
+    }
+    assert_eq!(proposed.artifacts.len(), current.artifacts.len());
+    // One Kubernetes version per OS.
+    for os in [Os::Linux, Os::Windows] {
+        let mut kube: Vec<&str> = proposed
+            .artifacts
+            .iter()
+            .filter(|a| a.os == os && ["kubelet", "kubeadm", "kubectl"].contains(&a.name.as_str()))
+            .map(|a| a.version.as_str())
+            .collect();
+        kube.dedup();
+        assert_eq!(kube.len(), 1, "{os}: {kube:?}");
+    }
+    // Offline, the committed lock is behind the proposal, and the proposal is not behind it.
+    let run_against = |lock: &str, other: &str| {
+        run(kiln()
+            .args(["lock", "outdated", "--quiet"])
+            .arg(root.join(lock))
+            .arg("--against")
+            .arg(root.join(other)))
+    };
+    let o = run_against("images/artifacts.lock", "images/artifacts.lock.proposed");
+    assert_eq!(o.status.code(), Some(5), "{}", out_text(&o));
+    assert!(
+        out_text(&o).contains("containerd@2.3.4/linux/amd64: BEHIND: patch 2.3.6"),
+        "{}",
+        out_text(&o)
+    );
+    let o = run_against("images/artifacts.lock.proposed", "images/artifacts.lock");
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+}

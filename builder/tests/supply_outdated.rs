@@ -293,3 +293,147 @@ fn an_unreachable_index_exits_4_and_a_bad_one_exits_1() {
         out_text(&o)
     );
 }
+
+/// `kiln lock update --patch` moves every entry to the newest patch upstream lists, checks each
+/// download against upstream's checksum file (named in `verified`) and re-signs; `--to` into
+/// a later minor is refused without `--allow-minor`, and with it prints the skew rules.
+#[test]
+fn update_follows_patches_in_one_command_and_minors_only_when_asked() {
+    let server = upstream();
+    let d = tempfile::tempdir().unwrap();
+    let (pk, sk) = test_keypair(d.path(), "site");
+    let base = server.base();
+    let kubelet = |v: &str| format!("/dl/k8s/release/{v}/bin/linux/amd64/kubelet");
+    let ctd = |v: &str| format!("/dl/ctd/v{v}/containerd-{v}-linux-amd64.tar.gz");
+    let (k4, k7, c6) = (noise(5000, 4), noise(6000, 7), noise(7000, 6));
+    server.add(&kubelet("v1.36.4"), k4.clone());
+    server.add(
+        &format!("{}.sha256", kubelet("v1.36.4")),
+        format!("{}\n", sha256_hex(&k4)).into_bytes(),
+    );
+    server.add(&kubelet("v1.37.0"), k7.clone());
+    server.add(
+        &format!("{}.sha256", kubelet("v1.37.0")),
+        format!("{}\n", sha256_hex(&k7)).into_bytes(),
+    );
+    server.add(&ctd("2.3.6"), c6.clone());
+    server.add(
+        &format!("{}.sha256sum", ctd("2.3.6")),
+        format!("{}  containerd-2.3.6-linux-amd64.tar.gz\n", sha256_hex(&c6)).into_bytes(),
+    );
+    let mut text = String::from("# a site's own lock\nversion = 1\n");
+    text += &entry_text(
+        "kubelet",
+        "v1.36.1",
+        "linux",
+        &format!("{base}{}", kubelet("v1.36.1")),
+    );
+    text += &entry_text(
+        "containerd",
+        "2.3.4",
+        "linux",
+        &format!("{base}{}", ctd("2.3.4")),
+    );
+    let lock = write_signed_lock(d.path(), &text, &sk);
+    let update = |extra: &[&str]| {
+        let mut c = kiln();
+        c.args(["lock", "update"]).arg(&lock);
+        c.arg("--kubernetes-index").arg(format!("{base}/k8s"));
+        c.arg("--github-api").arg(format!("{base}/gh"));
+        c.args(extra);
+        run(&mut c)
+    };
+
+    // A minor is never crossed by accident, and nothing is written when it is refused.
+    let o = update(&["--name", "kubelet", "--to", "v1.37.0"]);
+    assert_eq!(o.status.code(), Some(1), "{}", out_text(&o));
+    assert!(out_text(&o).contains("--allow-minor"), "{}", out_text(&o));
+    assert_eq!(std::fs::read_to_string(&lock).unwrap(), text);
+    let o = update(&["--to", "v1.36.4"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "--to without --name: {}",
+        out_text(&o)
+    );
+
+    // One command: newest patches, checked against upstream's checksum files, re-signed.
+    let o = update(&["--patch", "--secret-key", sk.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    let l = kiln::supply::lock::Lock::load_unverified(&lock).unwrap();
+    let k = &l.artifacts[0];
+    assert_eq!(
+        (k.version.as_str(), k.sha256.as_str()),
+        ("v1.36.4", sha256_hex(&k4).as_str())
+    );
+    assert_eq!(k.url, format!("{base}{}", kubelet("v1.36.4")));
+    assert!(
+        k.verified
+            .contains(&format!("{base}{}.sha256", kubelet("v1.36.4"))),
+        "{}",
+        k.verified
+    );
+    assert!(
+        k.verified
+            .contains("from v1.36.1 to v1.36.4 (a patch update)"),
+        "{}",
+        k.verified
+    );
+    let c = &l.artifacts[1];
+    assert_eq!((c.version.as_str(), c.size), ("2.3.6", 7000));
+    assert!(
+        c.verified
+            .contains("containerd-2.3.6-linux-amd64.tar.gz.sha256sum"),
+        "{}",
+        c.verified
+    );
+    assert!(std::fs::read_to_string(&lock)
+        .unwrap()
+        .starts_with("# a site's own lock\n"));
+    let o = run(kiln()
+        .args(["lock", "verify"])
+        .arg(&lock)
+        .arg("--trusted-key")
+        .arg(&pk));
+    assert_eq!(o.status.code(), Some(0), "re-signed: {}", out_text(&o));
+    // Now current: outdated exits 0, and --patch has nothing to do.
+    assert_eq!(outdated(&lock, &server, false).status.code(), Some(0));
+    let o = update(&["--patch"]);
+    assert!(
+        out_text(&o).contains("already the newest patch"),
+        "{}",
+        out_text(&o)
+    );
+    assert!(
+        d.path().join("artifacts.lock.minisig").exists(),
+        "an unchanged lock keeps its signature"
+    );
+
+    // Crossing the minor when asked: the skew rules are printed.
+    let o = update(&["--name", "kubelet", "--to", "v1.37.0", "--allow-minor"]);
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    assert!(
+        out_text(&o).contains("may be up to three\n    minor versions older"),
+        "{}",
+        out_text(&o)
+    );
+    assert!(
+        out_text(&o).contains("kubernetes.io/releases/version-skew-policy"),
+        "{}",
+        out_text(&o)
+    );
+
+    // A download that does not match upstream's checksum file is refused (exit 3).
+    server.add(&ctd("2.3.6"), noise(7000, 99));
+    let mut t = String::from("version = 1\n");
+    t += &entry_text(
+        "containerd",
+        "2.3.4",
+        "linux",
+        &format!("{base}{}", ctd("2.3.4")),
+    );
+    std::fs::write(&lock, &t).unwrap();
+    let o = update(&["--patch"]);
+    assert_eq!(o.status.code(), Some(3), "{}", out_text(&o));
+    assert_eq!(std::fs::read_to_string(&lock).unwrap(), t);
+}

@@ -8,6 +8,7 @@ use kiln_firstboot::contract;
 pub mod bake;
 pub mod fail;
 pub mod install;
+pub mod lock_move;
 pub mod outdated;
 pub mod render;
 pub mod supply;

@@ -20,12 +20,29 @@ pub struct OutdatedArgs {
     /// Compare with another lock, or a mirror directory's lock, instead of upstream (offline).
     #[arg(long, value_name = "LOCK|MIRROR_DIR")]
     pub against: Option<PathBuf>,
+    #[command(flatten)]
+    pub index: IndexArgs,
+}
+
+/// Where upstream's release indexes are (`lock outdated`, `lock update --patch`).
+#[derive(Debug, Clone, Args)]
+pub struct IndexArgs {
     /// Base URL of the Kubernetes release labels (`BASE/release/stable-1.N.txt`).
     #[arg(long, value_name = "URL", default_value = KUBERNETES_INDEX, env = "KILN_KUBERNETES_INDEX")]
     pub kubernetes_index: String,
     /// Base URL of the GitHub API (`BASE/repos/OWNER/REPO/releases`).
     #[arg(long, value_name = "URL", default_value = GITHUB_API, env = "KILN_GITHUB_API")]
     pub github_api: String,
+}
+
+impl IndexArgs {
+    /// The endpoints these flags name.
+    pub fn endpoints(&self) -> Endpoints {
+        Endpoints {
+            kubernetes: self.kubernetes_index.clone(),
+            github_api: self.github_api.clone(),
+        }
+    }
 }
 
 /// Runs `kiln lock outdated`.
@@ -42,13 +59,7 @@ pub fn run(a: OutdatedArgs, global: &Global) -> anyhow::Result<ExitCode> {
             };
             outdated::check(&lock, &mut OtherLock(Lock::load_unverified(&path)?))?
         }
-        None => {
-            let endpoints = Endpoints {
-                kubernetes: a.kubernetes_index.clone(),
-                github_api: a.github_api.clone(),
-            };
-            outdated::check(&lock, &mut Upstream::new(endpoints)?)?
-        }
+        None => outdated::check(&lock, &mut Upstream::new(a.index.endpoints())?)?,
     };
     let behind = findings
         .iter()

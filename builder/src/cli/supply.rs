@@ -133,6 +133,29 @@ pub struct LockUpdateArgs {
     pub filter: FilterArgs,
     #[command(flatten)]
     pub net: NetArgs,
+    /// Move the selected entries (--name required) to this release: a newer patch of the
+    /// pinned minor, or with --allow-minor a later minor.
+    #[arg(
+        long,
+        value_name = "VERSION",
+        requires = "names",
+        conflicts_with = "patch"
+    )]
+    pub to: Option<String>,
+    /// Move every selected entry to the newest patch of its minor that upstream lists.
+    #[arg(long)]
+    pub patch: bool,
+    /// Let --to cross into a later minor (prints the Kubernetes version-skew rules).
+    #[arg(long, requires = "to")]
+    pub allow_minor: bool,
+    #[command(flatten)]
+    pub index: crate::cli::outdated::IndexArgs,
+    /// Sign the lock after writing it, with this minisign secret key.
+    #[arg(long, short = 's', value_name = "FILE", env = "KILN_SECRET_KEY")]
+    pub secret_key: Option<PathBuf>,
+    /// Name of an environment variable holding the secret key's password.
+    #[arg(long, value_name = "VAR", requires = "secret_key")]
+    pub password_env: Option<String>,
 }
 
 /// `kiln lock verify`
@@ -237,20 +260,37 @@ fn lock_verify(a: LockVerifyArgs, global: &Global) -> anyhow::Result<ExitCode> {
 }
 
 fn lock_sign(a: LockSignArgs, global: &Global) -> anyhow::Result<ExitCode> {
-    let bytes =
-        std::fs::read(&a.lock).with_context(|| format!("reading lock {}", a.lock.display()))?;
+    let (sig_path, artifacts) = sign_lock(&a.lock, &a.secret_key, a.password_env.as_deref())?;
+    if global.json {
+        println!(
+            "{}",
+            serde_json::json!({"lock": a.lock, "signature": sig_path, "artifacts": artifacts})
+        );
+    } else if !global.quiet {
+        println!("signed {} -> {}", a.lock.display(), sig_path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Validates the lock at `path` and writes `path.minisig` signed with `secret_key`; returns
+/// the signature path and the number of artifacts.
+pub(crate) fn sign_lock(
+    path: &Path,
+    secret_key: &Path,
+    password_env: Option<&str>,
+) -> anyhow::Result<(PathBuf, usize)> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading lock {}", path.display()))?;
     let text = std::str::from_utf8(&bytes)
-        .with_context(|| format!("lock {} is not UTF-8", a.lock.display()))?;
+        .with_context(|| format!("lock {} is not UTF-8", path.display()))?;
     // Never sign something kiln itself would refuse to read.
-    let lock = Lock::parse(text, &a.lock)?;
-    let password = match &a.password_env {
+    let lock = Lock::parse(text, path)?;
+    let password = match password_env {
         Some(var) => {
             Some(std::env::var(var).with_context(|| format!("reading password from ${var}"))?)
         }
         None => None,
     };
-    let name = a
-        .lock
+    let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
@@ -259,18 +299,10 @@ fn lock_sign(a: LockSignArgs, global: &Global) -> anyhow::Result<ExitCode> {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let comment = format!("timestamp:{now}\tfile:{name}");
-    let sig = sign::sign(&bytes, &a.secret_key, password, &comment)?;
-    let sig_path = sign::signature_path(&a.lock);
+    let sig = sign::sign(&bytes, secret_key, password, &comment)?;
+    let sig_path = sign::signature_path(path);
     crate::supply::store::write_atomic(&sig_path, sig.as_bytes())?;
-    if global.json {
-        println!(
-            "{}",
-            serde_json::json!({"lock": a.lock, "signature": sig_path, "artifacts": lock.artifacts.len()})
-        );
-    } else if !global.quiet {
-        println!("signed {} -> {}", a.lock.display(), sig_path.display());
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok((sig_path, lock.artifacts.len()))
 }
 
 /// Runs `kiln inspect`.
@@ -338,7 +370,7 @@ pub struct NetArgs {
 }
 
 impl NetArgs {
-    fn options(&self) -> crate::supply::fetch::FetchOptions {
+    pub(crate) fn options(&self) -> crate::supply::fetch::FetchOptions {
         use std::time::Duration;
         crate::supply::fetch::FetchOptions {
             concurrency: self.concurrency.max(1),
@@ -366,7 +398,7 @@ pub struct FilterArgs {
 }
 
 impl FilterArgs {
-    fn apply(&self, lock: &Lock) -> Vec<lock::Artifact> {
+    pub(crate) fn apply(&self, lock: &Lock) -> Vec<lock::Artifact> {
         lock.artifacts
             .iter()
             .filter(|a| self.os.is_none_or(|o| a.os == o))
@@ -931,7 +963,7 @@ mod progress {
 }
 
 /// Comment and blank lines at the top of a lock, kept when kiln rewrites it.
-fn header_of(text: &str) -> String {
+pub(crate) fn header_of(text: &str) -> String {
     let mut out = String::new();
     for line in text.lines() {
         let t = line.trim();
@@ -946,7 +978,7 @@ fn header_of(text: &str) -> String {
 }
 
 /// Writes an edited lock (validated first) and removes its now-stale signature.
-fn write_lock(path: &Path, header: &str, lock: &Lock) -> anyhow::Result<()> {
+pub(crate) fn write_lock(path: &Path, header: &str, lock: &Lock) -> anyhow::Result<()> {
     let text = format!("{header}{}", lock.to_toml());
     Lock::parse(&text, path)?;
     crate::supply::store::write_atomic(path, text.as_bytes())?;
@@ -1091,6 +1123,9 @@ fn lock_add(a: LockAddArgs, global: &Global) -> anyhow::Result<ExitCode> {
 }
 
 fn lock_update(a: LockUpdateArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    if a.to.is_some() || a.patch {
+        return crate::cli::lock_move::run(&a, global);
+    }
     let text = std::fs::read_to_string(&a.lock)
         .with_context(|| format!("reading lock {}", a.lock.display()))?;
     let mut l = Lock::parse(&text, &a.lock)?;
@@ -1143,6 +1178,10 @@ fn lock_update(a: LockUpdateArgs, global: &Global) -> anyhow::Result<ExitCode> {
     }
     if changed {
         write_lock(&a.lock, &header, &l)?;
+        if let Some(sk) = &a.secret_key {
+            let (sig, _) = sign_lock(&a.lock, sk, a.password_env.as_deref())?;
+            eprintln!("kiln: signed {} -> {}", a.lock.display(), sig.display());
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

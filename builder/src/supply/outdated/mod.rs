@@ -6,6 +6,7 @@
 //! minor is a decision (see `docs/lock-format.md`, "Staying current").
 
 pub mod index;
+pub mod policy;
 pub mod version;
 
 use serde::Serialize;
@@ -184,7 +185,8 @@ pub fn check(lock: &Lock, releases: &mut dyn Releases) -> Result<Vec<Finding>, I
     Ok(out)
 }
 
-fn check_one(a: &Artifact, releases: &mut dyn Releases) -> Result<Finding, IndexError> {
+/// Checks one entry against `releases`.
+pub fn check_one(a: &Artifact, releases: &mut dyn Releases) -> Result<Finding, IndexError> {
     let mut f = Finding {
         id: a.id(),
         name: a.name.clone(),
