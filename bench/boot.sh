@@ -16,8 +16,12 @@ set -a; eval "$assets"; set +a
 export KILN_FIXTURE_MIRROR=$PWD/$fixture
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
+set +e
 cargo nextest run --locked -p kiln-qemu-tests --no-capture --no-fail-fast \
-  --test boot --test scenarios 2>&1 | tee "$out" | grep -E '^(KILN-BOOT-BENCH|        (PASS|FAIL))' || true
+  --test boot --test scenarios >"$out" 2>&1
+rc=$?
+set -e
+grep -E '^(KILN-BOOT-BENCH|        (PASS|FAIL))' "$out" || true
 echo
 awk '
   /^KILN-BOOT-BENCH/ {
@@ -34,3 +38,9 @@ awk '
       printf "%-16s %-8s %22s %18s %10s %16s\n", sc[i], res[i], ks[i], fb[i], share, ratio
     }
   }' "$out"
+# A boot that failed has no time worth comparing: the benchmark fails with it.
+if [ "$rc" -ne 0 ]; then
+  echo "bench/boot.sh: a boot failed (cargo nextest exited $rc); its output:" >&2
+  grep -E '^        FAIL|panicked' "$out" >&2 || tail -50 "$out" >&2
+  exit 1
+fi
