@@ -284,6 +284,16 @@ fn an_unreachable_index_exits_4_and_a_bad_one_exits_1() {
     );
     server.heal(label);
 
+    // A label that names another minor is not "no newer patch".
+    server.add(label, b"v1.37.0\n".to_vec());
+    let o = outdated(&lock, &server, false);
+    assert_eq!(o.status.code(), Some(1), "{}", out_text(&o));
+    assert!(
+        out_text(&o).contains("names v1.37.0, which is not a 1.36 release"),
+        "{}",
+        out_text(&o)
+    );
+
     server.add(label, b"<html>rate limited</html>".to_vec());
     let o = outdated(&lock, &server, false);
     assert_eq!(o.status.code(), Some(1), "{}", out_text(&o));

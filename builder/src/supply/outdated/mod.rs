@@ -71,7 +71,19 @@ impl Releases for Upstream {
             Some(Index::Kubernetes) => {
                 let line = self.endpoints.kubernetes_label(pinned.major, pinned.minor);
                 let stable = self.endpoints.kubernetes_stable();
-                let versions = vec![self.label(line.clone())?, self.label(stable.clone())?];
+                let patch = self.label(line.clone())?;
+                // A proxy or a typo that answers another minor's label must not pass for
+                // "no newer patch".
+                if patch.line() != pinned.line() {
+                    return Err(IndexError::Format {
+                        url: line,
+                        message: format!(
+                            "names {patch}, which is not a {}.{} release",
+                            pinned.major, pinned.minor
+                        ),
+                    });
+                }
+                let versions = vec![patch, self.label(stable.clone())?];
                 Ok(Some(Offered {
                     versions,
                     ignored: Vec::new(),
