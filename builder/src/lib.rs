@@ -6,6 +6,7 @@
 pub mod archive_rules;
 pub mod bake;
 pub mod cli;
+pub mod digest;
 pub mod exit;
 pub mod image_def;
 pub mod install;

@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use crate::digest::{self, Sums};
 use crate::exit::ExitClass;
 use crate::image_def::{Arch, Format, ImageDef, Os};
 use crate::supply::inspect::InspectError;
@@ -369,14 +370,6 @@ fn describe(o: &Origin) -> String {
     }
 }
 
-/// Hashes a file on disk.
-pub fn sha256_file(path: &Path) -> Result<(u64, String), BakeError> {
-    let mut f = File::open(path).map_err(io_err(path))?;
-    let mut h = Sha256::new();
-    let n = io::copy(&mut f, &mut h).map_err(io_err(path))?;
-    Ok((n, hex::encode(h.finalize())))
-}
-
 /// Whether a layer path component is acceptable (no `..`, no whitespace or control bytes,
 /// which the squashfs pseudo-file syntax and the manifests could not carry).
 fn valid_rel(path: &str) -> bool {
@@ -600,7 +593,9 @@ impl Layer {
         }
 
         // kiln-firstboot, hashed and gated like any artifact.
-        let (fb_size, fb_sha, fb_sha1) = prepare::hash_file(req.firstboot)?;
+        let fb =
+            digest::hash_file(req.firstboot, Sums::Sha256AndSha1).map_err(io_err(req.firstboot))?;
+        let (fb_size, fb_sha, fb_sha1) = (fb.size, fb.sha256, fb.sha1.unwrap_or_default());
         (req.gate)(req.firstboot, "kiln-firstboot").map_err(|why| BakeError::Inspect {
             what: "kiln-firstboot".into(),
             path: req.firstboot.to_path_buf(),
@@ -1114,7 +1109,9 @@ pub fn bake(
     // written only once the layer is known good.
     let sums = match req.format {
         Format::Rootfs => {
-            let (_, sha) = sha256_file(&main[0])?;
+            let sha = digest::hash_file(&main[0], Sums::Sha256)
+                .map_err(io_err(&main[0]))?
+                .sha256;
             let name = format!("{base}.tar.zst");
             let (sums, sig) = publish_sums(out_dir, &name, &sha, opts.sign.as_ref())?;
             [sums].into_iter().chain(sig).collect()

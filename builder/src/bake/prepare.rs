@@ -10,12 +10,11 @@
 //! atomic rename so a reader never sees half an entry.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use sha1::Sha1;
 use sha2::{Digest, Sha256};
+
+use crate::digest::{self, Sums};
 
 use super::{extract, io_err, ArtifactInput, BakeError, InputKind, MemberMap};
 
@@ -34,25 +33,6 @@ pub struct Prepared {
     pub sha256: String,
     /// SHA1.
     pub sha1: String,
-}
-
-/// Hashes a file: size, sha256, SHA1.
-pub fn hash_file(path: &Path) -> Result<(u64, String, String), BakeError> {
-    let mut f = File::open(path).map_err(io_err(path))?;
-    let mut h = Sha256::new();
-    let mut h1 = Sha1::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut n = 0u64;
-    loop {
-        let k = f.read(&mut buf).map_err(io_err(path))?;
-        if k == 0 {
-            break;
-        }
-        h.update(&buf[..k]);
-        h1.update(&buf[..k]);
-        n += k as u64;
-    }
-    Ok((n, hex::encode(h.finalize()), hex::encode(h1.finalize())))
 }
 
 fn version_dir(cache: &Path) -> PathBuf {
@@ -100,7 +80,9 @@ pub fn prepare(
             let sha1 = match hit {
                 Some(s) => s,
                 None => {
-                    let (_, sha256, sha1) = hash_file(&a.blob)?;
+                    let d =
+                        digest::hash_file(&a.blob, Sums::Sha256AndSha1).map_err(io_err(&a.blob))?;
+                    let (sha256, sha1) = (d.sha256, d.sha1.unwrap_or_default());
                     if sha256 != a.sha256 {
                         return Err(BakeError::Blob {
                             name: format!("{} {} ({})", a.name, a.version, a.blob.display()),

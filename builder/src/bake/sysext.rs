@@ -14,6 +14,7 @@ use std::process::Command;
 
 use super::squashfs::{self, Codec};
 use super::{io_err, render, write_atomic, BakeError, Data, Layer, Node, WriteOptions};
+use crate::digest::{self, Sums};
 use crate::image_def::{Compression, ImageDef};
 
 /// Memory cap passed to `mksquashfs -mem`.
@@ -213,7 +214,9 @@ pub fn write(
     let name = render::sysext_file_name(def, layer.arch).unwrap_or_default();
     let raw = out_dir.join(&name);
     pack(layer, def, &raw, work, cache, opts)?;
-    let (_, sha) = super::sha256_file(&raw)?;
+    let sha = digest::hash_file(&raw, Sums::Sha256)
+        .map_err(io_err(&raw))?
+        .sha256;
     let conf = out_dir.join(format!("{}.conf", sx.name));
     write_atomic(
         &conf,

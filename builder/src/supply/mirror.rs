@@ -17,6 +17,7 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
+use crate::digest::FileDigest;
 use crate::exit::ExitClass;
 use crate::supply::lock::{is_sha256_hex, Lock, LockError};
 use crate::supply::sign::{self, Trust, Verified};
@@ -227,7 +228,11 @@ impl Mirror {
         lock: Option<&Lock>,
         quarantine: &Path,
     ) -> Result<BlobReport, MirrorError> {
-        let (found, size) = self.store.rehash(name)?;
+        let FileDigest {
+            size,
+            sha256: found,
+            ..
+        } = self.store.rehash(name)?;
         let size_ok = lock
             .and_then(|l| l.artifacts.iter().find(|a| a.sha256 == name))
             .and_then(|a| a.known_size())

@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::digest::{self, FileDigest, Sums};
 use crate::exit::ExitClass;
 use crate::supply::lock::{is_sha256_hex, Artifact};
 
@@ -284,9 +285,10 @@ impl Store {
         self.put_reader(f, expect)
     }
 
-    /// Re-hashes a stored blob and returns its actual digest and size.
-    pub fn rehash(&self, sha256: &str) -> Result<(String, u64), StoreError> {
-        hash_file(&self.blob_path(sha256))
+    /// Re-hashes a stored blob: its actual size and digest.
+    pub fn rehash(&self, sha256: &str) -> Result<FileDigest, StoreError> {
+        let path = self.blob_path(sha256);
+        digest::hash_file(&path, Sums::Sha256).map_err(io_err("hashing", &path))
     }
 
     fn index_path(&self, a: &Artifact) -> PathBuf {
@@ -501,28 +503,6 @@ impl Partial {
         sync_dir(blob.parent().unwrap_or(Path::new(".")));
         Ok(blob)
     }
-}
-
-/// Hashes a file, returning its sha256 hex and size.
-pub fn hash_file(path: &Path) -> Result<(String, u64), StoreError> {
-    let mut f = File::open(path).map_err(io_err("opening", path))?;
-    hash_reader(&mut f).map_err(io_err("reading", path))
-}
-
-/// Hashes a reader to its end.
-pub fn hash_reader(r: &mut impl Read) -> io::Result<(String, u64)> {
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; CHUNK];
-    let mut n_total = 0u64;
-    loop {
-        let n = r.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-        n_total += n as u64;
-    }
-    Ok((hex::encode(h.finalize()), n_total))
 }
 
 /// Writes `bytes` to `path` through a temp file in the same directory, fsync and rename.
