@@ -186,12 +186,19 @@ const ELOOP: i32 = 40;
 #[cfg(not(target_os = "linux"))]
 const ELOOP: i32 = 62;
 
+/// `O_NONBLOCK | O_NOCTTY`: opening a FIFO or a terminal planted at a secret's name must
+/// neither wait for a writer nor take the terminal; `fstat` then refuses it as not a file.
+#[cfg(all(unix, target_os = "linux"))]
+const O_NONBLOCK_NOCTTY: i32 = 0o4000 | 0o400;
+#[cfg(all(unix, not(target_os = "linux")))]
+const O_NONBLOCK_NOCTTY: i32 = 0x0004 | 0x20000;
+
 #[cfg(unix)]
 fn open_nofollow(path: &Path) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     fs::OpenOptions::new()
         .read(true)
-        .custom_flags(O_NOFOLLOW)
+        .custom_flags(O_NOFOLLOW | O_NONBLOCK_NOCTTY)
         .open(path)
 }
 
@@ -393,6 +400,14 @@ mod tests {
             Err(SecretError::TooLarge(4))
         ));
         assert!(matches!(read_secret(&d, 4096), Err(SecretError::NotAFile)));
+        // A FIFO at the name: refused at once, not waited on for a writer.
+        let fifo = d.join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.unwrap().success(), "mkfifo {}", fifo.display());
+        assert!(matches!(
+            read_secret(&fifo, 4096),
+            Err(SecretError::NotAFile)
+        ));
         assert!(matches!(
             read_secret(&d.join("absent"), 4096),
             Err(SecretError::Missing)
