@@ -447,3 +447,64 @@ fn update_follows_patches_in_one_command_and_minors_only_when_asked() {
     assert_eq!(o.status.code(), Some(3), "{}", out_text(&o));
     assert_eq!(std::fs::read_to_string(&lock).unwrap(), t);
 }
+
+/// `kiln lock add` over an existing entry of another minor is the same decision as
+/// `update --to`: refused before any download without `--allow-minor`, skew rules with it.
+#[test]
+fn add_over_another_minor_needs_allow_minor() {
+    let server = Server::start();
+    let d = tempfile::tempdir().unwrap();
+    let base = server.base();
+    let path = "/dl/release/v1.37.0/bin/linux/amd64/kubelet";
+    let bytes = noise(4000, 37);
+    server.add(path, bytes.clone());
+    server.add(
+        &format!("{path}.sha256"),
+        format!("{}\n", sha256_hex(&bytes)).into_bytes(),
+    );
+    let lock = d.path().join("a.lock");
+    let text = format!(
+        "version = 1\n{}",
+        entry_text(
+            "kubelet",
+            "v1.36.1",
+            "linux",
+            &format!("{base}/dl/release/v1.36.1/bin/linux/amd64/kubelet")
+        )
+    );
+    std::fs::write(&lock, &text).unwrap();
+    let add = |extra: &[&str]| {
+        let mut c = kiln();
+        c.args(["lock", "add"]).arg(&lock);
+        c.args([
+            "--name",
+            "kubelet",
+            "--version",
+            "v1.37.0",
+            "--os",
+            "linux",
+            "--arch",
+            "amd64",
+        ]);
+        c.args(["--format", "binary", "--member", "kubelet=bin/kubelet"]);
+        c.arg("--url").arg(format!("{base}{path}"));
+        c.arg("--checksum-url").arg(format!("{base}{path}.sha256"));
+        c.args(extra);
+        run(&mut c)
+    };
+    let o = add(&[]);
+    assert_eq!(o.status.code(), Some(1), "{}", out_text(&o));
+    assert!(out_text(&o).contains("--allow-minor"), "{}", out_text(&o));
+    assert_eq!(server.hits(path), 0, "refused before downloading");
+    assert_eq!(std::fs::read_to_string(&lock).unwrap(), text);
+
+    let o = add(&["--allow-minor"]);
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    assert!(
+        out_text(&o).contains("must not be newer than kube-apiserver"),
+        "{}",
+        out_text(&o)
+    );
+    let l = kiln::supply::lock::Lock::load_unverified(&lock).unwrap();
+    assert_eq!(l.artifacts[0].version, "v1.37.0");
+}

@@ -119,6 +119,9 @@ pub struct LockAddArgs {
     /// What was checked, in words (required without --checksum-url).
     #[arg(long)]
     pub verified: Option<String>,
+    /// Let this entry replace one of another minor (prints the Kubernetes version-skew rules).
+    #[arg(long)]
+    pub allow_minor: bool,
     #[command(flatten)]
     pub net: NetArgs,
 }
@@ -1015,6 +1018,12 @@ fn lock_add(a: LockAddArgs, global: &Global) -> anyhow::Result<ExitCode> {
             String::new(),
         )
     };
+    if let Some(old) = l.find(&a.name, a.os, a.arch) {
+        use crate::supply::outdated::policy;
+        if policy::replacing(old, &a.version, a.allow_minor)? && policy::is_kubernetes(&a.name) {
+            eprintln!("kiln: crossing a Kubernetes minor.\n{}", policy::SKEW_RULES);
+        }
+    }
     let opts = a.net.options();
     let rt = runtime()?;
     let (sha, size) = rt.block_on(crate::supply::fetch::hash_url(

@@ -92,6 +92,28 @@ pub fn step(a: &Artifact, to: &str, allow_minor: bool) -> Result<(Version, Step)
     Ok((target, Step::Minor))
 }
 
+/// For `kiln lock add` replacing the entry `old` with `version`: a different minor (either
+/// way) needs `allow_minor`; returns whether the replacement crosses a minor. Versions that
+/// are not `N.N.N` are the author's business and pass.
+pub fn replacing(old: &Artifact, version: &str, allow_minor: bool) -> Result<bool, PolicyError> {
+    let (Some(from), Some(to)) = (Version::parse(&old.version), Version::parse(version)) else {
+        return Ok(false);
+    };
+    if from.line() == to.line() {
+        return Ok(false);
+    }
+    if !allow_minor {
+        return Err(PolicyError::MinorNotAllowed {
+            id: old.id(),
+            to: version.into(),
+            pinned: old.version.clone(),
+            major: from.major,
+            minor: from.minor,
+        });
+    }
+    Ok(true)
+}
+
 /// `a` moved to `to`: version spelled like the pin, every URL and member name renamed. The
 /// sha256, size and `verified` are the caller's to fill from the new download.
 pub fn moved(a: &Artifact, to: &Version) -> Artifact {
@@ -213,6 +235,18 @@ mod tests {
         );
         assert_eq!(b.size, 0);
         assert_eq!(checksum_url(&b).unwrap(), format!("{}.sha256", b.url));
+    }
+
+    #[test]
+    fn add_replacing_an_entry_keeps_its_minor_unless_asked() {
+        let a = art("containerd", "2.3.4", "https://h/v2.3.4/c-2.3.4.tgz", "c");
+        assert!(!replacing(&a, "2.3.6", false).unwrap());
+        assert!(!replacing(&a, "2.3.1", false).unwrap());
+        assert!(!replacing(&a, "nightly", false).unwrap());
+        for other in ["2.4.0", "2.2.9", "3.0.0"] {
+            assert!(replacing(&a, other, false).is_err(), "{other}");
+            assert!(replacing(&a, other, true).unwrap(), "{other}");
+        }
     }
 
     #[test]
