@@ -96,13 +96,32 @@ struct GhAsset {
 }
 
 /// Words in a release title that mark it withdrawn.
-const WITHDRAWN_WORDS: &[&str] = &["withdrawn", "yanked", "retracted", "do not use"];
+const WITHDRAWN_WORDS: &[&str] = &["withdrawn", "yanked", "retracted"];
+
+/// The withdrawn marker in a (lower-cased) title, when one is set off as a label: at the
+/// start, in brackets or parentheses, or followed by a colon. A title that only mentions the
+/// word ("2.3.6 (replaces withdrawn 2.3.5)") does not withdraw its own release.
+fn withdrawn_marker(title: &str) -> Option<&'static str> {
+    WITHDRAWN_WORDS.iter().copied().find(|w| {
+        title.starts_with(w)
+            || [
+                format!("({w}"),
+                format!("[{w}"),
+                format!("{w}:"),
+                format!("{w})"),
+                format!("{w}]"),
+            ]
+            .iter()
+            .any(|m| title.contains(m.as_str()))
+    })
+}
 
 /// Parses a GitHub release listing (`GET /repos/OWNER/REPO/releases`): a JSON array of
 /// objects with `tag_name`, `name`, `draft`, `prerelease` and `assets[].name`.
 ///
-/// The withdrawn rule: a release whose title (`name`) contains "withdrawn", "yanked",
-/// "retracted" or "do not use" (any case), or that lists no assets at all, is withdrawn.
+/// The withdrawn rule: a release whose title (`name`) carries "withdrawn", "yanked" or
+/// "retracted" (any case) as a label (at its start, in brackets or parentheses, or before a
+/// colon), or that lists no assets at all, is withdrawn.
 pub fn parse_github_releases(text: &str) -> Result<Vec<Listed>, String> {
     let list: Vec<GhRelease> = serde_json::from_str(text).map_err(|e| e.to_string())?;
     Ok(list
@@ -116,7 +135,7 @@ pub fn parse_github_releases(text: &str) -> Result<Vec<Listed>, String> {
                 Some(Skip::NotAVersion)
             } else if r.prerelease || version.as_ref().is_some_and(Version::is_prerelease) {
                 Some(Skip::PreRelease)
-            } else if let Some(w) = WITHDRAWN_WORDS.iter().find(|w| title.contains(*w)) {
+            } else if let Some(w) = withdrawn_marker(&title) {
                 Some(Skip::Withdrawn(format!("its title says {w:?}")))
             } else if r.assets.is_empty() {
                 Some(Skip::Withdrawn("it lists no downloads".into()))
@@ -368,7 +387,10 @@ mod tests {
           {"tag_name":"v2.3.5","name":"containerd 2.3.5 (WITHDRAWN)","draft":false,"prerelease":false,"assets":[{"name":"a"}]},
           {"tag_name":"v2.3.8","name":"containerd 2.3.8","draft":false,"prerelease":false,"assets":[]},
           {"tag_name":"v2.3.9","draft":true,"prerelease":false,"assets":[{"name":"a"}]},
-          {"tag_name":"api/v1.0.0","name":"api","draft":false,"prerelease":false,"assets":[{"name":"a"}]}
+          {"tag_name":"api/v1.0.0","name":"api","draft":false,"prerelease":false,"assets":[{"name":"a"}]},
+          {"tag_name":"v2.3.11","name":"containerd 2.3.11 (replaces withdrawn 2.3.9)","assets":[{"name":"a"}]},
+          {"tag_name":"v2.3.12","name":"[Yanked] containerd 2.3.12","assets":[{"name":"a"}]},
+          {"tag_name":"v2.3.13","name":"Retracted: containerd 2.3.13","assets":[{"name":"a"}]}
         ]"#;
         let got: Vec<(String, Option<Skip>)> = parse_github_releases(text)
             .unwrap()
@@ -386,6 +408,9 @@ mod tests {
                 ("v2.3.8".into(), w("it lists no downloads")),
                 ("v2.3.9".into(), Some(Skip::Draft)),
                 ("api/v1.0.0".into(), Some(Skip::NotAVersion)),
+                ("v2.3.11".into(), None),
+                ("v2.3.12".into(), w("its title says \"yanked\"")),
+                ("v2.3.13".into(), w("its title says \"retracted\"")),
             ]
         );
         assert!(parse_github_releases("{\"message\":\"rate limited\"}").is_err());
