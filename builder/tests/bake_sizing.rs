@@ -66,7 +66,8 @@ fn a_tampered_table_is_refused() {
 
     let out = fx.dir.path().join("rootfs");
     let o = bake_cli(&fx, &image, "rootfs", "amd64", &out, &[]);
-    assert!(!o.status.success());
+    // Exit 3, as for any pinned input that does not verify.
+    assert_eq!(o.status.code(), Some(3), "{o:?}");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("sizing.aws_table")
@@ -88,7 +89,7 @@ fn a_tampered_table_is_refused() {
     // A missing table is refused too.
     std::fs::remove_file(defs.join("data/aws-eni.tsv")).unwrap();
     let o = bake_cli(&fx, &image, "rootfs", "amd64", &out, &[]);
-    assert!(!o.status.success());
+    assert_eq!(o.status.code(), Some(3), "{o:?}");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("sizing.aws_table") && err.contains("a readable file"),

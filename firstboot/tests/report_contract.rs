@@ -70,6 +70,7 @@ fn status_example_parses_with_keys_in_order() {
             "message",
             "hint",
             "phases",
+            "sizing",
             "log",
             "units"
         ]

@@ -35,6 +35,16 @@ pub const DEFAULT_EPOCH: u64 = 1_704_067_200;
 /// Why a bake failed. Every message names the artifact, file or key involved.
 #[derive(Debug, thiserror::Error)]
 pub enum BakeError {
+    /// The pinned AWS ENI table is missing, is not the one the definition pins, or does not
+    /// parse: a pinned input that did not verify.
+    #[error("image {image}: sizing.aws_table: {source}")]
+    SizingTable {
+        /// The image definition's name.
+        image: String,
+        /// What is wrong with the table.
+        #[source]
+        source: crate::sizing::TableError,
+    },
     /// An I/O error on a named file.
     #[error("{path}: {source}")]
     Io {
@@ -130,6 +140,7 @@ impl BakeError {
         match self {
             BakeError::Inspect { .. }
             | BakeError::Blob { .. }
+            | BakeError::SizingTable { .. }
             | BakeError::Extract(extract::ExtractError::Hostile { .. }) => ExitClass::Verify,
             _ => ExitClass::Failure,
         }
@@ -633,16 +644,14 @@ impl Layer {
             render::max_pods_map(def),
             config_origin(&keys, &["max_pods"]),
         )?;
-        if let Some(table) =
+        let table =
             def.sizing
                 .load_table(&def.base_dir)
-                .map_err(|e| BakeError::Artifact {
+                .map_err(|source| BakeError::SizingTable {
                     image: def.name.clone(),
-                    name: "sizing.aws_table".into(),
-                    expected: e.expected.clone(),
-                    found: format!("{} in {}", e.found, e.path.display()),
-                })?
-        {
+                    source,
+                })?;
+        if let Some(table) = table {
             let sha256 = hex::encode(Sha256::digest(&table));
             let sha1 = hex::encode(sha1::Sha1::digest(&table));
             let size = table.len() as u64;
