@@ -16,7 +16,7 @@ FIRSTBOOT_EXE := target/firstboot/kiln-firstboot.exe
 FIRSTBOOT_EXE_BUDGET_KIB := 600
 
 .PHONY: opt-out-reset binary-gate help all build firstboot test check lint fmt fmt-check clippy doc unit size-check \
-	bench demo clean deps deps-qemu deps-windows fuzz windows test-windows golden render-examples qemu-assets qemu-test
+	bench demo clean deps deps-qemu deps-windows fuzz windows test-windows golden render-examples cli-docs qemu-assets qemu-test
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -98,6 +98,9 @@ bench: deps build ## benchmarks side by side with their baselines (docs/benchmar
 
 demo: deps ## kiln's main job on the embedded offline default
 	scripts/demo.sh
+
+cli-docs: ## regenerate docs/cli.md's reference section from kiln's --help after an intended change
+	KILN_BLESS=1 $(CARGO) test -p kiln --test cli_reference cli_md_holds_every_commands_help
 
 render-examples: ## regenerate the golden user data in docs/examples/render/ after an intended change
 	KILN_BLESS=1 $(CARGO) test -p kiln --test render_roundtrip docs_examples_are_current
