@@ -65,6 +65,27 @@ impl Url {
         if host.is_empty() || authority.contains('@') {
             return Err(format!("URL {s:?}: expected a host, found {authority:?}"));
         }
+        // A host and a path go into the request line and the Host header as they are: no
+        // byte may end a line or a field there, and the host must be one host, written the
+        // one way `Display` writes it back (a bare name or IPv4 address, or an IPv6 address
+        // in brackets).
+        let bracketed = authority.starts_with('[');
+        let host_ok = if bracketed {
+            host.parse::<std::net::Ipv6Addr>().is_ok()
+        } else {
+            host.bytes()
+                .all(|b| b.is_ascii_graphic() && !b":[]/?#@".contains(&b))
+        };
+        if !host_ok {
+            return Err(format!(
+                "URL {s:?}: expected a host name, an IPv4 address or a bracketed IPv6 address, found {host:?}"
+            ));
+        }
+        if !path.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(format!(
+                "URL {s:?}: expected a path of printable ASCII (percent-encode the rest), found {path:?}"
+            ));
+        }
         let port = match port {
             None => 80,
             Some(p) => p
@@ -361,6 +382,14 @@ mod tests {
             "http://h:99999/",
             "http://u@h/",
             "http://[::1/",
+            // Found by the url fuzz target: a host with ':' and control bytes that came back
+            // bracketed, and so different, through Display.
+            "http://\0]\0\u{4}p::8081/\u{4}",
+            "http://a:b:80/",
+            "http://[not-v6]/",
+            "http://h/a b",
+            "http://h/a\r\nX-Injected: 1",
+            "http://h\r\nX: 1/",
         ] {
             assert!(Url::parse(bad).is_err(), "{bad}");
         }
