@@ -74,7 +74,8 @@ pub enum LockCommand {
     /// Authoring (needs network): download an artifact, hash it, and add or replace its entry.
     #[command(disable_version_flag = true)]
     Add(LockAddArgs),
-    /// Authoring (needs network): re-download entries, confirm their sha256, record sizes.
+    /// Authoring (needs network): re-download entries, confirm their sha256, record sizes;
+    /// --patch or --to moves them to a newer release, checked against upstream's checksum.
     Update(LockUpdateArgs),
     /// Report entries with a newer patch (exit 5) or minor upstream, or in another lock.
     Outdated(crate::cli::outdated::OutdatedArgs),
