@@ -10,7 +10,15 @@ use std::path::Path;
 /// briefly open to others, and a name planted beside the target cannot redirect the write.
 pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir)?;
+    // "File exists" alone does not say which file: name the directory that could not be made.
+    fs::create_dir_all(dir).map_err(|e| {
+        let why = if e.kind() == io::ErrorKind::AlreadyExists {
+            "exists and is not a directory".to_string()
+        } else {
+            format!("cannot be created: {e}")
+        };
+        io::Error::new(e.kind(), format!("{} {why}", dir.display()))
+    })?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy())
@@ -285,6 +293,16 @@ pub fn read_capped(path: &Path, cap: u64) -> Result<Option<String>, String> {
 mod tests {
     use super::*;
     use std::path::PathBuf;
+
+    #[test]
+    fn write_atomic_names_the_directory_that_is_a_file() {
+        let d = tempdir("notdir");
+        fs::write(d.join("run"), b"").unwrap();
+        let e = write_atomic(&d.join("run/kubelet.env"), b"x", 0o644).unwrap_err();
+        let want = format!("{} exists and is not a directory", d.join("run").display());
+        assert_eq!(e.to_string(), want);
+        fs::remove_dir_all(&d).unwrap();
+    }
 
     fn tempdir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!(

@@ -312,7 +312,7 @@ fn size(paths: &NodePaths, cfg: &Config, node: &Node) -> Sizing {
 fn write(paths: &NodePaths, cfg: &Config, node: &Node, sized: &Sizing) -> Result<(), Error> {
     let put = |full: &Path, data: &str, mode: u32| {
         fsutil::write_atomic(full, data.as_bytes(), mode)
-            .map_err(|e| Error::Write(format!("{}: cannot write: {e}", full.display())))
+            .map_err(|e| Error::Write(format!("writing {}: {e}", full.display())))
     };
     if let Credential::Token(token) = &cfg.credential {
         put(

@@ -108,7 +108,7 @@ pub enum BakeError {
         second: String,
     },
     /// The format cannot be baked from this definition.
-    #[error("image {image}: format {format} is not one of the definition's formats {allowed:?}")]
+    #[error("image {image}: format {format} is not one of the definition's formats ({})", allowed.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
     Format {
         /// Image name.
         image: String,

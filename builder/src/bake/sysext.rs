@@ -126,7 +126,7 @@ fn only_usr(path: &str, e: &super::Entry) -> BakeError {
     BakeError::Conflict {
         path: path.to_string(),
         first: "the sysext rule (only /usr)".into(),
-        second: format!("{:?}", e.origin),
+        second: super::describe(&e.origin),
     }
 }
 

@@ -81,10 +81,7 @@ pub struct DiffArgs {
 /// hostile archive, a blob that does not match the lock), 1 for other failures.
 pub fn run_bake(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
     Ok(bake_inner(a, global).unwrap_or_else(|e| {
-        eprintln!("kiln: error: {e}");
-        for cause in e.chain().skip(1) {
-            eprintln!("  caused by: {cause}");
-        }
+        crate::cli::fail::print_chain(&e);
         ExitCode::from(classify(&e))
     }))
 }
@@ -92,6 +89,15 @@ pub fn run_bake(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
 fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let def = ImageDef::load(&a.image)?;
     let format = a.format.unwrap_or(def.formats[0]);
+    // A format the definition lacks is its own error, before the lock and store are read.
+    if !def.formats.contains(&format) {
+        return Err(bake::BakeError::Format {
+            image: def.name.clone(),
+            format,
+            allowed: def.formats.clone(),
+        }
+        .into());
+    }
     let arch = a.arch.unwrap_or(def.arch[0]);
     if !def.arch.contains(&arch) {
         anyhow::bail!(

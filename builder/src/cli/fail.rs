@@ -16,11 +16,30 @@ use crate::supply::store::StoreError;
 
 /// Prints an error chain and picks the exit code for it.
 pub fn fail(err: &anyhow::Error) -> ExitCode {
-    eprintln!("kiln: error: {err}");
-    for cause in err.chain().skip(1) {
-        eprintln!("  caused by: {cause}");
-    }
+    print_chain(err);
     ExitCode::from(classify(err))
+}
+
+/// Prints `kiln: error: …` and one `caused by:` line per cause that adds something: a
+/// cause whose text the line above already holds (an error that formats its source into its
+/// own message) is not repeated.
+pub fn print_chain(err: &anyhow::Error) {
+    eprint!("{}", chain_text(err));
+}
+
+/// The text [`print_chain`] prints.
+pub fn chain_text(err: &anyhow::Error) -> String {
+    let mut above = err.to_string();
+    let mut out = format!("kiln: error: {above}\n");
+    for cause in err.chain().skip(1) {
+        let text = cause.to_string();
+        if above.contains(&text) {
+            continue;
+        }
+        out.push_str(&format!("  caused by: {text}\n"));
+        above = text;
+    }
+    out
 }
 
 /// The exit code of an error: the class of the outermost cause that is a kiln error

@@ -48,10 +48,7 @@ pub fn run_install(a: InstallArgs, global: &Global) -> anyhow::Result<ExitCode> 
     match install_inner(a, global) {
         Ok(code) => Ok(code),
         Err(e) => {
-            eprintln!("kiln: error: {e}");
-            for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
-            }
+            crate::cli::fail::print_chain(&e);
             let refused = e.chain().any(|c| {
                 c.downcast_ref::<InstallError>()
                     .is_some_and(InstallError::is_refusal)

@@ -81,10 +81,7 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("kiln: error: {err}");
-            for cause in err.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
-            }
+            fail::print_chain(&err);
             ExitCode::from(exit::FAILURE)
         }
     }

@@ -69,13 +69,19 @@ pub struct RenderArgs {
     pub check: Option<PathBuf>,
 }
 
+/// A command line clap accepts but that asks for something impossible: exit 2, like clap's.
+fn usage(why: &str) -> anyhow::Result<ExitCode> {
+    eprintln!("kiln: error: {why}");
+    Ok(ExitCode::from(crate::cli::exit::USAGE))
+}
+
 /// Runs `kiln render`.
 pub fn run(args: RenderArgs, global: &Global) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.check {
         return check(path, global);
     }
     let (Some(node_path), Some(provisioner)) = (&args.node, args.provisioner) else {
-        bail!("kiln render needs NODE_TOML and --provisioner (or --check FILE)");
+        return usage("kiln render needs NODE_TOML and --provisioner (or --check FILE)");
     };
     let provisioner = Provisioner::from(provisioner);
     let node = NodeConfig::load(node_path)?;
@@ -83,10 +89,10 @@ pub fn run(args: RenderArgs, global: &Global) -> anyhow::Result<ExitCode> {
 
     if provisioner == Provisioner::Files {
         let Some(root) = &args.output else {
-            bail!("--provisioner files writes a directory tree: give it with --output DIR");
+            return usage("--provisioner files writes a directory tree: give it with --output DIR");
         };
         if args.gzip {
-            bail!("--gzip has no meaning for --provisioner files (it writes plain files)");
+            return usage("--gzip has no meaning for --provisioner files (it writes plain files)");
         }
         let dir = files::write_tree(root, &node_files)?;
         if !global.quiet {

@@ -83,6 +83,13 @@ pub enum LockCommand {
 
 /// `kiln lock add`
 #[derive(Debug, Args)]
+// The evidence a new pin rests on is required before anything is downloaded.
+#[command(group(
+    clap::ArgGroup::new("evidence")
+        .required(true)
+        .multiple(true)
+        .args(["checksum_url", "sha256", "verified"])
+))]
 pub struct LockAddArgs {
     /// The lock file (created if missing).
     #[arg(default_value = DEFAULT_LOCK)]
@@ -853,6 +860,7 @@ mod progress {
     use std::io::IsTerminal as _;
     use std::sync::{Arc, Mutex};
 
+    use super::failed_at;
     use crate::cli::Global;
     use crate::supply::fetch::{Event, Reporter};
     use crate::supply::lock::Artifact;
@@ -897,10 +905,13 @@ mod progress {
                         error,
                         wait_ms,
                     } => {
-                        eprintln!("{id}: attempt {attempt} failed ({error}), retrying {url} in {wait_ms} ms")
+                        eprintln!(
+                            "{id}: attempt {attempt}: {}; retrying in {wait_ms} ms",
+                            failed_at(url, error)
+                        )
                     }
                     Event::SourceFailed { id, source, error } => {
-                        eprintln!("{id}: {source} failed: {error}")
+                        eprintln!("{id}: {}", failed_at(source, error))
                     }
                     _ => {}
                 },
@@ -926,7 +937,7 @@ mod progress {
                         id, error, wait_ms, ..
                     } => bar.println(format!("{id}: retrying in {wait_ms} ms: {error}")),
                     Event::SourceFailed { id, source, error } => {
-                        bar.println(format!("{id}: {source} failed: {error}"))
+                        bar.println(format!("{id}: {}", failed_at(source, error)))
                     }
                     Event::Start { .. } => {}
                 },
@@ -1194,4 +1205,13 @@ fn lock_update(a: LockUpdateArgs, global: &Global) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `SOURCE failed: WHY`, naming the source once when the error text already starts with it.
+fn failed_at(source: &str, error: &str) -> String {
+    let why = error
+        .strip_prefix(source)
+        .and_then(|r| r.strip_prefix(": "))
+        .unwrap_or(error);
+    format!("{source} failed: {why}")
 }

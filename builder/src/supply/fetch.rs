@@ -568,7 +568,7 @@ async fn request(
         .map_err(|_| {
             AttemptError::Transient(format!("{url}: no response within {:?}", opts.idle_timeout))
         })?
-        .map_err(|e| classify_reqwest(url, &e))?;
+        .map_err(|e| classify_reqwest(url, e))?;
     let status = resp.status();
     match status.as_u16() {
         200 => {
@@ -667,7 +667,7 @@ async fn stream_body(
                     bytes: start + got,
                 });
             }
-            Some(Err(e)) => break Err(classify_reqwest(url, &e)),
+            Some(Err(e)) => break Err(classify_reqwest(url, e)),
         }
     };
     drop(tx);
@@ -692,9 +692,11 @@ async fn stream_body(
     (partial, Ok(()))
 }
 
-fn classify_reqwest(url: &str, e: &reqwest::Error) -> AttemptError {
+fn classify_reqwest(url: &str, e: reqwest::Error) -> AttemptError {
+    // The message names the URL once, in front; reqwest's own text would repeat it.
+    let e = e.without_url();
     let mut text = e.to_string();
-    let mut cause = std::error::Error::source(e);
+    let mut cause = std::error::Error::source(&e);
     while let Some(c) = cause {
         text.push_str(": ");
         text.push_str(&c.to_string());
@@ -731,7 +733,7 @@ pub async fn hash_url(
                     .get(url)
                     .send()
                     .await
-                    .map_err(|e| classify_reqwest(url, &e))?;
+                    .map_err(|e| classify_reqwest(url, e))?;
                 let status = resp.status();
                 if transient_status(status) {
                     return Err(AttemptError::Transient(format!("{url}: HTTP {status}")));
@@ -749,7 +751,7 @@ pub async fn hash_url(
                     .map_err(|_| {
                     AttemptError::Transient(format!("{url}: no data for {:?}", opts.idle_timeout))
                 })? {
-                    let chunk = chunk.map_err(|e| classify_reqwest(url, &e))?;
+                    let chunk = chunk.map_err(|e| classify_reqwest(url, e))?;
                     n += chunk.len() as u64;
                     if n > limit {
                         return Err(AttemptError::Fatal(format!(

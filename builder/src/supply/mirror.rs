@@ -340,10 +340,6 @@ impl Mirror {
         let mut lock_bytes: Option<Vec<u8>> = None;
         let mut sig_bytes: Option<Vec<u8>> = None;
         let mut lock: Option<(Lock, Verified)> = None;
-        let staging = tempfile::Builder::new()
-            .prefix(".unpack-")
-            .tempdir_in(self.root())
-            .map_err(io("creating staging dir in", self.root()))?;
         for entry in ar.entries().map_err(io("reading tar", pack))? {
             let mut entry = entry.map_err(io("reading tar", pack))?;
             let name = entry
@@ -371,20 +367,13 @@ impl Mirror {
                 return Err(bad(format!("unexpected entry {name:?}")));
             };
             if lock.is_none() {
-                // Verify the lock (from a staging copy, so the signature check reads real files).
+                // Verify the lock before the first blob is accepted.
                 let lb = lock_bytes.as_ref().ok_or_else(|| {
                     bad(format!(
                         "the lock must come before the blobs; found {name} first"
                     ))
                 })?;
-                let lp = staging.path().join(LOCK_NAME);
-                std::fs::write(&lp, lb).map_err(io("writing", &lp))?;
-                if let Some(s) = &sig_bytes {
-                    std::fs::write(sign::signature_path(&lp), s).map_err(io("writing", &lp))?;
-                }
-                let (mut l, v) = Lock::load_verified(&lp, trust)?;
-                l.path = pack.join(LOCK_NAME);
-                lock = Some((l, v));
+                lock = Some(packed_lock(pack, lb, sig_bytes.as_deref(), trust)?);
             }
             let (l, _) = lock.as_ref().ok_or_else(|| bad("no lock".into()))?;
             let Some(a) = l
@@ -404,14 +393,7 @@ impl Mirror {
             let lb = lock_bytes
                 .as_ref()
                 .ok_or_else(|| bad(format!("no {LOCK_NAME} inside")))?;
-            let lp = staging.path().join(LOCK_NAME);
-            std::fs::write(&lp, lb).map_err(io("writing", &lp))?;
-            if let Some(s) = &sig_bytes {
-                std::fs::write(sign::signature_path(&lp), s).map_err(io("writing", &lp))?;
-            }
-            let (mut l, v) = Lock::load_verified(&lp, trust)?;
-            l.path = pack.join(LOCK_NAME);
-            lock = Some((l, v));
+            lock = Some(packed_lock(pack, lb, sig_bytes.as_deref(), trust)?);
         }
         let (l, v) = lock.ok_or_else(|| bad("no lock".into()))?;
         let missing: Vec<String> = l
@@ -452,4 +434,39 @@ fn append_bytes<W: Write>(
     h.set_entry_type(tar::EntryType::Regular);
     tar.append_data(&mut h, name, bytes)
         .map_err(io("writing pack", out))
+}
+
+/// Verifies and parses the lock read from a pack, in memory; messages name it as
+/// `PACK/artifacts.lock` (never a temporary copy).
+fn packed_lock(
+    pack: &Path,
+    lock_bytes: &[u8],
+    sig_bytes: Option<&[u8]>,
+    trust: &Trust,
+) -> Result<(Lock, Verified), MirrorError> {
+    let label = pack.join(LOCK_NAME);
+    let sig_label = sign::signature_path(&label);
+    let key = match trust {
+        Trust::Key(k) | Trust::AllowUnsigned(k) => k,
+    };
+    let verified = match (sig_bytes, trust) {
+        (Some(sig), _) => sign::verify(
+            &label,
+            lock_bytes,
+            &sig_label,
+            &String::from_utf8_lossy(sig),
+            key,
+        )
+        .map_err(LockError::from)?,
+        (None, Trust::AllowUnsigned(_)) => Verified::Unsigned,
+        (None, Trust::Key(_)) => Err(LockError::from(sign::SignError::Missing {
+            file: label.clone(),
+            sig: sig_label,
+        }))?,
+    };
+    let text = std::str::from_utf8(lock_bytes).map_err(|e| LockError::Parse {
+        path: label.clone(),
+        message: format!("not UTF-8: {e}"),
+    })?;
+    Ok((Lock::parse(text, &label)?, verified))
 }
