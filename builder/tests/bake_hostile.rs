@@ -68,16 +68,26 @@ fn try_bake(
     members: &[(&str, &str)],
     kind: InputKind,
 ) -> Result<(), String> {
+    let fb_machine = if arch == Arch::Arm64 { AARCH64 } else { X86_64 };
+    try_bake_with_firstboot(dir, arch, fb_machine, kubelet, containerd, members, kind)
+}
+
+/// [`try_bake`] with a kiln-firstboot built for `fb_machine`.
+fn try_bake_with_firstboot(
+    dir: &Path,
+    arch: Arch,
+    fb_machine: u16,
+    kubelet: &[u8],
+    containerd: &Path,
+    members: &[(&str, &str)],
+    kind: InputKind,
+) -> Result<(), String> {
     let def = ImageDef::parse(DEF, Path::new("t.toml")).unwrap();
     let kubelet_path = dir.join("kubelet-blob");
     std::fs::write(&kubelet_path, kubelet).unwrap();
     let _ = std::fs::remove_dir_all(dir.join("work"));
     let fb = dir.join("fb");
-    std::fs::write(
-        &fb,
-        tiny_elf(if arch == Arch::Arm64 { AARCH64 } else { X86_64 }, "fb"),
-    )
-    .unwrap();
+    std::fs::write(&fb, tiny_elf(fb_machine, "fb")).unwrap();
     let inputs = vec![
         ArtifactInput {
             name: "kubelet".into(),
@@ -261,6 +271,35 @@ fn hostile_zip_entries_are_refused() {
         err.contains("refusing hostile archive entry \"../../evil\""),
         "{err}"
     );
+}
+
+#[test]
+fn an_amd64_firstboot_in_an_arm64_bake_is_named_with_both_architectures() {
+    let d = tempfile::tempdir().unwrap();
+    let tgz = d.path().join("containerd.tar.gz");
+    std::fs::write(
+        &tgz,
+        tar_gz(&[("bin/containerd", tiny_elf(AARCH64, "containerd"))]),
+    )
+    .unwrap();
+    let err = try_bake_with_firstboot(
+        d.path(),
+        Arch::Arm64,
+        X86_64,
+        &tiny_elf(AARCH64, "kubelet"),
+        &tgz,
+        &[("bin/containerd", "bin/containerd")],
+        InputKind::Archive(ArchiveKind::TarGz),
+    )
+    .unwrap_err();
+    // The binary, what it is, what the definition and --arch want; no lock entry is blamed.
+    assert!(
+        err.contains("inspection refused kiln-firstboot for image ")
+            && err.contains("--arch arm64")
+            && err.contains("expected a linux/arm64 binary, found linux/amd64"),
+        "{err}"
+    );
+    assert!(!err.contains("lock entry"), "{err}");
 }
 
 #[test]

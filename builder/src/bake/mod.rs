@@ -608,7 +608,8 @@ impl Layer {
             digest::hash_file(req.firstboot, Sums::Sha256AndSha1).map_err(io_err(req.firstboot))?;
         let (fb_size, fb_sha, fb_sha1) = (fb.size, fb.sha256, fb.sha1.unwrap_or_default());
         (req.gate)(req.firstboot, "kiln-firstboot").map_err(|why| BakeError::Inspect {
-            what: "kiln-firstboot".into(),
+            // Not a lock entry: the image definition and --arch decide what it must be.
+            what: format!("kiln-firstboot for image {} --arch {}", def.name, req.arch),
             path: req.firstboot.to_path_buf(),
             why: Box::new(why),
         })?;

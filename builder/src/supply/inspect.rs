@@ -30,14 +30,15 @@ pub enum InspectError {
         /// What goblin saw instead.
         found: String,
     },
-    /// The OS or architecture does not match what the lock says.
-    #[error("{what}: expected a {expected_os}/{expected_arch} binary, found {found} ({detail}); the lock entry and the file disagree, so it is not used")]
+    /// The OS or architecture is not the one wanted (by the lock entry, the image definition
+    /// and `--arch`, or `kiln inspect --os/--arch`).
+    #[error("{what}: expected a {expected_os}/{expected_arch} binary, found {found} ({detail}), so it is not used")]
     Mismatch {
         /// The file or archive member.
         what: String,
-        /// The OS the lock names.
+        /// The OS wanted.
         expected_os: Os,
-        /// The architecture the lock names.
+        /// The architecture wanted.
         expected_arch: Arch,
         /// What the file is, as `os/arch`.
         found: String,
