@@ -401,6 +401,7 @@ fn systemd_analyze_verify_accepts_the_installed_units() {
         "kiln-firstboot.service",
         "kubelet.service",
         "kiln-report.service",
+        "kiln-report.timer",
         "containerd.service",
     ];
     let mut c = Command::new("systemd-analyze");

@@ -19,6 +19,8 @@ pub enum Command {
         systemctl: String,
         console: Option<PathBuf>,
         healthz_url: String,
+        /// Print nothing when there is nothing to report (kiln-report.timer's checks).
+        quiet: bool,
     },
     Help,
     Version,
@@ -72,7 +74,7 @@ USAGE:
                  [--healthz-url URL] [--journalctl PATH]
   kiln-firstboot status [--root DIR] [--json]
   kiln-firstboot report [--root DIR] [--journalctl PATH] [--systemctl PATH]
-                        [--console PATH] [--healthz-url URL]
+                        [--console PATH] [--healthz-url URL] [--quiet]
   kiln-firstboot --help | --version
 
 RUN FLAGS:
@@ -91,6 +93,9 @@ RUN FLAGS:
   --healthz-url URL     kubelet's health endpoint (default http://127.0.0.1:10248/healthz)
   --journalctl PATH     journal reader for diagnosis (default /usr/bin/journalctl)
 
+REPORT FLAGS (and --root, --journalctl, --systemctl, --console, --healthz-url):
+  --quiet               print nothing when there is nothing to report or record
+
 Exit codes: 0 ok, 1 internal, 2 usage, 3 config, 4 metadata, 5 write, 6 start, 7 join.
 See docs/contract.md and docs/firstboot.md.
 ";
@@ -104,6 +109,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     };
     let mut opts = Options::default();
     let mut json = false;
+    let mut quiet = false;
     let mut journalctl = "/usr/bin/journalctl".to_string();
     while let Some(arg) = it.next() {
         if arg == "--help" || arg == "-h" {
@@ -116,7 +122,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             Some((f, v)) if f.starts_with("--") => (f, Some(v)),
             _ => (arg, None),
         };
-        let is_switch = matches!(flag, "--no-start" | "--json");
+        let is_switch = matches!(flag, "--no-start" | "--json" | "--quiet");
         if is_switch && inline.is_some() {
             return Err(format!("{flag} takes no value"));
         }
@@ -137,6 +143,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 "--systemctl",
                 "--console",
                 "--healthz-url",
+                "--quiet",
             ],
             _ => &[
                 "--root",
@@ -183,6 +190,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             "--console" => opts.console = Some(PathBuf::from(value()?)),
             "--no-start" => opts.no_start = true,
             "--json" => json = true,
+            "--quiet" => quiet = true,
             "--deadline" => {
                 let v = value()?;
                 let n = v.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
@@ -204,6 +212,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             systemctl: opts.systemctl,
             console: opts.console,
             healthz_url: opts.healthz_url,
+            quiet,
         },
         _ => Command::Run(Options { journalctl, ..opts }),
     })
@@ -260,8 +269,12 @@ mod tests {
             Ok(Command::Status { json: true, .. })
         ));
         assert!(
-            matches!(p(&["report", "--journalctl", "/bin/j"]), Ok(Command::Report { journalctl, .. }) if journalctl == "/bin/j")
+            matches!(p(&["report", "--journalctl", "/bin/j"]), Ok(Command::Report { journalctl, quiet: false, .. }) if journalctl == "/bin/j")
         );
+        assert!(matches!(
+            p(&["report", "--quiet"]),
+            Ok(Command::Report { quiet: true, .. })
+        ));
         assert!(matches!(p(&["--help"]), Ok(Command::Help)));
         assert!(matches!(p(&["run", "-V"]), Ok(Command::Version)));
     }
@@ -291,6 +304,8 @@ mod tests {
             (&["--metadata-url", "https://x"], "http://"),
             (&["--no-start=1"], "takes no value"),
             (&["status", "--no-start"], "unknown argument"),
+            (&["run", "--quiet"], "unknown argument"),
+            (&["report", "--quiet=yes"], "takes no value"),
             (&["extra"], "unknown argument"),
         ] {
             let e = p(args).expect_err(&format!("{args:?}"));

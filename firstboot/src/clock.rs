@@ -15,12 +15,22 @@ mod sys {
 
     /// `CLOCK_BOOTTIME` from `<linux/time.h>`; the same value on every architecture.
     const CLOCK_BOOTTIME: i32 = 7;
+    /// `CLOCK_MONOTONIC` from `<linux/time.h>`: systemd's `…TimestampMonotonic` clock.
+    const CLOCK_MONOTONIC: i32 = 1;
 
     extern "C" {
         fn clock_gettime(clk_id: i32, tp: *mut Timespec) -> i32;
     }
 
     pub fn boottime_ms() -> Option<u64> {
+        read(CLOCK_BOOTTIME).map(|(s, ns)| s * 1000 + ns / 1_000_000)
+    }
+
+    pub fn monotonic_us() -> Option<u64> {
+        read(CLOCK_MONOTONIC).map(|(s, ns)| s * 1_000_000 + ns / 1000)
+    }
+
+    fn read(clock: i32) -> Option<(u64, u64)> {
         // 32-bit targets have a 32-bit time_t in the classic ABI; the layout above would be
         // wrong there, so they take the portable fallback.
         if cfg!(not(target_pointer_width = "64")) {
@@ -32,17 +42,21 @@ mod sys {
         };
         // SAFETY: `ts` is a valid, writable timespec for the duration of the call, and
         // clock_gettime writes nothing else.
-        let rc = unsafe { clock_gettime(CLOCK_BOOTTIME, &mut ts) };
-        if rc != 0 || ts.tv_sec < 0 {
+        let rc = unsafe { clock_gettime(clock, &mut ts) };
+        if rc != 0 || ts.tv_sec < 0 || ts.tv_nsec < 0 {
             return None;
         }
-        Some(ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000)
+        Some((ts.tv_sec as u64, ts.tv_nsec as u64))
     }
 }
 
 #[cfg(not(target_os = "linux"))]
 mod sys {
     pub fn boottime_ms() -> Option<u64> {
+        None
+    }
+
+    pub fn monotonic_us() -> Option<u64> {
         None
     }
 }
@@ -57,6 +71,12 @@ pub fn now_ms() -> u64 {
     use std::time::Instant;
     static START: OnceLock<Instant> = OnceLock::new();
     START.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+/// Microseconds of `CLOCK_MONOTONIC`, the clock of systemd's `…TimestampMonotonic`
+/// properties; `None` where there is no such clock.
+pub fn monotonic_us() -> Option<u64> {
+    sys::monotonic_us()
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //!
 //! It only turns unit states and logs into a [`Diagnosis`]; who records it is the caller's
 //! business: the run loop when a wait phase times out or kubelet dies, and
-//! `kiln-firstboot report` ([`crate::report`], the kubelet unit's `OnFailure=`) for a
+//! `kiln-firstboot report` ([`crate::report`], kubelet's `ExecStopPost=` and `kiln-report.timer`) for a
 //! kubelet that dies later.
 
 use std::io::Read;
@@ -119,10 +119,17 @@ pub struct UnitState {
     pub result: String,
     pub exec_main_status: Option<i32>,
     pub restarts: Option<u32>,
+    /// `ExecMainStartTimestampMonotonic`: when the main process started, in microseconds of
+    /// `CLOCK_MONOTONIC` (0 when it never ran). Not recorded in status.json.
+    pub main_start_us: Option<u64>,
 }
 
 impl UnitState {
-    /// Parses the `KEY=value` lines of `systemctl show -p ActiveState,Result,ExecMainStatus,NRestarts`.
+    /// The properties [`UnitState::parse_show`] reads, as `systemctl show -p` takes them.
+    pub const SHOW_PROPERTIES: &'static str =
+        "ActiveState,Result,ExecMainStatus,NRestarts,ExecMainStartTimestampMonotonic";
+
+    /// Parses the `KEY=value` lines of `systemctl show -p` [`UnitState::SHOW_PROPERTIES`].
     pub fn parse_show(name: &str, text: &str) -> UnitState {
         let mut u = UnitState {
             name: name.to_string(),
@@ -137,6 +144,7 @@ impl UnitState {
                 "Result" => u.result = v.trim().to_string(),
                 "ExecMainStatus" => u.exec_main_status = v.trim().parse().ok(),
                 "NRestarts" => u.restarts = v.trim().parse().ok(),
+                "ExecMainStartTimestampMonotonic" => u.main_start_us = v.trim().parse().ok(),
                 _ => {}
             }
         }
@@ -149,6 +157,22 @@ impl UnitState {
             self.active_state.as_str(),
             "active" | "reloading" | "activating"
         ) && self.restarts.unwrap_or(0) == 0
+    }
+
+    /// The main process has been running for at least `at_least` without a restart: the unit
+    /// is `active` and its main process started that long ago by `CLOCK_MONOTONIC`
+    /// (`now_us`). Unknown start times count as long enough (a service manager that does not
+    /// say cannot be asked better).
+    pub fn up_for(&self, at_least: Duration, now_us: Option<u64>) -> bool {
+        if self.active_state != "active" {
+            return false;
+        }
+        match (self.main_start_us, now_us) {
+            (Some(start), Some(now)) if start > 0 => {
+                now.saturating_sub(start) >= at_least.as_micros() as u64
+            }
+            _ => true,
+        }
     }
 
     /// The unit has given up or is crash-looping: `failed`/`inactive`, or restarted at least
@@ -229,6 +253,15 @@ pub struct ReportOptions {
     /// systemd's `$SERVICE_RESULT` when `report` runs as kubelet's `ExecStopPost=`: `success`
     /// means kubelet was stopped on purpose, which is nothing to report.
     pub service_result: Option<String>,
+    /// systemd's `$EXIT_CODE` and `$EXIT_STATUS` beside `$SERVICE_RESULT` (`exited` and `1`,
+    /// `killed` and `SEGV`, …): how the main process ended.
+    pub exit_code: Option<String>,
+    pub exit_status: Option<String>,
+    /// The unit that runs `kiln-firstboot run`: while it is still starting, the run owns
+    /// status.json and `report` leaves it alone.
+    pub firstboot_unit: String,
+    /// Print nothing when there is nothing to report (the periodic check).
+    pub quiet: bool,
     /// Cleans every log line as it is read, and the warnings printed on the way.
     pub redactor: Redactor,
 }
@@ -248,6 +281,10 @@ impl ReportOptions {
             journal_lines: 200,
             command_timeout: Duration::from_secs(5),
             service_result: None,
+            exit_code: None,
+            exit_status: None,
+            firstboot_unit: "kiln-firstboot.service".to_string(),
+            quiet: false,
             redactor: Redactor::shapes_only(),
         }
     }
@@ -271,13 +308,9 @@ pub fn unit_states(opts: &ReportOptions) -> Vec<UnitState> {
     };
     [&opts.kubelet_unit, &opts.containerd_unit]
         .into_iter()
+        .filter(|unit| !unit.is_empty())
         .filter_map(|unit| {
-            let args = [
-                "show",
-                "-p",
-                "ActiveState,Result,ExecMainStatus,NRestarts",
-                unit.as_str(),
-            ];
+            let args = ["show", "-p", UnitState::SHOW_PROPERTIES, unit.as_str()];
             match service::output(systemctl, &args, Instant::now() + opts.command_timeout) {
                 // No ActiveState at all means the tool did not answer for this unit (systemd
                 // itself says `inactive` for an unknown unit): record nothing rather than "".
@@ -508,6 +541,30 @@ mod tests {
         assert!(!u.is_healthy());
         assert!(u.has_died(3));
         assert!(!u.has_died(5));
+        assert_eq!(u.main_start_us, None);
+    }
+
+    #[test]
+    fn up_for_needs_an_active_unit_started_long_enough_ago() {
+        let show = |state: &str, start: u64| {
+            UnitState::parse_show(
+                "kubelet.service",
+                &format!("ActiveState={state}\nExecMainStartTimestampMonotonic={start}\n"),
+            )
+        };
+        let min = Duration::from_secs(30);
+        let now = Some(100_000_000);
+        assert!(show("active", 60_000_000).up_for(min, now));
+        assert!(show("active", 70_000_000).up_for(min, now));
+        assert!(!show("active", 70_000_001).up_for(min, now));
+        // A start time from the future (another clock) is not "up long enough".
+        assert!(!show("active", 200_000_000).up_for(min, now));
+        // Waiting out RestartSec is `activating` (sub-state auto-restart): not up.
+        assert!(!show("activating", 1).up_for(min, now));
+        assert!(!show("failed", 1).up_for(min, now));
+        // Unknown start or clock: the state alone decides.
+        assert!(show("active", 0).up_for(min, now));
+        assert!(show("active", 200_000_000).up_for(min, None));
     }
 
     #[test]

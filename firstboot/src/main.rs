@@ -31,6 +31,7 @@ fn main() -> ExitCode {
             systemctl,
             console,
             healthz_url,
+            quiet,
         }) => {
             let mut opts = kiln_firstboot::diagnose::ReportOptions::new(&root);
             opts.journalctl = Some(journalctl.into());
@@ -39,6 +40,9 @@ fn main() -> ExitCode {
             opts.healthz_url = healthz_url;
             // Set by systemd for ExecStopPost= commands (systemd.exec(5)).
             opts.service_result = std::env::var("SERVICE_RESULT").ok();
+            opts.exit_code = std::env::var("EXIT_CODE").ok();
+            opts.exit_status = std::env::var("EXIT_STATUS").ok();
+            opts.quiet = quiet;
             kiln_firstboot::report::cmd_report(&opts)
         }
         Err(e) => {

@@ -6,12 +6,14 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::clock;
 use crate::config;
 use crate::console::Console;
 use crate::contract::paths::NodePaths;
 use crate::diagnose::{self, ReportOptions, UnitState};
 use crate::json;
 use crate::redact::{self, Redactor};
+use crate::service;
 use crate::status::Reporter;
 use crate::wait;
 use crate::Reason;
@@ -126,6 +128,7 @@ impl StatusView {
                     result: f("result").to_string(),
                     exec_main_status: f("exec_main_status").parse().ok(),
                     restarts: f("restarts").parse().ok(),
+                    main_start_us: None,
                 }
                 .describe()
             })
@@ -203,10 +206,26 @@ impl StatusView {
     }
 }
 
-/// `kiln-firstboot report`: diagnoses kubelet now. If kubelet is running and healthy it only
-/// prints what it found (exit 0); otherwise it records the failure in status.json, the
-/// failure files, the console and the cloud channels, and exits with the reason's code.
+/// How long kubelet's main process must have run, healthy, before `report` records a
+/// recovery: longer than a crash loop's cycle (kubelet.service's `RestartSec=5` plus the
+/// seconds kubelet takes to fail), so a kubelet that answers `/healthz` between two crashes
+/// does not flap the node to `success`.
+pub const RECOVERY_UPTIME: Duration = Duration::from_secs(30);
+
+/// `kiln-firstboot report`: checks kubelet after boot and records a change.
 ///
+/// - Under kubelet's `ExecStopPost=` (`$SERVICE_RESULT` set): a clean stop is nothing to
+///   report; any other exit is diagnosed at once.
+/// - Otherwise (`OnFailure=`, `kiln-report.timer`, by hand): a kubelet that is `active` and
+///   answers `/healthz` is fine; if a failure was recorded and kubelet has now run for
+///   [`RECOVERY_UPTIME`] with its client certificate in place, the node is recorded as
+///   recovered (`success`, failure files removed, sentinel written). A kubelet that is not
+///   fine is diagnosed.
+/// - While `kiln-firstboot run` is still in progress it owns status.json: nothing is written.
+/// - A diagnosis equal to the failure already recorded changes nothing (a crash loop does
+///   not print on the console every few seconds).
+///
+/// Exits 0 when kubelet is fine (or the run owns the status), else the reason's exit code.
 /// Its output goes to the journal and the console, so it reads the node's credentials first
 /// ([`config::node_secrets`]) and redacts everything with them.
 pub fn cmd_report(opts: &ReportOptions) -> u8 {
@@ -215,38 +234,128 @@ pub fn cmd_report(opts: &ReportOptions) -> u8 {
     opts.redactor.add_all(config::node_secrets(&paths).values());
     let opts = &opts;
     let say = |text: String| redact::print(&opts.redactor.redact(&text));
+    let quiet = |text: String| {
+        if !opts.quiet {
+            say(text);
+        }
+    };
     if opts.service_result.as_deref() == Some("success") {
-        say(format!(
+        quiet(format!(
             "kiln-firstboot: {} stopped cleanly; nothing to report\n",
             opts.kubelet_unit
         ));
         return 0;
     }
-    let diagnosis = diagnose::diagnose(opts);
-    let kubelet_up = diagnosis
-        .units
-        .iter()
-        .find(|u| u.name == opts.kubelet_unit)
-        .is_none_or(UnitState::is_healthy);
-    let healthy =
-        kubelet_up && wait::probe_healthz(&opts.healthz_url, Duration::from_secs(2)).is_ok();
-    if healthy {
-        say(format!(
-            "kiln-firstboot: kubelet is running and {} answers ok; nothing to report\n",
-            opts.healthz_url
+    let path = &paths.status_json;
+    let prior_text = std::fs::read_to_string(path).ok();
+    let prior = prior_text
+        .as_deref()
+        .and_then(|t| StatusView::parse(t).ok());
+    if prior.as_ref().is_some_and(|p| p.result == "running") && run_in_progress(opts) {
+        quiet(format!(
+            "kiln-firstboot: {} is still running and reports kubelet itself; nothing to do\n",
+            opts.firstboot_unit
         ));
-        if diagnosis.reason != Reason::JoinTimeout {
-            say(format!(
-                "  (its logs match {}: {})\n",
-                diagnosis.reason, diagnosis.message
-            ));
-        }
         return 0;
     }
-    let path = &paths.status_json;
+    let stopped = opts.service_result.is_some();
+    if !stopped {
+        let kubelet = diagnose::kubelet_state(opts);
+        let up = kubelet.as_ref().is_none_or(|k| k.active_state == "active");
+        if up && wait::probe_healthz(&opts.healthz_url, Duration::from_secs(2)).is_ok() {
+            let failed_before = prior.as_ref().is_some_and(|p| p.result == "failure");
+            let stable = kubelet
+                .as_ref()
+                .is_none_or(|k| k.up_for(RECOVERY_UPTIME, clock::monotonic_us()));
+            let cert = paths
+                .root
+                .join(wait::DEFAULT_PKI_DIR)
+                .join(wait::CLIENT_CERT);
+            let joined = wait::check_client_cert(&cert);
+            match (failed_before, stable, joined) {
+                (true, true, Ok(())) => {
+                    let console = Console::open(opts.console.as_deref());
+                    let text = prior_text.as_deref().unwrap_or_default();
+                    let mut reporter = match Reporter::resume(&paths, console, text) {
+                        Ok(r) => r,
+                        Err((_, console)) => Reporter::with_console(&paths, console),
+                    };
+                    reporter.set_redactor(opts.redactor.clone());
+                    let units = diagnose::unit_states(opts);
+                    reporter.recovered(&units);
+                    say(format!(
+                        "kiln-firstboot: kubelet recovered: {} answers ok and {} holds a certificate; recorded as success\n",
+                        opts.healthz_url,
+                        cert.display()
+                    ));
+                }
+                (true, false, _) => quiet(format!(
+                    "kiln-firstboot: kubelet answers ok again; recorded as recovered once it has run for {} s\n",
+                    RECOVERY_UPTIME.as_secs()
+                )),
+                (true, true, Err(e)) => quiet(format!(
+                    "kiln-firstboot: kubelet answers ok but has not joined ({e}); the failure stays recorded\n"
+                )),
+                (false, ..) if !opts.quiet => {
+                    say(format!(
+                        "kiln-firstboot: kubelet is running and {} answers ok; nothing to report\n",
+                        opts.healthz_url
+                    ));
+                    // Asked by hand: what the logs say is worth a line, not a record.
+                    let diagnosis = diagnose::diagnose(opts);
+                    if diagnosis.reason != Reason::JoinTimeout {
+                        say(format!(
+                            "  (its logs match {}: {})\n",
+                            diagnosis.reason, diagnosis.message
+                        ));
+                    }
+                }
+                (false, ..) => {}
+            }
+            return 0;
+        }
+    }
+    let mut diagnosis = diagnose::diagnose(opts);
+    if stopped && diagnosis.reason == Reason::KubeletExited {
+        // systemd's own words for how the process ended say more than the unit state seen
+        // in the middle of its stop.
+        let mut m = format!(
+            "{} exited: result={}",
+            opts.kubelet_unit,
+            opts.service_result.as_deref().unwrap_or("")
+        );
+        if let (Some(code), Some(status)) = (&opts.exit_code, &opts.exit_status) {
+            let _ = write!(m, ", {code}={status}");
+        }
+        if let Some(k) = diagnosis.units.iter().find(|u| u.name == opts.kubelet_unit) {
+            if let Some(n) = k.restarts {
+                let _ = write!(m, ", restarts={n}");
+            }
+        }
+        diagnosis.message = m;
+    }
+    if let Some(p) = prior.as_ref().filter(|p| p.result == "failure") {
+        if p.reason.as_deref() == Some(diagnosis.reason.code()) {
+            let mut text = format!(
+                "kiln-firstboot: still failing ({}), already recorded in {}\n  {}\n  hint: {}\n",
+                diagnosis.reason,
+                path.display(),
+                diagnosis.message,
+                diagnosis.reason.hint()
+            );
+            if !diagnosis.log.is_empty() {
+                text.push_str("  last log lines:\n");
+                for l in &diagnosis.log {
+                    let _ = writeln!(text, "    {l}");
+                }
+            }
+            quiet(text);
+            return diagnosis.reason.exit_code();
+        }
+    }
     let console = Console::open(opts.console.as_deref());
-    let mut reporter = match std::fs::read_to_string(path) {
-        Ok(text) => match Reporter::resume(&paths, console, &text) {
+    let mut reporter = match prior_text {
+        Some(text) => match Reporter::resume(&paths, console, &text) {
             Ok(r) => r,
             Err((e, console)) => {
                 redact::eprint(&opts.redactor.redact(&format!(
@@ -256,7 +365,7 @@ pub fn cmd_report(opts: &ReportOptions) -> u8 {
                 Reporter::with_console(&paths, console)
             }
         },
-        Err(_) => Reporter::with_console(&paths, console),
+        None => Reporter::with_console(&paths, console),
     };
     reporter.set_redactor(opts.redactor.clone());
     reporter.conclude(&diagnosis);
@@ -265,4 +374,24 @@ pub fn cmd_report(opts: &ReportOptions) -> u8 {
         .unwrap_or_default();
     say(summary);
     reporter.exit_code()
+}
+
+/// `kiln-firstboot run` is still starting (its unit is `activating`). Without a service
+/// manager to ask, a status that says `running` is taken at its word.
+fn run_in_progress(opts: &ReportOptions) -> bool {
+    let Some(systemctl) = &opts.systemctl else {
+        return true;
+    };
+    let args = ["show", "-p", "ActiveState", opts.firstboot_unit.as_str()];
+    match service::output(
+        systemctl,
+        &args,
+        std::time::Instant::now() + opts.command_timeout,
+    ) {
+        Ok(out) if out.success => {
+            UnitState::parse_show(&opts.firstboot_unit, &out.stdout_text()).active_state
+                == "activating"
+        }
+        _ => true,
+    }
 }

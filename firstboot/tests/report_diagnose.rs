@@ -195,9 +195,9 @@ fn each_named_failure_is_diagnosed_from_real_wording() {
         let calls = root.calls("systemctl");
         assert!(
             calls.contains(
-                &"show -p ActiveState,Result,ExecMainStatus,NRestarts kubelet.service".to_string()
+                &"show -p ActiveState,Result,ExecMainStatus,NRestarts,ExecMainStartTimestampMonotonic kubelet.service".to_string()
             ) && calls.contains(
-                &"show -p ActiveState,Result,ExecMainStatus,NRestarts containerd.service"
+                &"show -p ActiveState,Result,ExecMainStatus,NRestarts,ExecMainStartTimestampMonotonic containerd.service"
                     .to_string()
             ),
             "{calls:?}"

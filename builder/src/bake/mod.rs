@@ -850,6 +850,12 @@ impl Layer {
                 Origin::Kiln("unit".into()),
             ),
             (
+                "kiln-report.timer".into(),
+                units::KILN_REPORT_TIMER.into(),
+                true,
+                Origin::Kiln("unit".into()),
+            ),
+            (
                 "containerd.service".into(),
                 units::containerd(&proxy),
                 true,

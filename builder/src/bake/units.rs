@@ -6,6 +6,7 @@ pub const BUILTIN_UNITS: &[&str] = &[
     "kiln-firstboot.service",
     "kubelet.service",
     "kiln-report.service",
+    "kiln-report.timer",
     "containerd.service",
 ];
 
@@ -33,6 +34,13 @@ WantedBy=multi-user.target
 /// `kubelet.service`: not enabled; kiln-firstboot starts it once `/run/kiln/kubelet.env`
 /// exists. Not `After=kiln-firstboot.service`: that would hold kubelet's start job until
 /// firstboot exits, while firstboot waits for kubelet.
+///
+/// `Restart=always` keeps a crashing kubelet restarting, so it never reaches `failed` and
+/// `OnFailure=` alone would never report it (systemd.unit(5): a restarting unit fails only at
+/// its start limit). Every exit therefore runs `kiln-firstboot report` as `ExecStopPost=`,
+/// which reads `$SERVICE_RESULT`/`$EXIT_CODE`/`$EXIT_STATUS` (systemd.exec(5)) and ignores a
+/// clean stop; `kiln-report.timer` sees hangs and recovery (docs/contract.md, "Post-boot
+/// reporting").
 pub const KUBELET: &str = "\
 [Unit]
 Description=Kubernetes kubelet (started by kiln-firstboot)
@@ -44,21 +52,39 @@ OnFailure=kiln-report.service
 [Service]
 EnvironmentFile=/run/kiln/kubelet.env
 ExecStart=/usr/bin/kubelet $KUBELET_ARGS
+ExecStopPost=-/usr/bin/kiln-firstboot report
 Restart=always
 RestartSec=5
 ";
 
-/// `kiln-report.service`: diagnoses a kubelet that failed after boot.
+/// `kiln-report.service`: diagnoses a kubelet that failed after boot, or records that it
+/// recovered. Started by kubelet's `OnFailure=` and by `kiln-report.timer`.
 pub const KILN_REPORT: &str = "\
 [Unit]
-Description=kiln: diagnose a failed kubelet and report it on the console
+Description=kiln: check kubelet after boot and report a failure or a recovery on the console
 Documentation=https://github.com/kiln-project/kiln/blob/main/docs/contract.md
 
 [Service]
 Type=oneshot
-ExecStart=/usr/bin/kiln-firstboot report
-StandardOutput=journal+console
-StandardError=journal+console
+ExecStart=/usr/bin/kiln-firstboot report --quiet
+";
+
+/// `kiln-report.timer`: runs `kiln-report.service` every 30 s (accurate to 1 s), so a kubelet
+/// that hangs without exiting is reported, and one that recovers is recorded as a success,
+/// within about 30 s. While firstboot's own run is in progress `report` leaves it alone.
+pub const KILN_REPORT_TIMER: &str = "\
+[Unit]
+Description=kiln: check kubelet every 30 s after boot
+Documentation=https://github.com/kiln-project/kiln/blob/main/docs/contract.md
+
+[Timer]
+OnActiveSec=30s
+OnUnitActiveSec=30s
+AccuracySec=1s
+Unit=kiln-report.service
+
+[Install]
+WantedBy=timers.target
 ";
 
 /// `containerd.service`, after upstream's unit, pointed at kiln's config. `proxy` lines are
@@ -127,6 +153,7 @@ mod tests {
         let cases: &[(&str, &[&str])] = &[
             (KILN_FIRSTBOOT, &["multi-user.target"]),
             (KUBELET, &[]),
+            (KILN_REPORT_TIMER, &["timers.target"]),
             (
                 "[Unit]\nWantedBy=x.target\n[Install]\nWantedBy=a.target b.target\nWantedBy=a.target\n",
                 &["a.target", "b.target"],
@@ -143,6 +170,7 @@ mod tests {
             "EnvironmentFile=/run/kiln/kubelet.env",
             "ExecStart=/usr/bin/kubelet $KUBELET_ARGS",
             "OnFailure=kiln-report.service",
+            "ExecStopPost=-/usr/bin/kiln-firstboot report",
             "Restart=always",
         ] {
             assert!(KUBELET.contains(needle), "{needle}");

@@ -351,6 +351,11 @@ impl Reporter {
         if let Err(e) = outcome_files {
             self.warn_write(&e);
         }
+        self.publish_final();
+    }
+
+    /// The final `KILN-STATUS` console line and the cloud channel.
+    fn publish_final(&mut self) {
         let mut line = String::with_capacity(STATUS_PREFIX.len() + self.buf.len());
         line.push_str(STATUS_PREFIX);
         line.push_str(self.buf.trim_end());
@@ -436,6 +441,34 @@ impl Reporter {
         );
         self.console.line(&self.redactor.redact(&line));
         self.finish();
+    }
+
+    /// Records that kubelet is healthy and joined again after a failure `report` had
+    /// recorded (or the run's own): the outcome becomes `success`, the reason, message, log
+    /// and unit states of the failure are dropped, the failure files are removed and the
+    /// success sentinel is written. The boot's phases stay as they were.
+    pub fn recovered(&mut self, units: &[UnitState]) {
+        self.reason = None;
+        self.message.clear();
+        self.log.clear();
+        self.units = units.to_vec();
+        self.outcome = Outcome::Success;
+        self.console.line(
+            &self
+                .redactor
+                .redact("kiln-firstboot: report result=success recovered"),
+        );
+        self.write_status();
+        if let Err(e) = publish_outcome_files(
+            &self.paths,
+            Outcome::Success,
+            Reason::Ok,
+            "",
+            &self.redactor,
+        ) {
+            self.warn_write(&e);
+        }
+        self.publish_final();
     }
 
     fn set_log(&mut self, log: &[String]) {
