@@ -120,6 +120,23 @@ pub fn render(cfg: &Config, node: &Node, sizing: &Sizing) -> String {
     out
 }
 
+/// `/run/kiln/containerd.env`: node.env's proxy keys for containerd, or `None` when no proxy
+/// is set. Go's `net/http` (`httpproxy.FromEnvironment`) reads these upper-case names.
+pub fn containerd_env(cfg: &Config) -> Option<String> {
+    let mut o = String::new();
+    for (k, v) in cfg.node.proxies() {
+        write_line(&mut o, k, v);
+    }
+    (!o.is_empty()).then(|| {
+        let mut out = String::with_capacity(o.len() + 64);
+        out.push_str(
+            "# Written by kiln-firstboot from /etc/kiln/node.env; see docs/contract.md.\n",
+        );
+        out.push_str(&o);
+        out
+    })
+}
+
 /// A kubeconfig for kubelet's TLS bootstrap around `token`. Paths are node paths.
 pub fn bootstrap_kubeconfig(cfg: &Config, token: &str) -> String {
     let cluster = cfg.node.cluster_name.as_str();

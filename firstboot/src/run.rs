@@ -96,7 +96,8 @@ fn boot(
     rep.begin(Phase::Write);
     let sized = size(paths, &cfg, &node);
     rep.sizing(&sized);
-    write(paths, &cfg, &node, &sized).map_err(|e| fail(rep, Phase::Write, e))?;
+    let proxy_changed =
+        write(paths, &cfg, &node, &sized).map_err(|e| fail(rep, Phase::Write, e))?;
     rep.success(Phase::Write, &format!("max_pods={}", sized.max_pods.value));
 
     if opts.no_start {
@@ -106,6 +107,9 @@ fn boot(
         return Ok(());
     }
     rep.begin(Phase::StartKubelet);
+    if proxy_changed {
+        restart_containerd(opts, &cfg, deadline).map_err(|e| fail(rep, Phase::StartKubelet, e))?;
+    }
     start(opts, paths, &cfg, deadline).map_err(|e| fail(rep, Phase::StartKubelet, e))?;
     rep.success(Phase::StartKubelet, "");
 
@@ -308,8 +312,11 @@ fn size(paths: &NodePaths, cfg: &Config, node: &Node) -> Sizing {
     )
 }
 
-/// Writes the bootstrap kubeconfig (token mode) and kubelet.env, each atomically.
-fn write(paths: &NodePaths, cfg: &Config, node: &Node, sized: &Sizing) -> Result<(), Error> {
+/// Writes the bootstrap kubeconfig (token mode), containerd's proxy environment and
+/// kubelet.env, each atomically. Returns whether containerd's environment changed: it was
+/// started before this run (kiln-firstboot.service is `After=containerd.service`), so it only
+/// sees a new proxy once restarted.
+fn write(paths: &NodePaths, cfg: &Config, node: &Node, sized: &Sizing) -> Result<bool, Error> {
     let put = |full: &Path, data: &str, mode: u32| {
         fsutil::write_atomic(full, data.as_bytes(), mode)
             .map_err(|e| Error::Write(format!("writing {}: {e}", full.display())))
@@ -321,11 +328,53 @@ fn write(paths: &NodePaths, cfg: &Config, node: &Node, sized: &Sizing) -> Result
             0o600,
         )?;
     }
+    // Windows: containerd's environment is the service's own (docs/windows.md), not this file.
+    let wanted = if cfg!(windows) {
+        None
+    } else {
+        kubelet_env::containerd_env(cfg)
+    };
+    let had = std::fs::read_to_string(&paths.containerd_env).ok();
+    let changed = wanted != had;
+    if changed {
+        match &wanted {
+            Some(text) => put(&paths.containerd_env, text, 0o644)?,
+            None => std::fs::remove_file(&paths.containerd_env).map_err(|e| {
+                Error::Write(format!("removing {}: {e}", paths.containerd_env.display()))
+            })?,
+        }
+    }
     put(
         &paths.kubelet_env,
         &kubelet_env::render(cfg, node, sized),
         0o644,
+    )?;
+    Ok(changed)
+}
+
+/// Restarts the container runtime so it reads `/run/kiln/containerd.env` before kubelet (or
+/// kubeadm) can make it pull anything. Blocking: kubeadm's preflight needs the socket back,
+/// and the restart job does not wait for this unit (only this unit is ordered after it).
+fn restart_containerd(opts: &Options, cfg: &Config, deadline: Instant) -> Result<(), Error> {
+    if cfg!(windows) {
+        // Windows: C:\k\containerd\containerd.env, set by `kiln-firstboot.exe install`.
+        return Ok(());
+    }
+    service::run(
+        &opts.systemctl,
+        &["restart", &cfg.image.containerd_unit],
+        deadline,
     )
+    .map_err(|e| Error::Start {
+        reason: Reason::StartFailed,
+        message: format!(
+            "restarting {} for the proxy in /etc/kiln/node.env: {}",
+            cfg.image.containerd_unit,
+            match e {
+                ToolError::Spawn(m) | ToolError::Failed(m) | ToolError::Timeout(m) => m,
+            }
+        ),
+    })
 }
 
 /// Starts kubelet through the service manager, or joins with kubeadm first.

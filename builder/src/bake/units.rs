@@ -88,7 +88,9 @@ WantedBy=timers.target
 ";
 
 /// `containerd.service`, after upstream's unit, pointed at kiln's config. `proxy` lines are
-/// `KEY=value` pairs added as `Environment=`.
+/// the image's `KEY=value` pairs added as `Environment=`; the node's proxy from node.env
+/// comes later through `/run/kiln/containerd.env`, which kiln-firstboot writes (restarting
+/// containerd when it changed) and which beats `Environment=` (systemd.exec(5)).
 pub fn containerd(proxy: &[(String, String)]) -> String {
     let mut env = String::new();
     for (k, v) in proxy {
@@ -102,7 +104,8 @@ Documentation=https://containerd.io
 After=network.target local-fs.target
 
 [Service]
-{env}ExecStartPre=-/sbin/modprobe overlay
+{env}EnvironmentFile=-/run/kiln/containerd.env
+ExecStartPre=-/sbin/modprobe overlay
 ExecStart=/usr/bin/containerd --config /usr/lib/kiln/containerd/config.toml
 Type=notify
 Delegate=yes
@@ -181,5 +184,10 @@ mod tests {
         assert!(containerd(&[]).contains(
             "ExecStart=/usr/bin/containerd --config /usr/lib/kiln/containerd/config.toml"
         ));
+        // The node's proxy: optional (`-`), and after the image's Environment= lines.
+        let c = containerd(&[("HTTP_PROXY".into(), "http://image:3128".into())]);
+        let env = c.find("Environment=HTTP_PROXY=http://image:3128").unwrap();
+        let file = c.find("EnvironmentFile=-/run/kiln/containerd.env").unwrap();
+        assert!(env < file, "{c}");
     }
 }

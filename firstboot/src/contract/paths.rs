@@ -59,6 +59,8 @@ pub const KUBELET_CONFIG_OVERRIDE: &str = "/etc/kiln/kubelet-config.yaml";
 pub const RUN_DIR: &str = "/run/kiln";
 /// kubelet's environment (env file, `kubelet_env` keys).
 pub const KUBELET_ENV: &str = "/run/kiln/kubelet.env";
+/// containerd's proxy environment (`EnvironmentFile=-` of containerd.service).
+pub const CONTAINERD_ENV: &str = "/run/kiln/containerd.env";
 /// The kubeconfig firstboot writes around a bootstrap token.
 pub const RUN_BOOTSTRAP_KUBECONFIG: &str = "/run/kiln/bootstrap-kubeconfig";
 /// Progress and outcome (`docs/contract.md#status-json`).
@@ -151,6 +153,8 @@ pub struct NodePaths {
     pub kubelet_config_override: PathBuf,
     /// [`KUBELET_ENV`].
     pub kubelet_env: PathBuf,
+    /// [`CONTAINERD_ENV`].
+    pub containerd_env: PathBuf,
     /// [`RUN_BOOTSTRAP_KUBECONFIG`].
     pub run_bootstrap_kubeconfig: PathBuf,
     /// [`STATUS_JSON`].
@@ -183,6 +187,7 @@ impl NodePaths {
             kubeadm_join: at(KUBEADM_JOIN),
             kubelet_config_override: at(KUBELET_CONFIG_OVERRIDE),
             kubelet_env: at(KUBELET_ENV),
+            containerd_env: at(CONTAINERD_ENV),
             run_bootstrap_kubeconfig: at(RUN_BOOTSTRAP_KUBECONFIG),
             status_json: at(STATUS_JSON),
             failure: at(FAILURE),

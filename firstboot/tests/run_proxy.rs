@@ -1,0 +1,106 @@
+//! node.env's proxy reaches containerd (docs/contract.md, "Proxies"): kiln-firstboot writes
+//! `/run/kiln/containerd.env` (containerd.service's `EnvironmentFile=-`) and restarts the
+//! already running containerd before kubelet is started, only when that file changed.
+
+#![cfg(unix)]
+
+mod common;
+
+use common::{firstboot, Root};
+
+/// Runs `kiln-firstboot run --provider none` with a systemctl stand-in that `fails` on
+/// `restart` when asked to.
+fn run(root: &Root, restart_fails: bool) -> common::Outcome {
+    let body = if restart_fails {
+        "case \"$1\" in restart) echo 'Job for containerd.service failed' >&2; exit 1;; esac\nexit 0"
+    } else {
+        "exit 0"
+    };
+    let systemctl = root.stub("systemctl", body);
+    firstboot(
+        root,
+        &[
+            "--provider",
+            "none",
+            "--systemctl",
+            &systemctl,
+            "--deadline",
+            "10",
+        ],
+    )
+}
+
+const PROXY: &str = "HTTP_PROXY=http://proxy.example:3128\nHTTPS_PROXY=http://proxy.example:3128\n\
+NO_PROXY=10.0.0.0/8,.cluster.local\n";
+
+#[test]
+fn a_proxy_is_written_for_containerd_and_containerd_restarted_before_kubelet() {
+    let root = Root::node("");
+    root.node_env(&format!("NODE_NAME=n1\nNODE_IP=10.0.0.5\n{PROXY}"));
+    let out = run(&root, false);
+    assert_eq!(out.code, 0, "{out:#?}");
+    assert_eq!(
+        root.read("run/kiln/containerd.env"),
+        format!(
+            "# Written by kiln-firstboot from /etc/kiln/node.env; see docs/contract.md.\n{PROXY}"
+        )
+    );
+    // Only the proxy: nothing else of node.env reaches containerd.
+    assert!(!root.read("run/kiln/containerd.env").contains("API_SERVER"));
+    assert_eq!(
+        root.calls("systemctl"),
+        [
+            "restart containerd.service",
+            "start --no-block kubelet.service"
+        ]
+    );
+
+    // A second run in the same boot finds containerd already has it: no restart.
+    let out = run(&root, false);
+    assert_eq!(out.code, 0, "{out:#?}");
+    assert_eq!(
+        root.calls("systemctl")[2..],
+        ["start --no-block kubelet.service"]
+    );
+
+    // The proxy removed from node.env: the file goes, containerd restarts without it.
+    root.node_env("NODE_NAME=n1\nNODE_IP=10.0.0.5\n");
+    let out = run(&root, false);
+    assert_eq!(out.code, 0, "{out:#?}");
+    assert!(!root.exists("run/kiln/containerd.env"));
+    assert_eq!(
+        root.calls("systemctl")[3..],
+        [
+            "restart containerd.service",
+            "start --no-block kubelet.service"
+        ]
+    );
+}
+
+#[test]
+fn no_proxy_no_file_and_no_restart() {
+    let root = Root::node("");
+    root.node_env("NODE_NAME=n1\nNODE_IP=10.0.0.5\n");
+    let out = run(&root, false);
+    assert_eq!(out.code, 0, "{out:#?}");
+    assert!(!root.exists("run/kiln/containerd.env"));
+    assert_eq!(
+        root.calls("systemctl"),
+        ["start --no-block kubelet.service"]
+    );
+}
+
+#[test]
+fn a_failed_restart_stops_the_boot_before_kubelet() {
+    let root = Root::node("");
+    root.node_env(&format!("NODE_NAME=n1\nNODE_IP=10.0.0.5\n{PROXY}"));
+    let out = run(&root, true);
+    assert_eq!(out.code, 6, "{out:#?}");
+    let status = root.read("run/kiln/status.json");
+    assert!(status.contains("\"reason\":\"START_FAILED\""), "{status}");
+    assert!(
+        status.contains("restarting containerd.service for the proxy in /etc/kiln/node.env"),
+        "{status}"
+    );
+    assert_eq!(root.calls("systemctl"), ["restart containerd.service"]);
+}
