@@ -89,7 +89,7 @@ by_suite = {}
 for s, t in missing:
     by_suite.setdefault(s, []).append(t)
 for s in sorted(by_suite):
-    why = declared.get((s, "*")) or "; ".join(declared.get((s, t), "?") for t in sorted(by_suite[s]))
+    why = declared.get((s, "*")) or "; ".join(dict.fromkeys(declared.get((s, t), "?") for t in sorted(by_suite[s])))
     print(f"test-windows: NOT RUN under Wine: {s}: {len(by_suite[s])} of its Linux tests ({why})")
 ran_both = len(linux & wine)
 print(f"test-windows: {ran_both} of {len(linux)} Linux tests also passed under Wine; {len(wine - linux)} Windows-only tests passed")

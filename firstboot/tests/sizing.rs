@@ -1,18 +1,19 @@
 //! Sizing against the providers' published numbers, and the real binary writing max pods and
 //! reservations into kubelet.env and status.json from a faked `/proc` and `/sys` under `--root`.
 
+// The published-number tables run everywhere, under Wine too; the runs of the real binary
+// need a faked /proc and /sys and sh stubs, so they are Unix-only (scripts/wine-not-run.tsv).
+#[cfg(unix)]
 mod common;
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-
-use common::*;
 use kiln_firstboot::contract::sizing::Formula;
 use kiln_firstboot::sizing::{
     aks_cpu_millicores, aks_memory_mib, aws_prefix_delegation, aws_secondary_ips, eks_ceiling,
     eks_memory_mib, gke_memory_mib, lookup, max_pods, parse_table, reserve, tiered_cpu_millicores,
     Reserved,
 };
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -25,7 +26,10 @@ fn table() -> String {
 
 /// AWS's published `type maxpods` lines (fixtures/sizing/README.md).
 fn published() -> BTreeMap<String, u32> {
-    let text = std::fs::read_to_string(fixtures().join("sizing/eni-max-pods.txt")).unwrap();
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sizing/eni-max-pods.txt"),
+    )
+    .unwrap();
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(|l| {
@@ -201,253 +205,266 @@ fn aks_matches_the_published_table_and_examples() {
 // ---------------------------------------------------------------------------------------------
 // The real binary.
 
-const CONSOLE: &str = "console.log";
+#[cfg(unix)]
+mod node {
+    use super::*;
+    use common::*;
 
-/// A QEMU-provider node of `instance_type` with `cpus` online CPUs and `mem_kib` MemTotal,
-/// the committed AWS table baked, and image.env naming `mode` and `formula`.
-fn sized_node(instance_type: &str, cpus: &str, mem_kib: u64, mode: &str, formula: &str) -> Root {
-    let root = Root::node("QEMU");
-    for (key, v) in [
-        ("instance-id", "kiln-qemu-0001"),
-        ("local-ipv4", "10.0.2.15"),
-        ("instance-type", instance_type),
-    ] {
+    const CONSOLE: &str = "console.log";
+
+    /// A QEMU-provider node of `instance_type` with `cpus` online CPUs and `mem_kib` MemTotal,
+    /// the committed AWS table baked, and image.env naming `mode` and `formula`.
+    fn sized_node(
+        instance_type: &str,
+        cpus: &str,
+        mem_kib: u64,
+        mode: &str,
+        formula: &str,
+    ) -> Root {
+        let root = Root::node("QEMU");
+        for (key, v) in [
+            ("instance-id", "kiln-qemu-0001"),
+            ("local-ipv4", "10.0.2.15"),
+            ("instance-type", instance_type),
+        ] {
+            root.write(
+                &format!("sys/firmware/qemu_fw_cfg/by_name/opt/kiln/{key}/raw"),
+                &format!("{v}\n"),
+            );
+        }
+        // The baked map would win over the table; this image has none.
+        root.write("usr/lib/kiln/max-pods.map", "# instance-type pods\n");
+        let image = root.read("usr/lib/kiln/image.env");
         root.write(
-            &format!("sys/firmware/qemu_fw_cfg/by_name/opt/kiln/{key}/raw"),
-            &format!("{v}\n"),
+            "usr/lib/kiln/image.env",
+            &format!("{image}MAX_PODS_MODE={mode}\nRESERVATION={formula}\n"),
+        );
+        root.write("usr/lib/kiln/aws-eni.tsv", &table());
+        if !cpus.is_empty() {
+            root.write("sys/devices/system/cpu/online", &format!("{cpus}\n"));
+        }
+        if mem_kib > 0 {
+            root.write(
+                "proc/meminfo",
+                &format!("MemTotal:       {mem_kib} kB\nMemFree:        1024 kB\n"),
+            );
+        }
+        root
+    }
+
+    fn run(root: &Root) -> Outcome {
+        let out = firstboot(root, &["--provider", "qemu", "--no-start"]);
+        assert_eq!(out.code, 0, "{out:#?}");
+        out
+    }
+
+    fn sizing_json(root: &Root) -> String {
+        let s = root.read("run/kiln/status.json");
+        let start = s.find(",\"sizing\":").expect("a sizing object") + ",\"sizing\":".len();
+        let end = start + s[start..].find('}').unwrap() + 1;
+        s[start..end].to_string()
+    }
+
+    #[test]
+    fn eks_on_m5_large_with_two_cpus() {
+        let root = sized_node("m5.large", "0-1", 7_834_000, "aws-vpc-cni", "eks");
+        run(&root);
+        let env = root.read("run/kiln/kubelet.env");
+        for line in [
+            "MAX_PODS=29\n",
+            "KUBE_RESERVED=\"cpu=70m,memory=574Mi,ephemeral-storage=1Gi\"\n",
+            "EVICTION_HARD=\"memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%\"\n",
+        ] {
+            assert!(env.contains(line), "missing {line:?} in\n{env}");
+        }
+        assert!(!env.contains("SYSTEM_RESERVED"), "{env}");
+        assert!(
+            env.contains(
+                " --max-pods=29 --kube-reserved=cpu=70m,memory=574Mi,ephemeral-storage=1Gi \
+                 --eviction-hard=memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%\""
+            ),
+            "{env}"
+        );
+        assert_eq!(
+            sizing_json(&root),
+            "{\"max_pods\":29,\"max_pods_source\":\"aws-vpc-cni: 3 ENIs x (10-1) + 2 = 29\",\
+             \"cpus\":2,\"mem_total_kib\":7834000,\"reservation\":\"eks\",\
+             \"kube_reserved\":\"cpu=70m,memory=574Mi,ephemeral-storage=1Gi\",\"system_reserved\":\"\",\
+             \"eviction_hard\":\"memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%\"}"
+        );
+        assert!(!root.read("run/kiln/status.json").contains("\"warnings\""));
+        assert!(root
+            .read(CONSOLE)
+            .contains("phase=write result=success ms="));
+        // Same inputs, same bytes.
+        let first = env;
+        run(&root);
+        assert_eq!(root.read("run/kiln/kubelet.env"), first);
+    }
+
+    #[test]
+    fn prefix_delegation_is_capped_by_cpu_count() {
+        // m5.large: 3 x (9 x 16) + 2 = 434, capped at 110 on 2 vCPUs; memory follows the capped value.
+        let root = sized_node(
+            "m5.large",
+            "0-1",
+            7_834_000,
+            "aws-vpc-cni-prefix-delegation",
+            "eks",
+        );
+        run(&root);
+        let env = root.read("run/kiln/kubelet.env");
+        assert!(env.contains("MAX_PODS=110\n"), "{env}");
+        assert!(env.contains("memory=1465Mi"), "{env}");
+        assert!(sizing_json(&root).contains("\"max_pods_source\":\"aws-vpc-cni-prefix-delegation: 3 ENIs x (10-1) x 16 + 2 = 434, capped at 110\""));
+        // m5.24xlarge on 96 CPUs (a cpu list with a hole is counted, not read as a range end).
+        let root = sized_node(
+            "m5.24xlarge",
+            "0-47,48-95",
+            393_000_000,
+            "aws-vpc-cni-prefix-delegation",
+            "eks",
+        );
+        run(&root);
+        let env = root.read("run/kiln/kubelet.env");
+        assert!(env.contains("MAX_PODS=250\n"), "{env}");
+        assert!(
+            env.contains("KUBE_RESERVED=\"cpu=310m,memory=3005Mi,ephemeral-storage=1Gi\"\n"),
+            "{env}"
         );
     }
-    // The baked map would win over the table; this image has none.
-    root.write("usr/lib/kiln/max-pods.map", "# instance-type pods\n");
-    let image = root.read("usr/lib/kiln/image.env");
-    root.write(
-        "usr/lib/kiln/image.env",
-        &format!("{image}MAX_PODS_MODE={mode}\nRESERVATION={formula}\n"),
-    );
-    root.write("usr/lib/kiln/aws-eni.tsv", &table());
-    if !cpus.is_empty() {
-        root.write("sys/devices/system/cpu/online", &format!("{cpus}\n"));
-    }
-    if mem_kib > 0 {
-        root.write(
-            "proc/meminfo",
-            &format!("MemTotal:       {mem_kib} kB\nMemFree:        1024 kB\n"),
+
+    #[test]
+    fn an_unknown_instance_type_is_a_warning_not_a_silent_default() {
+        let root = sized_node("x9z.huge", "0-3", 16_000_000, "aws-vpc-cni", "eks");
+        run(&root);
+        let env = root.read("run/kiln/kubelet.env");
+        assert!(env.contains("MAX_PODS=110\n"), "{env}");
+        let status = root.read("run/kiln/status.json");
+        assert!(
+            status.contains("\"warnings\":[\"instance type \\\"x9z.huge\\\" is not in /usr/lib/kiln/aws-eni.tsv: max pods is DEFAULT_MAX_PODS=110"),
+            "{status}"
+        );
+        let console = root.read(CONSOLE);
+        assert!(
+            console.contains("kiln-firstboot: warning: instance type \"x9z.huge\" is not in"),
+            "{console}"
+        );
+        // A missing table is named too.
+        std::fs::remove_file(root.path("usr/lib/kiln/aws-eni.tsv")).unwrap();
+        run(&root);
+        let status = root.read("run/kiln/status.json");
+        assert!(
+            status.contains("MAX_PODS_MODE=aws-vpc-cni but /usr/lib/kiln/aws-eni.tsv is missing"),
+            "{status}"
         );
     }
-    root
-}
 
-fn run(root: &Root) -> Outcome {
-    let out = firstboot(root, &["--provider", "qemu", "--no-start"]);
-    assert_eq!(out.code, 0, "{out:#?}");
-    out
-}
+    #[test]
+    fn node_env_overrides_one_value_each() {
+        let root = sized_node("m5.large", "0-1", 7_834_000, "aws-vpc-cni", "eks");
+        root.node_env(
+            "MAX_PODS=20\nKUBE_RESERVED=memory=1Gi\nSYSTEM_RESERVED=cpu=100m,memory=200Mi\n\
+             EVICTION_HARD=\"memory.available<500Mi\"\n",
+        );
+        run(&root);
+        let env = root.read("run/kiln/kubelet.env");
+        for line in [
+            "MAX_PODS=20\n",
+            // cpu from the formula (2 vCPUs), memory from node.env; MAX_PODS=20 would give 475Mi.
+            "KUBE_RESERVED=\"cpu=70m,memory=1Gi,ephemeral-storage=1Gi\"\n",
+            "SYSTEM_RESERVED=\"cpu=100m,memory=200Mi\"\n",
+            "EVICTION_HARD=\"memory.available<500Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%\"\n",
+        ] {
+            assert!(env.contains(line), "missing {line:?} in\n{env}");
+        }
+        assert!(sizing_json(&root).contains("\"max_pods_source\":\"MAX_PODS\""));
 
-fn sizing_json(root: &Root) -> String {
-    let s = root.read("run/kiln/status.json");
-    let start = s.find(",\"sizing\":").expect("a sizing object") + ",\"sizing\":".len();
-    let end = start + s[start..].find('}').unwrap() + 1;
-    s[start..end].to_string()
-}
-
-#[test]
-fn eks_on_m5_large_with_two_cpus() {
-    let root = sized_node("m5.large", "0-1", 7_834_000, "aws-vpc-cni", "eks");
-    run(&root);
-    let env = root.read("run/kiln/kubelet.env");
-    for line in [
-        "MAX_PODS=29\n",
-        "KUBE_RESERVED=\"cpu=70m,memory=574Mi,ephemeral-storage=1Gi\"\n",
-        "EVICTION_HARD=\"memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%\"\n",
-    ] {
-        assert!(env.contains(line), "missing {line:?} in\n{env}");
-    }
-    assert!(!env.contains("SYSTEM_RESERVED"), "{env}");
-    assert!(
-        env.contains(
-            " --max-pods=29 --kube-reserved=cpu=70m,memory=574Mi,ephemeral-storage=1Gi \
-             --eviction-hard=memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%\""
-        ),
-        "{env}"
-    );
-    assert_eq!(
-        sizing_json(&root),
-        "{\"max_pods\":29,\"max_pods_source\":\"aws-vpc-cni: 3 ENIs x (10-1) + 2 = 29\",\
-         \"cpus\":2,\"mem_total_kib\":7834000,\"reservation\":\"eks\",\
-         \"kube_reserved\":\"cpu=70m,memory=574Mi,ephemeral-storage=1Gi\",\"system_reserved\":\"\",\
-         \"eviction_hard\":\"memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%\"}"
-    );
-    assert!(!root.read("run/kiln/status.json").contains("\"warnings\""));
-    assert!(root
-        .read(CONSOLE)
-        .contains("phase=write result=success ms="));
-    // Same inputs, same bytes.
-    let first = env;
-    run(&root);
-    assert_eq!(root.read("run/kiln/kubelet.env"), first);
-}
-
-#[test]
-fn prefix_delegation_is_capped_by_cpu_count() {
-    // m5.large: 3 x (9 x 16) + 2 = 434, capped at 110 on 2 vCPUs; memory follows the capped value.
-    let root = sized_node(
-        "m5.large",
-        "0-1",
-        7_834_000,
-        "aws-vpc-cni-prefix-delegation",
-        "eks",
-    );
-    run(&root);
-    let env = root.read("run/kiln/kubelet.env");
-    assert!(env.contains("MAX_PODS=110\n"), "{env}");
-    assert!(env.contains("memory=1465Mi"), "{env}");
-    assert!(sizing_json(&root).contains("\"max_pods_source\":\"aws-vpc-cni-prefix-delegation: 3 ENIs x (10-1) x 16 + 2 = 434, capped at 110\""));
-    // m5.24xlarge on 96 CPUs (a cpu list with a hole is counted, not read as a range end).
-    let root = sized_node(
-        "m5.24xlarge",
-        "0-47,48-95",
-        393_000_000,
-        "aws-vpc-cni-prefix-delegation",
-        "eks",
-    );
-    run(&root);
-    let env = root.read("run/kiln/kubelet.env");
-    assert!(env.contains("MAX_PODS=250\n"), "{env}");
-    assert!(
-        env.contains("KUBE_RESERVED=\"cpu=310m,memory=3005Mi,ephemeral-storage=1Gi\"\n"),
-        "{env}"
-    );
-}
-
-#[test]
-fn an_unknown_instance_type_is_a_warning_not_a_silent_default() {
-    let root = sized_node("x9z.huge", "0-3", 16_000_000, "aws-vpc-cni", "eks");
-    run(&root);
-    let env = root.read("run/kiln/kubelet.env");
-    assert!(env.contains("MAX_PODS=110\n"), "{env}");
-    let status = root.read("run/kiln/status.json");
-    assert!(
-        status.contains("\"warnings\":[\"instance type \\\"x9z.huge\\\" is not in /usr/lib/kiln/aws-eni.tsv: max pods is DEFAULT_MAX_PODS=110"),
-        "{status}"
-    );
-    let console = root.read(CONSOLE);
-    assert!(
-        console.contains("kiln-firstboot: warning: instance type \"x9z.huge\" is not in"),
-        "{console}"
-    );
-    // A missing table is named too.
-    std::fs::remove_file(root.path("usr/lib/kiln/aws-eni.tsv")).unwrap();
-    run(&root);
-    let status = root.read("run/kiln/status.json");
-    assert!(
-        status.contains("MAX_PODS_MODE=aws-vpc-cni but /usr/lib/kiln/aws-eni.tsv is missing"),
-        "{status}"
-    );
-}
-
-#[test]
-fn node_env_overrides_one_value_each() {
-    let root = sized_node("m5.large", "0-1", 7_834_000, "aws-vpc-cni", "eks");
-    root.node_env(
-        "MAX_PODS=20\nKUBE_RESERVED=memory=1Gi\nSYSTEM_RESERVED=cpu=100m,memory=200Mi\n\
-         EVICTION_HARD=\"memory.available<500Mi\"\n",
-    );
-    run(&root);
-    let env = root.read("run/kiln/kubelet.env");
-    for line in [
-        "MAX_PODS=20\n",
-        // cpu from the formula (2 vCPUs), memory from node.env; MAX_PODS=20 would give 475Mi.
-        "KUBE_RESERVED=\"cpu=70m,memory=1Gi,ephemeral-storage=1Gi\"\n",
-        "SYSTEM_RESERVED=\"cpu=100m,memory=200Mi\"\n",
-        "EVICTION_HARD=\"memory.available<500Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%\"\n",
-    ] {
-        assert!(env.contains(line), "missing {line:?} in\n{env}");
-    }
-    assert!(sizing_json(&root).contains("\"max_pods_source\":\"MAX_PODS\""));
-
-    root.node_env("KUBE_RESERVED=cpu=lots\n");
-    let out = firstboot(&root, &["--provider", "qemu", "--no-start"]);
-    assert_eq!(out.code, 3, "{out:#?}");
-    assert!(
-        out.stderr
-            .contains("node.env: KUBE_RESERVED: expected comma-separated resource=quantity pairs"),
-        "{}",
-        out.stderr
-    );
-}
-
-#[test]
-fn gke_and_aks_formulas_from_the_machine() {
-    // GKE: 4 vCPUs from /proc/cpuinfo (no /sys list), 16 GiB.
-    let root = sized_node("n2-standard-4", "", 16 * 1024 * 1024, "gke", "gke");
-    root.write(
-        "proc/cpuinfo",
-        "processor\t: 0\n\nprocessor\t: 1\n\nprocessor\t: 2\n\nprocessor\t: 3\n",
-    );
-    run(&root);
-    let env = root.read("run/kiln/kubelet.env");
-    assert!(env.contains("MAX_PODS=110\n"), "{env}");
-    assert!(
-        env.contains("KUBE_RESERVED=\"cpu=80m,memory=2662Mi\"\n"),
-        "{env}"
-    );
-    // AKS with Azure CNI: 30 pods, 8 cores, 32 GiB: 180m, 20 x 30 + 50 = 650Mi.
-    let root = sized_node(
-        "Standard_D8s_v5",
-        "0-7",
-        32 * 1024 * 1024,
-        "azure-cni",
-        "aks",
-    );
-    run(&root);
-    let env = root.read("run/kiln/kubelet.env");
-    assert!(env.contains("MAX_PODS=30\n"), "{env}");
-    assert!(
-        env.contains("KUBE_RESERVED=\"cpu=180m,memory=650Mi\"\n"),
-        "{env}"
-    );
-}
-
-#[test]
-fn without_proc_the_reservation_is_a_warning() {
-    let root = sized_node("m5.large", "", 0, "aws-vpc-cni", "eks");
-    run(&root);
-    let env = root.read("run/kiln/kubelet.env");
-    assert!(
-        !env.contains("KUBE_RESERVED") && !env.contains("--kube-reserved"),
-        "{env}"
-    );
-    // Without a CPU count the low ceiling applies (29 is below it anyway).
-    assert!(env.contains("MAX_PODS=29\n"), "{env}");
-    let status = root.read("run/kiln/status.json");
-    assert!(status.contains("cannot count CPUs"), "{status}");
-    assert!(
-        status.contains("RESERVATION=eks needs the CPU count and MemTotal"),
-        "{status}"
-    );
-}
-
-#[test]
-fn an_image_without_sizing_keys_keeps_the_old_behaviour() {
-    // Root::node's image.env names no mode: max-pods.map, else DEFAULT_MAX_PODS, no flags.
-    let root = Root::node("QEMU");
-    for (key, v) in [
-        ("instance-id", "kiln-qemu-0001"),
-        ("local-ipv4", "10.0.2.15"),
-        ("instance-type", "t3.small"),
-    ] {
-        root.write(
-            &format!("sys/firmware/qemu_fw_cfg/by_name/opt/kiln/{key}/raw"),
-            v,
+        root.node_env("KUBE_RESERVED=cpu=lots\n");
+        let out = firstboot(&root, &["--provider", "qemu", "--no-start"]);
+        assert_eq!(out.code, 3, "{out:#?}");
+        assert!(
+            out.stderr.contains(
+                "node.env: KUBE_RESERVED: expected comma-separated resource=quantity pairs"
+            ),
+            "{}",
+            out.stderr
         );
     }
-    root.write("sys/devices/system/cpu/online", "0-1\n");
-    run(&root);
-    let env = root.read("run/kiln/kubelet.env");
-    assert!(env.contains("MAX_PODS=110\n"), "{env}");
-    assert!(
-        !env.contains("RESERVED") && !env.contains("EVICTION"),
-        "{env}"
-    );
-    assert!(!root.read("run/kiln/status.json").contains("\"warnings\""));
+
+    #[test]
+    fn gke_and_aks_formulas_from_the_machine() {
+        // GKE: 4 vCPUs from /proc/cpuinfo (no /sys list), 16 GiB.
+        let root = sized_node("n2-standard-4", "", 16 * 1024 * 1024, "gke", "gke");
+        root.write(
+            "proc/cpuinfo",
+            "processor\t: 0\n\nprocessor\t: 1\n\nprocessor\t: 2\n\nprocessor\t: 3\n",
+        );
+        run(&root);
+        let env = root.read("run/kiln/kubelet.env");
+        assert!(env.contains("MAX_PODS=110\n"), "{env}");
+        assert!(
+            env.contains("KUBE_RESERVED=\"cpu=80m,memory=2662Mi\"\n"),
+            "{env}"
+        );
+        // AKS with Azure CNI: 30 pods, 8 cores, 32 GiB: 180m, 20 x 30 + 50 = 650Mi.
+        let root = sized_node(
+            "Standard_D8s_v5",
+            "0-7",
+            32 * 1024 * 1024,
+            "azure-cni",
+            "aks",
+        );
+        run(&root);
+        let env = root.read("run/kiln/kubelet.env");
+        assert!(env.contains("MAX_PODS=30\n"), "{env}");
+        assert!(
+            env.contains("KUBE_RESERVED=\"cpu=180m,memory=650Mi\"\n"),
+            "{env}"
+        );
+    }
+
+    #[test]
+    fn without_proc_the_reservation_is_a_warning() {
+        let root = sized_node("m5.large", "", 0, "aws-vpc-cni", "eks");
+        run(&root);
+        let env = root.read("run/kiln/kubelet.env");
+        assert!(
+            !env.contains("KUBE_RESERVED") && !env.contains("--kube-reserved"),
+            "{env}"
+        );
+        // Without a CPU count the low ceiling applies (29 is below it anyway).
+        assert!(env.contains("MAX_PODS=29\n"), "{env}");
+        let status = root.read("run/kiln/status.json");
+        assert!(status.contains("cannot count CPUs"), "{status}");
+        assert!(
+            status.contains("RESERVATION=eks needs the CPU count and MemTotal"),
+            "{status}"
+        );
+    }
+
+    #[test]
+    fn an_image_without_sizing_keys_keeps_the_old_behaviour() {
+        // Root::node's image.env names no mode: max-pods.map, else DEFAULT_MAX_PODS, no flags.
+        let root = Root::node("QEMU");
+        for (key, v) in [
+            ("instance-id", "kiln-qemu-0001"),
+            ("local-ipv4", "10.0.2.15"),
+            ("instance-type", "t3.small"),
+        ] {
+            root.write(
+                &format!("sys/firmware/qemu_fw_cfg/by_name/opt/kiln/{key}/raw"),
+                v,
+            );
+        }
+        root.write("sys/devices/system/cpu/online", "0-1\n");
+        run(&root);
+        let env = root.read("run/kiln/kubelet.env");
+        assert!(env.contains("MAX_PODS=110\n"), "{env}");
+        assert!(
+            !env.contains("RESERVED") && !env.contains("EVICTION"),
+            "{env}"
+        );
+        assert!(!root.read("run/kiln/status.json").contains("\"warnings\""));
+    }
 }
