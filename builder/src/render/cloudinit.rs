@@ -277,11 +277,8 @@ fn mime_parts(text: &str) -> Result<Vec<MimePart>, String> {
             "expected a multipart Content-Type, found {ctype:?}"
         ));
     }
-    let boundary = ctype
-        .split(';')
-        .filter_map(|p| p.trim().strip_prefix("boundary="))
-        .next()
-        .map(|b| b.trim_matches('"').to_string())
+    let boundary = mime_param(&ctype, "boundary")
+        .filter(|b| !b.is_empty())
         .ok_or("multipart Content-Type has no boundary")?;
     let delimiter = format!("--{boundary}");
     let mut parts = Vec::new();
@@ -304,12 +301,9 @@ fn mime_parts(text: &str) -> Result<Vec<MimePart>, String> {
                     .to_ascii_lowercase()
             })
             .unwrap_or_else(|| "text/plain".into());
-        let filename = h.get("content-disposition").and_then(|d| {
-            d.split(';')
-                .filter_map(|p| p.trim().strip_prefix("filename="))
-                .next()
-                .map(|f| f.trim_matches('"').to_string())
-        });
+        let filename = h
+            .get("content-disposition")
+            .and_then(|d| mime_param(d, "filename"));
         let body = body.strip_suffix('\n').unwrap_or(body);
         let bytes = match h
             .get("content-transfer-encoding")
@@ -336,6 +330,18 @@ fn mime_parts(text: &str) -> Result<Vec<MimePart>, String> {
         });
     }
     Ok(parts)
+}
+
+/// The value of parameter `name` of a header value (`type; name=value`). Parameter names
+/// are case-insensitive (RFC 2045 section 5.1), as in Python's email parser, which
+/// cloud-init uses: `Boundary=` and `BOUNDARY=` name the boundary too.
+fn mime_param(value: &str, name: &str) -> Option<String> {
+    value.split(';').skip(1).find_map(|p| {
+        let (k, v) = p.split_once('=')?;
+        k.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| v.trim().trim_matches('"').to_string())
+    })
 }
 
 fn mime_headers(head: &str) -> std::collections::HashMap<String, String> {

@@ -541,10 +541,28 @@ fn transient_status(s: reqwest::StatusCode) -> bool {
     s.as_u16() == 408 || s.as_u16() == 429 || s.is_server_error()
 }
 
-/// Parses the start offset of `Content-Range: bytes START-END/TOTAL`.
-fn content_range_start(v: &str) -> Option<u64> {
-    let rest = v.trim().strip_prefix("bytes ")?;
-    rest.split('-').next()?.trim().parse().ok()
+/// Parses the start offset of `Content-Range: bytes START-END/TOTAL` (RFC 9110 section
+/// 14.4; the unit is case-insensitive, TOTAL may be `*`). `None` for anything else,
+/// including a range that contradicts itself (END before START, or not below TOTAL): such
+/// an answer is not the resume that was asked for.
+pub fn content_range_start(v: &str) -> Option<u64> {
+    let (unit, rest) = v.trim().split_once(' ')?;
+    if !unit.eq_ignore_ascii_case("bytes") {
+        return None;
+    }
+    let (range, total) = rest.trim_start().split_once('/')?;
+    let (start, end) = range.split_once('-')?;
+    let num = |s: &str| {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse::<u64>().ok())
+            .flatten()
+    };
+    let (start, end) = (num(start)?, num(end)?);
+    let total_ok = match total {
+        "*" => true,
+        t => num(t).is_some_and(|t| end < t),
+    };
+    (start <= end && total_ok).then_some(start)
 }
 
 /// Sends the request for what `partial` still lacks and checks the answer's status and range.
@@ -804,6 +822,12 @@ mod tests {
         assert_eq!(content_range_start("bytes 100-199/200"), Some(100));
         assert_eq!(content_range_start("bytes */200"), None);
         assert_eq!(content_range_start("items 1-2/3"), None);
+        assert_eq!(content_range_start("Bytes 100-199/*"), Some(100));
+        // A range that contradicts itself is not the resume that was asked for.
+        assert_eq!(content_range_start("bytes 100-50/200"), None);
+        assert_eq!(content_range_start("bytes 100-199/199"), None);
+        assert_eq!(content_range_start("bytes 100/200"), None);
+        assert_eq!(content_range_start("bytes +100-199/200"), None);
     }
 
     #[test]
