@@ -423,12 +423,33 @@ pub fn gzip(data: &[u8]) -> Vec<u8> {
     encoder.finish().expect("gzip into memory")
 }
 
-/// Decompresses gzip data, naming `source_name` on failure.
+/// The most bytes gzipped user data may inflate to. Every cloud caps user data far lower
+/// (EC2 16 KiB, Azure custom data 64 KiB, before compression), so a larger result is a
+/// gzip bomb, not a node config; the cap keeps `render --check` from exhausting memory.
+pub const MAX_GUNZIPPED: u64 = 64 << 20;
+
+/// Decompresses gzip data, naming `source_name` on failure; refuses more than
+/// [`MAX_GUNZIPPED`] bytes of output.
 pub fn gunzip(data: &[u8], source_name: &str) -> Result<Vec<u8>, RenderError> {
+    gunzip_capped(data, source_name, MAX_GUNZIPPED)
+}
+
+fn gunzip_capped(data: &[u8], source_name: &str, cap: u64) -> Result<Vec<u8>, RenderError> {
     let mut out = Vec::new();
     flate2::read::GzDecoder::new(data)
+        .take(cap + 1)
         .read_to_end(&mut out)
         .map_err(|e| RenderError::check(source_name, format!("gzip data is corrupt: {e}")))?;
+    if out.len() as u64 > cap {
+        return Err(RenderError::check(
+            source_name,
+            format!(
+                "gzip data inflates to more than {cap} bytes ({} compressed): refusing it as a \
+                 gzip bomb; no cloud accepts user data of that size",
+                data.len()
+            ),
+        ));
+    }
     Ok(out)
 }
 
@@ -488,6 +509,14 @@ mod tests {
         assert_eq!(a, gzip(b"hello kiln\n"));
         assert_eq!(gunzip(&a, "x").unwrap(), b"hello kiln\n");
         assert!(gunzip(&a[..a.len() - 4], "x").is_err());
+        // A bomb: 4 MiB of zeros compress to a few KiB and are refused past the cap, with
+        // the source named; at the cap itself they are accepted.
+        let bomb = gzip(&vec![0u8; 4 << 20]);
+        let e = gunzip_capped(&bomb, "user-data.gz", 1 << 20)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("user-data.gz") && e.contains("gzip bomb"), "{e}");
+        assert_eq!(gunzip_capped(&bomb, "x", 4 << 20).unwrap().len(), 4 << 20);
     }
 
     #[test]
