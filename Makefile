@@ -11,6 +11,7 @@ export CARGO_TERM_COLOR ?= never
 # kiln-firstboot is built with the size-optimised `firstboot` profile into a static binary;
 # scripts/build-firstboot.sh knows how (docs/building.md explains it).
 FIRSTBOOT_BIN := target/firstboot/kiln-firstboot
+FIRSTBOOT_ARM64_BIN := target/firstboot/arm64/kiln-firstboot
 FIRSTBOOT_BUDGET_KIB := 400
 FIRSTBOOT_EXE := target/firstboot/kiln-firstboot.exe
 FIRSTBOOT_EXE_BUDGET_KIB := 600
@@ -35,8 +36,9 @@ deps-windows: ## install Debian's Rust with std sources, mingw-w64 and Wine
 build: firstboot ## build kiln (release) and the static kiln-firstboot
 	$(CARGO) build --release -p kiln
 
-firstboot: ## build the static, size-optimised kiln-firstboot into target/firstboot/
+firstboot: ## build the static, size-optimised kiln-firstboot (amd64 and arm64) into target/firstboot/
 	scripts/build-firstboot.sh $(FIRSTBOOT_BIN)
+	KILN_FIRSTBOOT_ARCH=arm64 scripts/build-firstboot.sh $(FIRSTBOOT_ARM64_BIN)
 
 # Checks that need a real tool or privilege run or fail. A developer whose machine cannot do
 # one (no loop devices in a container, say) names it in KILN_TEST_OPT_OUT (comma-separated:
@@ -79,11 +81,12 @@ unit: ## the test suites (nextest) and doctests; the boot tests run in qemu-test
 
 size-check: firstboot windows ## fail if kiln-firstboot (Linux, Windows) is over its size budget
 	scripts/check-size.sh $(FIRSTBOOT_BIN) $(FIRSTBOOT_BUDGET_KIB)
+	scripts/check-size.sh $(FIRSTBOOT_ARM64_BIN) $(FIRSTBOOT_BUDGET_KIB)
 	scripts/check-size.sh $(FIRSTBOOT_EXE) $(FIRSTBOOT_EXE_BUDGET_KIB)
 
 binary-gate: firstboot windows ## kiln's own goblin gate on the shipped firstboot binaries
 	$(CARGO) build --locked -q -p kiln
-	scripts/binary-gate.sh target/debug/kiln $(FIRSTBOOT_BIN) $(FIRSTBOOT_EXE)
+	scripts/binary-gate.sh target/debug/kiln $(FIRSTBOOT_BIN) $(FIRSTBOOT_EXE) $(FIRSTBOOT_ARM64_BIN)
 	KILN_FIRSTBOOT_EXE=$(CURDIR)/$(FIRSTBOOT_EXE) \
 	  $(CARGO) nextest run --locked -p kiln --test windows_layer
 

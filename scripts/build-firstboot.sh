@@ -9,6 +9,12 @@
 #
 #   scripts/build-firstboot.sh [OUT]
 #
+# KILN_FIRSTBOOT_ARCH picks the node architecture (musl variants only):
+#   amd64       (default) x86_64-unknown-linux-musl, linked by Debian's musl-gcc
+#   arm64       aarch64-unknown-linux-musl, linked by Debian's aarch64-linux-gnu-gcc with the
+#               specs of Debian's musl-dev:arm64 (a Multi-Arch package made for this), and
+#               run once under qemu-aarch64-static before it is kept
+#
 # KILN_FIRSTBOOT_VARIANT picks another way, for measurements and as a fallback:
 #   musl        (default) panic=immediate-abort, no unwind tables, std with optimize_for_size
 #   musl-abort  panic=abort: a panic still prints its message before aborting
@@ -20,9 +26,21 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${1:-target/firstboot/kiln-firstboot}
 case "$out" in /*) ;; *) out="$PWD/$out" ;; esac
 variant=${KILN_FIRSTBOOT_VARIANT:-musl}
+arch=${KILN_FIRSTBOOT_ARCH:-amd64}
 cd "$root"
 
 die() { echo "build-firstboot: $*" >&2; exit 1; }
+
+case "$arch" in
+  amd64) run=() ;;
+  arm64)
+    [ "$variant" != glibc ] || die "KILN_FIRSTBOOT_VARIANT=glibc builds amd64 only"
+    command -v qemu-aarch64-static >/dev/null ||
+      die "qemu-aarch64-static is missing: run \`make deps\` (installs qemu-user-static)"
+    run=(qemu-aarch64-static)
+    ;;
+  *) die "unknown KILN_FIRSTBOOT_ARCH '$arch' (expected amd64 or arm64)" ;;
+esac
 
 case "$variant" in
   glibc)
@@ -33,7 +51,6 @@ case "$variant" in
       cargo build --locked -p kiln-firstboot --bin kiln-firstboot --profile firstboot --target "$target"
     ;;
   musl | musl-abort)
-    target=x86_64-unknown-linux-musl
     # Debian's compiler, not rustup's shims that come first on PATH: rustup's toolchains here
     # have neither a musl std nor rust-src to build one.
     debian_rustc=${KILN_DEBIAN_RUSTC:-/usr/bin/rustc}
@@ -43,18 +60,36 @@ case "$variant" in
     sysroot=$("$debian_rustc" --print sysroot)
     [ -f "$sysroot/lib/rustlib/src/rust/library/std/Cargo.toml" ] ||
       die "no std sources under $sysroot/lib/rustlib/src/rust/library: run \`make deps\` (installs rust-web-src)"
-    command -v musl-gcc >/dev/null || die "musl-gcc is missing: run \`make deps\` (installs musl-tools)"
+    # The C toolchain for the target: Debian's musl-gcc wrapper on amd64; on arm64 the same
+    # wrapper idea, written here (Debian ships the specs with musl-dev:arm64, not a wrapper).
+    link_dir="$root/target/firstboot/link/$arch"
+    mkdir -p "$link_dir"
+    if [ "$arch" = amd64 ]; then
+      target=x86_64-unknown-linux-musl
+      command -v musl-gcc >/dev/null || die "musl-gcc is missing: run \`make deps\` (installs musl-tools)"
+      cc=$(command -v musl-gcc)
+      gcc=gcc
+    else
+      target=aarch64-unknown-linux-musl
+      specs=/usr/lib/aarch64-linux-musl/musl-gcc.specs
+      command -v aarch64-linux-gnu-gcc >/dev/null ||
+        die "aarch64-linux-gnu-gcc is missing: run \`make deps\` (installs gcc-aarch64-linux-gnu)"
+      [ -f "$specs" ] || die "$specs is missing: run \`make deps\` (installs musl-dev:arm64)"
+      cc=$link_dir/musl-gcc
+      printf '#!/bin/sh\nexec aarch64-linux-gnu-gcc "$@" -specs %s\n' "$specs" >"$cc.tmp"
+      chmod +x "$cc.tmp"
+      mv "$cc.tmp" "$cc"
+      gcc=aarch64-linux-gnu-gcc
+    fi
 
     # musl's std links `-lunwind`. Debian has no LLVM libunwind for musl, so the archive of
     # that name is gcc's own unwinder (libgcc_eh.a) plus scripts/musl/dl_find_object.c, the one
     # glibc function it needs that musl lacks. Nothing of it is linked unless something calls
     # _Unwind_* (a panic=abort binary does, to print a backtrace).
-    link_dir="$root/target/firstboot/link"
-    libgcc_eh=$(gcc -print-file-name=libgcc_eh.a)
-    [ -f "$libgcc_eh" ] || die "gcc has no libgcc_eh.a (looked at '$libgcc_eh'): run \`make deps\`"
-    mkdir -p "$link_dir"
+    libgcc_eh=$("$gcc" -print-file-name=libgcc_eh.a)
+    [ -f "$libgcc_eh" ] || die "$gcc has no libgcc_eh.a (looked at '$libgcc_eh'): run \`make deps\`"
     cp "$libgcc_eh" "$link_dir/libunwind.a.tmp"
-    musl-gcc -O2 -c scripts/musl/dl_find_object.c -o "$link_dir/dl_find_object.o"
+    "$cc" -O2 -c scripts/musl/dl_find_object.c -o "$link_dir/dl_find_object.o"
     ar rsD "$link_dir/libunwind.a.tmp" "$link_dir/dl_find_object.o"
     # Replaced only when it changed, so cargo does not relink for nothing.
     if cmp -s "$link_dir/libunwind.a.tmp" "$link_dir/libunwind.a"; then
@@ -70,12 +105,14 @@ case "$variant" in
     else
       panic=""
     fi
-    # One target dir per variant: each keeps its own prebuilt std warm.
+    # One target dir per variant (cargo keeps one subdirectory per target triple in it): each
+    # keeps its own prebuilt std warm.
     target_dir=target/firstboot/$variant
     # relocation-model=static: musl-gcc's specs cannot link a static-pie (no rcrt1.o, always
     # a dynamic loader), so the binary is a classic static executable.
     RUSTC="$debian_rustc" RUSTDOC="${debian_rustc%rustc}rustdoc" RUSTC_BOOTSTRAP=1 \
-      CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_LINKER=musl-gcc \
+      CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_LINKER="$cc" \
+      CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER="$cc" \
       RUSTFLAGS="$panic -C target-feature=+crt-static -C relocation-model=static -C link-self-contained=no -L native=$link_dir" \
       "$debian_cargo" build --locked -p kiln-firstboot --bin kiln-firstboot --profile firstboot \
       --target "$target" --target-dir "$target_dir" \
@@ -92,9 +129,9 @@ if readelf -lW "$bin" | grep -q 'INTERP'; then
 fi
 # And it has to start: a binary that links but cannot run (a wrong C runtime, a bad unwinder
 # shim) fails here rather than on a node.
-"$bin" --version | grep -q '^kiln-firstboot ' ||
-  die "$bin --version did not print 'kiln-firstboot <version>'"
+"${run[@]}" "$bin" --version | grep -q '^kiln-firstboot ' ||
+  die "$bin --version did not print 'kiln-firstboot <version>'${run:+ (run under ${run[*]})}"
 mkdir -p "$(dirname "$out")"
 cp "$bin" "$out.tmp"
 mv "$out.tmp" "$out"
-echo "build-firstboot: $out ($variant, $(stat -c %s "$out") bytes)"
+echo "build-firstboot: $out ($variant, $arch, $(stat -c %s "$out") bytes)"

@@ -26,7 +26,9 @@ base=(
 )
 # The release kiln-firstboot is built by Debian's rustc with `-Z build-std` for musl
 # (scripts/build-firstboot.sh, docs/building.md): rustup's toolchains have no rust-src.
-firstboot=(rustc-web cargo-web rust-web-src musl-tools)
+# The arm64 one links against Debian's musl-dev:arm64 (Multi-Arch: same, made for
+# cross-linking with gcc-aarch64-linux-gnu) and is run once under qemu-aarch64-static.
+firstboot=(rustc-web cargo-web rust-web-src musl-tools gcc-aarch64-linux-gnu musl-dev:arm64 qemu-user-static)
 qemu=(busybox-static cpio kmod e2fsprogs squashfs-tools erofs-utils debootstrap zstd dosfstools mtools openssl util-linux)
 windows=(rustc-web cargo-web rust-web-src gcc-mingw-w64-x86-64 wine64 wine)
 
@@ -61,6 +63,11 @@ update_once() {
 }
 
 mapfile -t need < <(missing "${want[@]}" | sort -u)
+# musl-dev:arm64 is a foreign-architecture package: dpkg must know arm64 before apt can see it.
+if printf '%s\n' "${need[@]}" | grep -q ':arm64$' && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  echo "deps: adding the arm64 architecture to dpkg (for musl-dev:arm64)"
+  "${SUDO[@]}" dpkg --add-architecture arm64
+fi
 if [ "${#need[@]}" -gt 0 ]; then
   echo "deps: installing ${need[*]}"
   update_once

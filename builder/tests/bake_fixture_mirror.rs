@@ -66,27 +66,56 @@ fn flatcar_ubuntu_and_windows_bake_from_the_fixture_mirror() {
     } else {
         PathBuf::from("/bin/true")
     };
+    // arm64: the static aarch64 kiln-firstboot `make firstboot` builds; without it, any
+    // aarch64 ELF (the fixture's own arm64 kubelet stand-in) stands in, as /bin/true does for
+    // amd64 above. Either way the inspection gate must accept it as linux/arm64.
+    let firstboot_arm64 = repo().join("target/firstboot/arm64/kiln-firstboot");
+    let firstboot_arm64 = if firstboot_arm64.is_file() {
+        firstboot_arm64
+    } else {
+        repo().join("target/standins/out/linux-arm64/kubelet")
+    };
     let v = standin();
-    for (image, format, main, base) in [
+    for (image, format, arch, firstboot, main, base) in [
         (
             "flatcar.toml",
             "sysext",
+            "amd64",
+            &firstboot,
             format!("kubernetes-{v}-x86-64.raw"),
             format!("flatcar-{v}-amd64"),
         ),
         (
             "ubuntu.toml",
             "rootfs",
+            "amd64",
+            &firstboot,
             format!("ubuntu-{v}-amd64.tar.zst"),
             format!("ubuntu-{v}-amd64"),
         ),
+        (
+            "flatcar.toml",
+            "sysext",
+            "arm64",
+            &firstboot_arm64,
+            format!("kubernetes-{v}-arm64.raw"),
+            format!("flatcar-{v}-arm64"),
+        ),
+        (
+            "ubuntu.toml",
+            "rootfs",
+            "arm64",
+            &firstboot_arm64,
+            format!("ubuntu-{v}-arm64.tar.zst"),
+            format!("ubuntu-{v}-arm64"),
+        ),
     ] {
         let def = adapt(image, d.path());
-        let out = d.path().join(format);
+        let out = d.path().join(format!("{format}-{arch}"));
         let r = kiln()
             .arg("bake")
             .arg(&def)
-            .args(["--format", format, "--arch", "amd64", "--out"])
+            .args(["--format", format, "--arch", arch, "--out"])
             .arg(&out)
             .arg("--lock")
             .arg(fx.join("artifacts.lock"))
@@ -95,10 +124,13 @@ fn flatcar_ubuntu_and_windows_bake_from_the_fixture_mirror() {
             .arg("--store")
             .arg(fx.join("mirror"))
             .arg("--firstboot")
-            .arg(&firstboot)
+            .arg(firstboot)
             .output()
             .unwrap();
-        ok(&r, &format!("bake {image} from the fixture mirror"));
+        ok(
+            &r,
+            &format!("bake {image} --arch {arch} from the fixture mirror"),
+        );
         assert!(out.join(&main).is_file(), "{main}");
         // containerd's config follows the fixture's (Debian) containerd version.
         let m: serde_json::Value = serde_json::from_slice(
@@ -121,6 +153,69 @@ fn flatcar_ubuntu_and_windows_bake_from_the_fixture_mirror() {
             cfg["origin"]["config"]["lock.containerd.version"],
             ctd["version"]
         );
+        assert_eq!(m["arch"], arch, "{base}.manifest.json");
+        // The rootfs layer's programs are for the architecture asked for, every one of them.
+        if format == "rootfs" {
+            let want = match arch {
+                "arm64" => kiln::supply::lock::Arch::Arm64,
+                _ => kiln::supply::lock::Arch::Amd64,
+            };
+            let layer = std::fs::File::open(out.join(&main)).unwrap();
+            let mut tar = tar::Archive::new(zstd::Decoder::new(layer).unwrap());
+            let mut checked = Vec::new();
+            for e in tar.entries().unwrap() {
+                let mut e = e.unwrap();
+                let path = e.path().unwrap().to_string_lossy().into_owned();
+                let name = path.trim_start_matches("usr/bin/");
+                if !path.starts_with("usr/bin/") || !e.header().entry_type().is_file() {
+                    continue;
+                }
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut e, &mut bytes).unwrap();
+                kiln::supply::inspect::check_bytes(
+                    &bytes,
+                    &path,
+                    kiln::supply::lock::Os::Linux,
+                    want,
+                )
+                .unwrap_or_else(|e| panic!("{main}: {e}"));
+                checked.push(name.to_string());
+            }
+            for must in ["kubelet", "containerd", "runc", "crictl", "kiln-firstboot"] {
+                assert!(
+                    checked.iter().any(|c| c == must),
+                    "{main}: no usr/bin/{must} among {checked:?}"
+                );
+            }
+        }
+    }
+
+    // An amd64 kiln-firstboot in an arm64 bake is refused (exit 3), naming the binary, what
+    // it is and what the bake wants.
+    let r = kiln()
+        .arg("bake")
+        .arg(adapt("ubuntu.toml", d.path()))
+        .args(["--format", "rootfs", "--arch", "arm64", "--out"])
+        .arg(d.path().join("wrong-arch"))
+        .arg("--lock")
+        .arg(fx.join("artifacts.lock"))
+        .arg("--trusted-key")
+        .arg(fx.join("keys/fixture.pub"))
+        .arg("--store")
+        .arg(fx.join("mirror"))
+        .arg("--firstboot")
+        .arg(repo().join("target/standins/out/linux-amd64/kubelet"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(3), "{err}");
+    for part in [
+        "kiln-firstboot",
+        "linux-amd64/kubelet",
+        "expected a linux/arm64 binary",
+        "found linux/amd64",
+    ] {
+        assert!(err.contains(part), "{part:?} not in: {err}");
     }
     // The Windows layout from the same mirror: the fixture's Windows entries are real PE32+
     // stand-ins, so the PE gate passes them as it would upstream's. Any PE stands in for

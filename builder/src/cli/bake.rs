@@ -10,7 +10,7 @@ use crate::bake::{self, manifest, BakeRequest, WriteOptions};
 use crate::cli::fail::classify;
 use crate::cli::supply::{load_lock, TrustArgs, DEFAULT_LOCK};
 use crate::cli::Global;
-use crate::image_def::{Arch, Format, ImageDef};
+use crate::image_def::{Arch, Format, ImageDef, Os};
 use crate::supply::store::Store;
 
 /// `kiln bake IMAGE --format F --out DIR`
@@ -35,9 +35,12 @@ pub struct BakeArgs {
     /// Store or mirror directory holding the lock's blobs (`blobs/sha256/<hex>`).
     #[arg(long, env = "KILN_STORE")]
     pub store: PathBuf,
-    /// The kiln-firstboot binary to ship (`make firstboot` builds it).
-    #[arg(long, default_value = "target/firstboot/kiln-firstboot")]
-    pub firstboot: PathBuf,
+    /// The kiln-firstboot binary to ship (`make firstboot` builds it). Default, by the
+    /// image's OS and `--arch`: target/firstboot/kiln-firstboot (linux/amd64),
+    /// target/firstboot/arm64/kiln-firstboot (linux/arm64),
+    /// target/firstboot/kiln-firstboot.exe (windows/amd64).
+    #[arg(long)]
+    pub firstboot: Option<PathBuf>,
     /// Print what changed against an earlier layer's `.manifest.json`, and why.
     #[arg(long, value_name = "OLD_MANIFEST")]
     pub explain: Option<PathBuf>,
@@ -117,6 +120,10 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
         .tempdir_in(&a.out)
         .with_context(|| format!("creating a scratch directory in {}", a.out.display()))?;
     let gate = bake::inspect_gate(def.os, arch);
+    let firstboot = a
+        .firstboot
+        .clone()
+        .unwrap_or_else(|| default_firstboot(def.os, arch));
     let cache = if a.no_cache {
         None
     } else {
@@ -133,7 +140,7 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
         arch,
         format,
         artifacts: &inputs,
-        firstboot: &a.firstboot,
+        firstboot: &firstboot,
         epoch,
         work: work.path(),
         gate: &gate,
@@ -186,6 +193,15 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
         print_diff(&old, &out.manifest, global);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where `make firstboot` / `make windows` put the kiln-firstboot for an OS and architecture.
+fn default_firstboot(os: Os, arch: Arch) -> PathBuf {
+    PathBuf::from(match (os, arch) {
+        (Os::Windows, _) => "target/firstboot/kiln-firstboot.exe",
+        (Os::Linux, Arch::Arm64) => "target/firstboot/arm64/kiln-firstboot",
+        (Os::Linux, _) => "target/firstboot/kiln-firstboot",
+    })
 }
 
 fn print_diff(old: &manifest::Manifest, new: &manifest::Manifest, global: &Global) {
