@@ -17,7 +17,7 @@ FIRSTBOOT_EXE := target/firstboot/kiln-firstboot.exe
 FIRSTBOOT_EXE_BUDGET_KIB := 600
 
 .PHONY: opt-out-reset binary-gate help all build firstboot test check lint fmt fmt-check clippy doc unit size-check \
-	bench demo clean deps deps-qemu deps-windows fuzz windows test-windows golden render-examples cli-docs qemu-assets qemu-test
+	bench demo clean man deps deps-qemu deps-windows fuzz windows test-windows golden render-examples cli-docs qemu-assets qemu-test
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -33,8 +33,11 @@ deps-qemu: ## install QEMU, kernel tools and debootstrap for the boot tests
 deps-windows: ## install Debian's Rust with std sources, mingw-w64 and Wine
 	scripts/deps.sh windows
 
-build: firstboot ## build kiln (release) and the static kiln-firstboot
+build: firstboot man ## build kiln (release), the static kiln-firstboot and the man pages
 	$(CARGO) build --release -p kiln
+
+man: ## kiln's man pages, generated from its command line definition, into target/man/
+	$(CARGO) run --locked -q -p kiln -- --quiet man --out target/man
 
 firstboot: ## build the static, size-optimised kiln-firstboot (amd64 and arm64) into target/firstboot/
 	scripts/build-firstboot.sh $(FIRSTBOOT_BIN)

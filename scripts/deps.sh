@@ -18,6 +18,7 @@ base=(
   systemd systemd-container
   hyperfine valgrind time
   minisign openssl python3 bc
+  groff-base                         # man pages are rendered in a test (kiln man)
   cloud-init ignition python3-venv   # real validators of `kiln render` output (docs/render.md)
   containerd gnupg                   # bake tests: containerd parses the Windows config, gpg signs SHA256SUMS
   busybox-static cpio kmod e2fsprogs

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use kiln_firstboot::contract;
 
 pub mod bake;
+pub mod completions;
 pub mod fail;
 pub mod install;
 pub mod lock_move;
@@ -73,6 +74,10 @@ pub enum Command {
     Diff(bake::DiffArgs),
     /// Apply a rootfs layer to a root directory (a Packer/image-builder step).
     Install(install::InstallArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(completions::CompletionsArgs),
+    /// Write kiln's man pages (one per command) into a directory.
+    Man(completions::ManArgs),
 }
 
 /// Parses the command line, runs it, and turns the outcome into an exit code.
@@ -106,5 +111,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bake(a) => bake::run_bake(a, &cli.global),
         Command::Diff(a) => bake::run_diff(a, &cli.global),
         Command::Install(a) => install::run_install(a, &cli.global),
+        Command::Completions(a) => completions::run_completions(a),
+        Command::Man(a) => completions::run_man(a, &cli.global),
     }
 }
