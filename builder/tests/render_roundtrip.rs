@@ -167,6 +167,16 @@ fn check_fails_on_contract_violations_and_names_them() {
         stderr.contains("/etc/kiln/bootstrap-token: mode 0644, the contract requires 0600"),
         "{stderr}"
     );
+
+    // --quiet: no table, no notes on stdout; the verdict (stderr, exit 3) is unchanged.
+    let out = kiln()
+        .args(["--quiet", "render", "--check"])
+        .arg(&ud)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("breaks node contract v1"));
 }
 
 #[test]

@@ -300,7 +300,7 @@ fn check(path: &Path, global: &Global) -> anyhow::Result<ExitCode> {
         for f in &checked.files {
             writeln!(out, "{}", file_json(f))?;
         }
-    } else {
+    } else if !global.quiet {
         writeln!(
             out,
             "{name}: {} user data{}, writes {} kiln contract files",
