@@ -8,14 +8,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n== %s\n' "$*"; }
+# Each step says what it does, and the one before it how long it took.
+t_step=
+t_all=$SECONDS
+step() {
+  if [ -n "$t_step" ]; then printf '   (%d s)\n' $((SECONDS - t_step)); fi
+  t_step=$SECONDS
+  if [ $# -gt 0 ]; then printf '\n== %s\n' "$*"; fi
+}
+trap 'step; printf "\n== demo: %d s in all\n" $((SECONDS - t_all))' EXIT
 
 step "dependencies (QEMU from bookworm-backports, debootstrap, mtools …)"
 scripts/deps.sh qemu
 
-step "build kiln, the static kiln-firstboot and the boot harness"
+step "build kiln, the static kiln-firstboot (amd64, arm64) and the boot harness"
+if [ ! -x target/debug/kiln ]; then
+  echo "   first build: cargo compiles about 300 crates, 5-8 minutes on 2 cores (later runs: seconds)"
+fi
 make --no-print-directory firstboot
-cargo build --locked -q -p kiln -p kiln-qemu-tests --bins
+cargo build --locked -p kiln -p kiln-qemu-tests --bins
 ls -l target/firstboot/kiln-firstboot | awk '{print "  kiln-firstboot: " $5 " bytes, static"}'
 
 step "guest assets (cached in ${KILN_QEMU_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/qemu})"
