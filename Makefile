@@ -121,7 +121,7 @@ qemu-assets: deps-qemu ## build (once) and cache the boot tests' kernel, initram
 FIXTURE_MIRROR := target/fixture-mirror
 
 qemu-test: deps-qemu firstboot ## boot tests: QEMU boots what kiln baked (docs/boot-tests.md)
-	$(CARGO) build --locked -p kiln
+	$(CARGO) build --locked -p kiln -p cri-smoke
 	qemu-tests/assets/fixture.sh $(FIXTURE_MIRROR)
 	assets=$$($(QEMU_ASSETS) all); set -a; eval "$$assets"; set +a; \
 	  KILN_FIXTURE_MIRROR=$(CURDIR)/$(FIXTURE_MIRROR) \

@@ -26,7 +26,7 @@ if [ ! -x target/debug/kiln ]; then
   echo "   first build: cargo compiles about 300 crates, 5-8 minutes on 2 cores (later runs: seconds)"
 fi
 make --no-print-directory firstboot
-cargo build --locked -p kiln -p kiln-qemu-tests --bins
+cargo build --locked -p kiln -p kiln-qemu-tests -p cri-smoke --bins
 ls -l target/firstboot/kiln-firstboot | awk '{print "  kiln-firstboot: " $5 " bytes, static"}'
 
 step "guest assets (cached in ${KILN_QEMU_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/qemu})"

@@ -23,6 +23,7 @@ base=(
   containerd gnupg                   # bake tests: containerd parses the Windows config, gpg signs SHA256SUMS
   busybox-static cpio kmod e2fsprogs
   musl-tools
+  protobuf-compiler                  # tools/cri-smoke: k8s-cri compiles the CRI protos with protoc
   gcc-aarch64-linux-gnu libc6-dev-arm64-cross   # arm64 stand-ins of the fixture mirror
 )
 # The release kiln-firstboot is built by Debian's rustc with `-Z build-std` for musl

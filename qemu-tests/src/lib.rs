@@ -9,6 +9,7 @@ pub mod disk;
 pub mod guest;
 pub mod metadata;
 pub mod node;
+pub mod pod;
 pub mod relay;
 pub mod scenario;
 pub mod vm;

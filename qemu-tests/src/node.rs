@@ -188,12 +188,23 @@ pub fn boot(
 
 /// A rootfs node end to end: bake, install, render, boot.
 pub fn boot_rootfs_node(spec: &NodeBoot) -> Result<Booted> {
+    boot_rootfs_node_edited(spec, |_| Ok(()))
+}
+
+/// [`boot_rootfs_node`] with `edit` applied to the finished root before the disk is made:
+/// what an operator or a broken image build might change on the node.
+pub fn boot_rootfs_node_edited(
+    spec: &NodeBoot,
+    edit: impl FnOnce(&Root) -> Result<()>,
+) -> Result<Booted> {
     let t0 = Instant::now();
     let assets = crate::assets::ensure()?;
     let tools = scenario::tools()?;
     let work = tempfile::tempdir()?;
     let root = rootfs_root(tools, assets, work.path(), &spec.node)?;
     finish_root(&root, &spec.kubelet_mode)?;
+    crate::pod::install(&root, "ubuntu")?;
+    edit(&root)?;
     let disk = root.into_disk(&work.path().join("root.ext4"), 512)?;
     boot(
         assets,
@@ -336,6 +347,7 @@ pub fn boot_sysext_node(spec: &NodeBoot) -> Result<(Booted, String)> {
     let node_toml = scenario::node_toml(&work.path().join("node"), &spec.node)?;
     scenario::render_files(tools, &node_toml, &root.dir)?;
     finish_root(&root, &spec.kubelet_mode)?;
+    crate::pod::install(&root, "flatcar")?;
     let disk = root.into_disk(&work.path().join("root.ext4"), 512)?;
     let b = boot(
         assets,
@@ -397,6 +409,7 @@ pub fn boot_cloudinit_node(spec: &NodeBoot) -> Result<(Booted, String)> {
         0o644,
     )?;
     finish_root(&root, &spec.kubelet_mode)?;
+    crate::pod::install(&root, "ubuntu")?;
     let node_toml = scenario::node_toml(&work.path().join("node"), &spec.node)?;
     let user_data = scenario::render_cloud_init(tools, &node_toml)?;
     let seed = nocloud_seed(work.path(), &user_data, "i-kiln-cloudinit")?;

@@ -349,6 +349,7 @@ pub const REPORTED_FILES: &[&str] = &[
     "/var/lib/kubelet/standin/args",
     "/run/cluster-api/bootstrap-success.complete",
     "/run/cluster-api/bootstrap-failure.reason",
+    crate::pod::REPORT,
 ];
 
 /// The bash script of the report unit: after kiln-firstboot has finished, print the node's

@@ -25,6 +25,16 @@ fn spec(name: &str, kubelet_mode: &str, metadata: Metadata, deadline: u32) -> No
     }
 }
 
+/// The real pod (docs/boot-tests.md, "A real pod"): a sandbox from the definition's sandbox
+/// image and a container ran with an address of the scenario's CNI network, and were removed.
+fn assert_pod_ran(o: &kiln_qemu_tests::scenario::Outcome, image: &str) {
+    let sandbox = expect_ok(kiln_qemu_tests::pod::sandbox_image(image));
+    let driver = expect_ok(kiln_qemu_tests::pod::cgroup_driver(image));
+    if let Err(e) = kiln_qemu_tests::pod::check_ran(o, &sandbox, &driver) {
+        panic!("{e}\nstatus: {}", o.status);
+    }
+}
+
 #[test]
 fn ubuntu_aws() {
     let b = expect_ok(boot_rootfs_node(&spec(
@@ -42,6 +52,7 @@ fn ubuntu_aws() {
     let o = &b.outcome;
     let i = test_instance();
     assert_eq!(o.result(), "success", "status: {}", o.status);
+    assert_pod_ran(o, "ubuntu");
     assert_eq!(o.status["provider"], "aws", "auto detection from DMI");
     // kubelet's environment, from IMDSv2 and the baked max-pods table.
     assert_eq!(
@@ -207,6 +218,7 @@ fn flatcar_sysext() {
     );
     let o = &b.outcome;
     assert_eq!(o.result(), "success", "status: {}", o.status);
+    assert_pod_ran(o, "flatcar");
     assert_eq!(
         o.status["provider"], "qemu",
         "auto detection: QEMU DMI + fw_cfg entries"
@@ -270,6 +282,7 @@ fn cloud_init() {
     assert!(user_data.starts_with("#cloud-config"), "{user_data}");
     let o = &b.outcome;
     assert_eq!(o.result(), "success", "status: {}", o.status);
+    assert_pod_ran(o, "ubuntu");
     // cloud-init itself ran on this boot (its own console banner) and wrote /etc/kiln/.
     assert!(
         b.lines
@@ -279,6 +292,45 @@ fn cloud_init() {
     );
     assert_eq!(o.kubelet_env("MAX_PODS").as_deref(), Some("29"));
     assert!(o
+        .files
+        .contains_key("/run/cluster-api/bootstrap-success.complete"));
+}
+
+/// A node whose kubelet config says `cgroupfs` while kiln's containerd config says
+/// `SystemdCgroup = true` (an image build or an operator changed one and not the other).
+/// Nothing fails until the first pod: kubelet hands containerd a cgroupfs parent, and runc
+/// refuses it. The real runc error must reach kiln-firstboot's diagnosis.
+#[test]
+fn cgroup_driver_mismatch() {
+    let b = expect_ok(kiln_qemu_tests::node::boot_rootfs_node_edited(
+        &spec("cgroup_driver_mismatch", "success", Metadata::Aws, 120),
+        |root| {
+            let path = root.dir.join("usr/lib/kiln/kubelet-config.yaml");
+            let text = std::fs::read_to_string(&path).expect("the baked kubelet config");
+            assert!(text.contains("cgroupDriver: systemd\n"), "{text}");
+            root.write(
+                "usr/lib/kiln/kubelet-config.yaml",
+                text.replace("cgroupDriver: systemd\n", "cgroupDriver: cgroupfs\n"),
+                0o644,
+            )
+            .map(drop)
+        },
+    ));
+    eprintln!(
+        "cgroup-driver-mismatch timeline ({}):\n{}",
+        b.log.display(),
+        timeline(&b)
+    );
+    let o = &b.outcome;
+    assert_eq!(o.result(), "failure", "status: {}", o.status);
+    assert_eq!(o.reason(), "CGROUP_DRIVER_MISMATCH", "status: {}", o.status);
+    // The pod really was tried, with kubelet's cgroupfs parent, and runc refused it.
+    let log = o.status["log"].to_string();
+    assert!(
+        log.contains("expected cgroupsPath to be of format"),
+        "runc's own error is not in the status log: {log}"
+    );
+    assert!(!o
         .files
         .contains_key("/run/cluster-api/bootstrap-success.complete"));
 }

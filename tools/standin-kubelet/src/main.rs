@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod podcheck;
+
 /// The behaviours the stand-in can act out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -400,6 +402,27 @@ fn main() -> ExitCode {
     );
 
     std::thread::sleep(env_ms(&conf, "STANDIN_JOIN_DELAY_MS", 500));
+    // The boot tests' real pod (podcheck.rs): joined only once it ran.
+    if let Some(check) = conf.get("STANDIN_POD_CHECK") {
+        let driver = flags
+            .config
+            .as_deref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .map(|t| podcheck::cgroup_driver(&t))
+            .unwrap_or_else(|| "cgroupfs".into());
+        let endpoint = flags
+            .runtime_endpoint
+            .as_deref()
+            .unwrap_or("unix:///run/containerd/containerd.sock");
+        klog(
+            'I',
+            "podcheck.go:1",
+            &format!("\"Running the boot test's pod\" check={check:?} cgroupDriver={driver:?}"),
+        );
+        if let Err(e) = podcheck::run(&podcheck::command_line(check, endpoint, &driver)) {
+            return command_failed(&format!("failed to run Kubelet: stand-in pod check: {e}"));
+        }
+    }
     let cert = root_dir.join("pki").join("kubelet-client-current.pem");
     // PEM-framed like the real file, because kiln-firstboot checks for a certificate block;
     // the block's payload is only the base64 of "kiln stand-in kubelet: not a real certificate".

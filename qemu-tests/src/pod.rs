@@ -1,0 +1,320 @@
+//! The real pod every node runs (docs/boot-tests.md, "A real pod"): the scenario puts a CNI
+//! configuration standing in for the cluster's, an OCI archive with a pause stand-in and a
+//! test image, a unit that imports them into containerd before kubelet, and the `cri-smoke`
+//! CRI client into the guest; the stand-in kubelet runs `cri-smoke` after its bootstrap and
+//! only then counts as joined. The test reads `cri-smoke`'s report off the console.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::guest::Root;
+use crate::scenario::{workspace, Outcome};
+use crate::{io_err, run, Error, Result};
+
+/// The test container's image: busybox-static, imported into the guest (`.invalid`: no
+/// registry could ever serve it).
+pub const TEST_IMAGE: &str = "boot-test.kiln.invalid/busybox:1";
+/// The line the test container prints (cri-images.sh bakes it into the image's command).
+pub const CONTAINER_LINE: &str = "kiln-cri-smoke:container-ran";
+/// The pod network the scenario's CNI configuration hands out.
+pub const POD_SUBNET: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 85, 0, 0), 24);
+/// The CNI network's name.
+pub const CNI_NETWORK: &str = "kiln-test-pods";
+/// Where `cri-smoke` writes its report in the guest (printed by the report unit).
+pub const REPORT: &str = "/var/lib/kubelet/standin/pod-check";
+/// Where the scenario puts `cri-smoke` in the guest: test equipment, not part of the image.
+const GUEST_BIN: &str = "/opt/kiln-test/bin/cri-smoke";
+const GUEST_IMAGES: &str = "/opt/kiln-test/images.tar";
+
+/// The `cri-smoke` binary (`KILN_CRI_SMOKE_BIN`, default `target/debug/cri-smoke`).
+pub fn cri_smoke_bin() -> Result<PathBuf> {
+    let p = std::env::var_os("KILN_CRI_SMOKE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target/debug/cri-smoke"));
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(Error::Missing {
+            what: format!("{} (KILN_CRI_SMOKE_BIN)", p.display()),
+            hint: "build it with `cargo build -p cri-smoke` (make qemu-test does)".into(),
+        })
+    }
+}
+
+/// The sandbox image `images/<image>.toml` gives containerd (`[containerd] sandbox_image`),
+/// which kiln bakes into containerd's config.
+pub fn sandbox_image(image: &str) -> Result<String> {
+    definition_string(image, "sandbox_image")
+}
+
+/// kubelet's cgroup driver in `images/<image>.toml` (`[kubernetes] cgroup_driver`), which
+/// kiln bakes into kubelet's config and containerd's `SystemdCgroup`.
+pub fn cgroup_driver(image: &str) -> Result<String> {
+    definition_string(image, "cgroup_driver")
+}
+
+/// A `key = "value"` line of an image definition (each key used here appears once).
+fn definition_string(image: &str, key: &str) -> Result<String> {
+    let path = workspace().join(format!("images/{image}.toml"));
+    let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
+    text.lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix(key)?
+                .trim()
+                .strip_prefix('=')?
+                .trim()
+                .strip_prefix('"')?
+                .strip_suffix('"')
+                .map(str::to_string)
+        })
+        .ok_or_else(|| Error::Missing {
+            what: format!("{key} in {}", path.display()),
+            hint: format!("the image definition sets no {key}"),
+        })
+}
+
+/// The OCI archive (pause stand-in named `sandbox`, and [`TEST_IMAGE`]), built once and
+/// cached by `assets/cri-images.sh`.
+pub fn images_archive(sandbox: &str) -> Result<PathBuf> {
+    let script = workspace().join("qemu-tests/assets/cri-images.sh");
+    let out = run(Command::new(script).arg(sandbox).arg(TEST_IMAGE))?;
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error::Missing {
+            what: format!("the image archive {}", path.display()),
+            hint: "qemu-tests/assets/cri-images.sh printed no file".into(),
+        })
+    }
+}
+
+/// The bridge + host-local configuration standing in for the cluster's CNI (which a real
+/// cluster installs as a DaemonSet after join; kiln bakes only the plugins).
+pub fn conflist() -> String {
+    let (net, len) = POD_SUBNET;
+    format!(
+        r#"{{
+  "cniVersion": "1.0.0",
+  "name": "{CNI_NETWORK}",
+  "plugins": [
+    {{
+      "type": "bridge",
+      "bridge": "kilntest0",
+      "isGateway": true,
+      "ipMasq": false,
+      "ipam": {{
+        "type": "host-local",
+        "ranges": [[{{ "subnet": "{net}/{len}" }}]],
+        "routes": [{{ "dst": "0.0.0.0/0" }}]
+      }}
+    }}
+  ]
+}}
+"#
+    )
+}
+
+/// The unit that imports the archive into containerd's `k8s.io` namespace (CRI's) once
+/// containerd is up. It is not ordered before kubelet: on a real node pre-pulled images cost
+/// no boot time, so the import stays off kubelet's start path, and `cri-smoke` waits for
+/// the images as kubelet retries a pod whose image is not there yet.
+pub fn import_unit() -> String {
+    format!(
+        "[Unit]\nDescription=boot test: import the test's images into containerd (no registry in the guest)\n\
+         Requires=containerd.service\nAfter=containerd.service\n\n\
+         [Service]\nType=oneshot\nRemainAfterExit=yes\nStandardOutput=journal+console\n\
+         ExecStart=ctr --namespace k8s.io images import {GUEST_IMAGES}\n"
+    )
+}
+
+/// What the stand-in kubelet runs after its bootstrap (`STANDIN_POD_CHECK`, words split on
+/// whitespace; kubelet's endpoint and cgroup driver are appended by the stand-in).
+pub fn pod_check_command() -> String {
+    format!(
+        "{GUEST_BIN} --image {TEST_IMAGE} --expect {CONTAINER_LINE} --report {REPORT} \
+         --settle-secs 120 --call-timeout-secs 120"
+    )
+}
+
+/// Puts the pod pieces into a root whose `etc/kubernetes/standin-kubelet.env` already exists
+/// ([`crate::node::finish_root`]): the stand-in kubelet of that root runs the pod.
+/// `image` names the definition whose sandbox image the pause stand-in is named after.
+pub fn install(root: &Root, image: &str) -> Result<()> {
+    let sandbox = sandbox_image(image)?;
+    let archive = images_archive(&sandbox)?;
+    let bin = cri_smoke_bin()?;
+    let copy = |from: &PathBuf, to: &str, mode: u32| -> Result<()> {
+        let bytes = std::fs::read(from).map_err(io_err(from))?;
+        root.write(to, bytes, mode).map(drop)
+    };
+    copy(&bin, GUEST_BIN, 0o755)?;
+    copy(&archive, GUEST_IMAGES, 0o644)?;
+    root.write(
+        "etc/cni/net.d/10-kiln-test-pods.conflist",
+        conflist(),
+        0o644,
+    )?;
+    root.add_unit(
+        "kiln-test-images.service",
+        &import_unit(),
+        "multi-user.target",
+    )?;
+    let env = root.dir.join("etc/kubernetes/standin-kubelet.env");
+    let mut text = std::fs::read_to_string(&env).map_err(io_err(&env))?;
+    text.push_str(&format!("STANDIN_POD_CHECK={}\n", pod_check_command()));
+    root.write("etc/kubernetes/standin-kubelet.env", text, 0o644)?;
+    Ok(())
+}
+
+/// `cri-smoke`'s report as the report unit printed it.
+pub fn report(o: &Outcome) -> BTreeMap<String, String> {
+    o.files
+        .get(REPORT)
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Whether `ip` lies in [`POD_SUBNET`].
+pub fn in_pod_subnet(ip: Ipv4Addr) -> bool {
+    let (net, len) = POD_SUBNET;
+    let mask = u32::MAX << (32 - u32::from(len));
+    u32::from(ip) & mask == u32::from(net) & mask
+}
+
+/// Checks that a real sandbox and container ran on the node: the runtime and its network
+/// were ready, the sandbox used `sandbox` (the definition's sandbox image), the pod got an
+/// address of the scenario's CNI network, the container printed its line and exited 0 in a
+/// cgroup of kubelet's `cgroup_driver`, and everything was removed. The error says what
+/// differed and shows the whole report.
+pub fn check_ran(
+    o: &Outcome,
+    sandbox: &str,
+    cgroup_driver: &str,
+) -> std::result::Result<(), String> {
+    let r = report(o);
+    let fail = |what: String| Err(format!("{what}; cri-smoke's report ({REPORT}): {r:?}"));
+    let want = |key: &str, value: &str| r.get(key).map(String::as_str) == Some(value);
+    if r.is_empty() {
+        return fail("no pod ran: cri-smoke wrote no report".into());
+    }
+    for (key, value) in [
+        ("result", "success"),
+        ("runtime_ready", "true"),
+        ("network_ready", "true"),
+        ("sandbox_image", sandbox),
+        ("cni_network", CNI_NETWORK),
+        ("cgroup_driver", cgroup_driver),
+        ("container_exit_code", "0"),
+        ("container_output", CONTAINER_LINE),
+        ("cleaned_up", "true"),
+    ] {
+        if !want(key, value) {
+            return fail(format!("{key} is not {value:?}"));
+        }
+    }
+    if r.get("sandbox_id").is_none_or(|v| v.is_empty()) {
+        return fail("no sandbox id".into());
+    }
+    let ip = r.get("pod_ip").and_then(|v| v.parse::<Ipv4Addr>().ok());
+    match ip {
+        Some(ip) if in_pod_subnet(ip) => {}
+        _ => {
+            let (net, len) = POD_SUBNET;
+            return fail(format!("pod_ip is not inside the conflist's {net}/{len}"));
+        }
+    }
+    // The pause process's cgroup as the node sees it: under the systemd driver a kubepods
+    // slice that systemd made from kubelet's cgroup parent.
+    let cgroup = r.get("sandbox_cgroup").cloned().unwrap_or_default();
+    let slice = cgroup_driver != "systemd" || cgroup.contains("kubepods-besteffort-pod");
+    if !slice || !cgroup.contains("kubepods") {
+        return fail(format!(
+            "the sandbox's cgroup {cgroup:?} is not a {cgroup_driver} kubepods cgroup"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::console::Line;
+
+    #[test]
+    fn sandbox_image_is_the_definitions() {
+        assert_eq!(
+            sandbox_image("ubuntu").unwrap(),
+            "registry.k8s.io/pause:3.10"
+        );
+        assert_eq!(cgroup_driver("flatcar").unwrap(), "systemd");
+        assert!(sandbox_image("no-such-image").is_err());
+    }
+
+    #[test]
+    fn conflist_is_json_with_the_subnet() {
+        let v: serde_json::Value = serde_json::from_str(&conflist()).unwrap();
+        assert_eq!(v["name"], CNI_NETWORK);
+        assert_eq!(
+            v["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
+            "10.85.0.0/24"
+        );
+    }
+
+    fn outcome(report: &[&str]) -> Outcome {
+        let mut lines: Vec<Line> = report
+            .iter()
+            .map(|l| Line {
+                host_ms: 0,
+                text: format!("KILN-TEST-FILE {REPORT} {l}"),
+            })
+            .collect();
+        lines.push(Line {
+            host_ms: 1,
+            text: r#"KILN-STATUS {"result":"success"}"#.into(),
+        });
+        Outcome::parse(&lines).unwrap()
+    }
+
+    #[test]
+    fn a_pod_run_is_checked_field_by_field() {
+        let good = [
+            "result=success",
+            "runtime_ready=true",
+            "network_ready=true",
+            "sandbox_image=registry.k8s.io/pause:3.10",
+            "cni_network=kiln-test-pods",
+            "cgroup_driver=systemd",
+            "sandbox_id=abc",
+            "pod_ip=10.85.0.2",
+            "container_exit_code=0",
+            "container_output=kiln-cri-smoke:container-ran",
+            "sandbox_cgroup=0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podx.slice/cri-containerd-y.scope",
+            "cleaned_up=true",
+        ];
+        let pause = "registry.k8s.io/pause:3.10";
+        check_ran(&outcome(&good), pause, "systemd").unwrap();
+        for (i, bad) in [
+            (7, "pod_ip=10.86.0.2"),
+            (7, "pod_ip=169.254.169.15"),
+            (3, "sandbox_image=registry.k8s.io/pause:3.9"),
+            (8, "container_exit_code=1"),
+            (11, "cleaned_up=false"),
+            (10, "sandbox_cgroup=0::/system.slice/kubelet.service"),
+            (0, "result=failure"),
+        ] {
+            let mut r = good.to_vec();
+            r[i] = bad;
+            let e = check_ran(&outcome(&r), pause, "systemd").unwrap_err();
+            assert!(e.contains("cri-smoke's report"), "{e}");
+        }
+        let e = check_ran(&outcome(&[]), pause, "systemd").unwrap_err();
+        assert!(e.contains("no pod ran"), "{e}");
+    }
+}
