@@ -4,6 +4,7 @@
 # baseline is the plain glibc static build with rustup's prebuilt std.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 out=target/firstboot/bench
 mkdir -p "$out"
 for v in glibc musl-abort musl; do
@@ -16,4 +17,17 @@ printf '%-12s %12s %10s %10s\n' variant bytes KiB vs-glibc
 for v in glibc musl-abort musl; do
   s=$(stat -c %s "$out/kiln-firstboot-$v")
   printf '%-12s %12d %10d %10s\n' "$v" "$s" $(( (s + 1023) / 1024 )) "$(awk -v a="$s" -v b="$base" 'BEGIN { printf "%.3f", a / b }')"
+  budget=; [ "$v" = musl ] && budget="<= 409600"
+  record "linux_amd64.$v.bytes" "$s" bytes ${budget:+"$budget"}
+done
+# The shipped arm64 build and the Windows .exe, as `make firstboot` / `make windows` make them.
+KILN_FIRSTBOOT_ARCH=arm64 scripts/build-firstboot.sh "$out/kiln-firstboot-arm64" >/dev/null 2>&1 ||
+  { echo "binary-size: the arm64 build failed; rerun: KILN_FIRSTBOOT_ARCH=arm64 scripts/build-firstboot.sh" >&2; exit 1; }
+scripts/build-windows.sh "$out/kiln-firstboot.exe" >/dev/null 2>&1 ||
+  { echo "binary-size: the Windows build failed; rerun: scripts/build-windows.sh" >&2; exit 1; }
+for f in arm64:kiln-firstboot-arm64:409600 windows:kiln-firstboot.exe:614400; do
+  IFS=: read -r what file budget <<<"$f"
+  s=$(stat -c %s "$out/$file")
+  printf '%-12s %12d %10d %10s\n' "$what" "$s" $(( (s + 1023) / 1024 )) "-"
+  record "$what.shipped.bytes" "$s" bytes "<= $budget"
 done

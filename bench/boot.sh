@@ -7,6 +7,7 @@
 # Not a test: nothing here asserts a time. docs/benchmarks.md records the results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 make --no-print-directory deps-qemu firstboot >/dev/null
 cargo build --locked -q -p kiln
 fixture=target/fixture-mirror
@@ -38,6 +39,23 @@ awk '
       printf "%-16s %-8s %22s %18s %10s %16s\n", sc[i], res[i], ks[i], fb[i], share, ratio
     }
   }' "$out"
+# The same figures as records: base.marker_ms, <scenario>.kubelet_started_ms,
+# <scenario>.firstboot_own_ms and <scenario>.ratio_vs_base (issue 15's budget: <= 1.15).
+awk '
+  /^KILN-BOOT-BENCH/ {
+    delete f; for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
+    if (f["scenario"] == "base-systemd") { base = f["marker_ms"]; printf "base.marker_ms\t%s\tms\t\n", base; next }
+    n++; sc[n] = f["scenario"]; ks[n] = f["kubelet_started_ms"]; fb[n] = f["firstboot_own_ms"]
+  }
+  END {
+    for (i = 1; i <= n; i++) {
+      if (ks[i] != "") printf "%s.kubelet_started_ms\t%s\tms\t\n", sc[i], ks[i]
+      if (fb[i] != "") printf "%s.firstboot_own_ms\t%s\tms\t\n", sc[i], fb[i]
+      if (base > 0 && ks[i] > 0) printf "%s.ratio_vs_base\t%.4f\tx\t<= 1.15\n", sc[i], ks[i] / base
+    }
+  }' "$out" >"$out.tsv"
+record_tsv "$out.tsv"
+rm -f "$out.tsv"
 # A boot that failed has no time worth comparing: the benchmark fails with it.
 if [ "$rc" -ne 0 ]; then
   echo "bench/boot.sh: a boot failed (cargo nextest exited $rc); its output:" >&2

@@ -13,6 +13,7 @@
 #   RUNS=500 bench/firstboot.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 runs=${RUNS:-200}
 bin=target/firstboot/kiln-firstboot
 scripts/build-firstboot.sh "$bin" >&2
@@ -71,9 +72,12 @@ hyperfine -N --warmup 20 --runs "$runs" --export-json "$work/h.json" \
   -n kiln-firstboot "$(printf '%q ' "${kiln[@]}")" \
   -n bash+curl "$(printf '%q ' "${base[@]}")" >&2
 
-python3 - "$work/h.json" "$size" "$rss_kib" "$rss_base_kib" <<'PY'
+python3 - "$work/h.json" "$size" "$rss_kib" "$rss_base_kib" "$work/rec.tsv" <<'PY'
 import json, sys
 h = json.load(open(sys.argv[1]))["results"]
+rec = open(sys.argv[5], "w")
+def r(metric, value, unit, budget=""):
+    rec.write(f"{metric}\t{value}\t{unit}\t{budget}\n")
 size, rss, rss_base = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 k, b = h[0], h[1]
 km, bm = k["median"] * 1000, b["median"] * 1000
@@ -85,4 +89,18 @@ print(f"| whole run (≥ start → systemctl), median | {km:.2f} ms | {bm:.2f} m
 print(f"| whole run, mean ± σ | {k['mean']*1000:.2f} ± {k['stddev']*1000:.2f} ms | {b['mean']*1000:.2f} ± {b['stddev']*1000:.2f} ms | | | |")
 print(f"| peak RSS | {rss} KiB | {rss_base} KiB (largest of bash and its curls) | | ≤ 2048 KiB | {verdict(rss <= 2048)} |")
 print(f"| static binary size | {size} B ({(size + 1023)//1024} KiB) | | | ≤ 400 KiB | {verdict(size <= 400*1024)} |")
+r("run.kiln.median_ms", f"{km:.3f}", "ms", "<= 10")
+r("run.baseline.median_ms", f"{bm:.3f}", "ms")
+r("run.ratio_baseline_over_kiln", f"{ratio:.2f}", "x", ">= 10")
+r("run.kiln.mean_ms", f"{k['mean']*1000:.3f}", "ms")
+r("run.kiln.stddev_ms", f"{k['stddev']*1000:.3f}", "ms")
+r("run.baseline.mean_ms", f"{b['mean']*1000:.3f}", "ms")
+r("run.baseline.stddev_ms", f"{b['stddev']*1000:.3f}", "ms")
+r("run.kiln.cpu_ms", f"{(k['user'] + k['system'])*1000:.3f}", "ms")
+r("run.baseline.cpu_ms", f"{(b['user'] + b['system'])*1000:.3f}", "ms")
+r("rss.kiln_kib", rss, "KiB", "<= 2048")
+r("rss.baseline_kib", rss_base, "KiB")
+r("binary.bytes", size, "bytes", "<= 409600")
+rec.close()
 PY
+record_tsv "$work/rec.tsv"

@@ -7,6 +7,7 @@
 #   bench/render.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 root=$PWD
 kiln=${KILN_BIN:-$root/target/release/kiln}
 [ -x "$kiln" ] || cargo build -q --release -p kiln
@@ -73,6 +74,8 @@ for node in example heavy; do
   bash_baseline "$dir/tree" > "$dir/baseline.sh"
   b=$(size "$dir/baseline.sh")
   printf '%-8s %-12s %8d %8d %8s %9s\n' "$node" "bash+heredoc" "$b" "$(gz "$dir/baseline.sh")" "$(pct "$b")" "1.00x"
+  record "$node.bash-heredoc.bytes" "$b" bytes
+  record "$node.bash-heredoc.gzip_bytes" "$(gz "$dir/baseline.sh")" bytes
   for p in cloud-init ignition windows; do
     "$kiln" -q render -p "$p" "$dir/node.toml" -o "$dir/$p"
     "$kiln" -q render -p "$p" --gzip "$dir/node.toml" -o "$dir/$p.gz"
@@ -80,12 +83,18 @@ for node in example heavy; do
     # kiln's own --gzip (whole payload, or per file for Ignition) in the gzip column.
     printf '%-8s %-12s %8d %8d %8s %9s\n' "$node" "$p" "$s" "$(size "$dir/$p.gz")" "$(pct "$s")" \
       "$(python3 -c "print(f'{$s/$b:.2f}x')")"
+    record "$node.$p.bytes" "$s" bytes "<= 16384"
+    record "$node.$p.gzip_bytes" "$(size "$dir/$p.gz")" bytes "<= 16384"
   done
 done
 
 echo
-echo "render time (hyperfine, example node):"
-hyperfine -N --warmup 5 --runs "${RUNS:-50}" --style basic \
+echo "render time (hyperfine, example node, ${RUNS:-50} runs):"
+hyperfine -N --warmup 5 --runs "${RUNS:-50}" --style basic --export-json "$work/h.json" \
   -n "render cloud-init (-o, fsync)" "$kiln -q render -p cloud-init $work/node.toml -o $work/ud" \
   -n "render ignition (-o, fsync)" "$kiln -q render -p ignition $work/node.toml -o $work/ign" \
-  -n "render --check" "$kiln -q render --check $work/ud" 2>&1 | grep -E 'Time|Benchmark' || true
+  -n "render --check" "$kiln -q render --check $work/ud" >"$work/h.txt" 2>&1 ||
+  { cat "$work/h.txt" >&2; exit 1; }
+grep -E 'Time|Benchmark' "$work/h.txt"
+# 0: render cloud-init, 1: render ignition, 2: render --check
+record_hyperfine "$work/h.json" time

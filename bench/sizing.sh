@@ -10,6 +10,7 @@
 #   bench/sizing.sh            RUNS=500 bench/sizing.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 runs=${RUNS:-300}
 bin=target/firstboot/kiln-firstboot
 scripts/build-firstboot.sh "$bin" >&2
@@ -43,11 +44,16 @@ node "$work/plain" ''
 target/firstboot/examples/sizing_cost "$work/sized" "$last" 10000
 run() { echo "$bin run --root $work/$1 --provider qemu --no-start --console $work/$1/console"; }
 hyperfine -N --warmup 20 --runs "$runs" --export-json "$work/h.json" -n sizing "$(run sized)" -n no-sizing "$(run plain)"
-python3 - "$work/h.json" <<'PY'
+python3 - "$work/h.json" "$work/rec.tsv" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))["results"]
-for x in r:
+rec = open(sys.argv[2], "w")
+for name, x in zip(["sizing", "no_sizing"], r):
     print("%s: median %.3f ms, min %.3f ms, user %.3f ms" % (x["command"], x["median"] * 1e3, x["min"] * 1e3, x["user"] * 1e3))
-print("median difference: %.3f ms" % ((r[0]["median"] - r[1]["median"]) * 1e3))
+    rec.write(f"run.{name}.median_ms\t{x['median'] * 1e3:.4f}\tms\t\n")
+d = (r[0]["median"] - r[1]["median"]) * 1e3
+print("median difference: %.3f ms" % d)
+rec.write(f"run.median_difference_ms\t{d:.4f}\tms\t<= 1\n")
 PY
+record_tsv "$work/rec.tsv"
 grep -h '^MAX_PODS=\|^KUBE_RESERVED=' "$work/sized/run/kiln/kubelet.env"
