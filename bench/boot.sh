@@ -49,9 +49,10 @@ awk '
   }
   END {
     for (i = 1; i <= n; i++) {
-      if (ks[i] != "") printf "%s.kubelet_started_ms\t%s\tms\t\n", sc[i], ks[i]
-      if (fb[i] != "") printf "%s.firstboot_own_ms\t%s\tms\t\n", sc[i], fb[i]
-      if (base > 0 && ks[i] > 0) printf "%s.ratio_vs_base\t%.4f\tx\t<= 1.15\n", sc[i], ks[i] / base
+      # A failure scenario may never start kubelet: its field is "-", and nothing is recorded.
+      if (ks[i] ~ /^[0-9]+$/) printf "%s.kubelet_started_ms\t%s\tms\t\n", sc[i], ks[i]
+      if (fb[i] ~ /^[0-9]+$/) printf "%s.firstboot_own_ms\t%s\tms\t\n", sc[i], fb[i]
+      if (base > 0 && ks[i] ~ /^[0-9]+$/ && ks[i] > 0) printf "%s.ratio_vs_base\t%.4f\tx\t<= 1.15\n", sc[i], ks[i] / base
     }
   }' "$out" >"$out.tsv"
 record_tsv "$out.tsv"

@@ -21,7 +21,8 @@ else
 fi
 mkdir -p target/bench
 tmp=$final.tmp.$$
-trap 'rm -f "$tmp"' EXIT
+# A failed run keeps what it measured, apart, for a look: target/bench/failed.jsonl.
+trap '[ ! -f "$tmp" ] || mv "$tmp" target/bench/failed.jsonl' EXIT
 python3 - "$tmp" <<'PY'
 import json, os, platform, subprocess, sys, time
 rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
