@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
 make --no-print-directory deps-qemu firstboot >/dev/null
-cargo build --locked -q -p kiln
+cargo build --locked -q -p kiln -p cri-smoke   # the scenarios put cri-smoke in every guest
 fixture=target/fixture-mirror
 qemu-tests/assets/fixture.sh "$fixture"
 assets=$(qemu-tests/assets/assets.sh all)
