@@ -4,6 +4,7 @@
 //! binary is a thin command line on top (see [`cli`]).
 
 pub mod archive_rules;
+pub mod atomic_file;
 pub mod bake;
 pub mod cli;
 pub mod digest;

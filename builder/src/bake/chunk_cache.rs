@@ -46,6 +46,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::{Digest, Sha256};
 
+use crate::atomic_file;
+
 const MAGIC: &[u8; 8] = b"KILNCHK1";
 const HEADER: usize = 80;
 
@@ -231,7 +233,7 @@ impl ChunkCache {
         }
     }
 
-    /// Stores `payload` under `key`: temp file in the entry's directory, fsync, rename.
+    /// Stores `payload` under `key`, atomically (see [`crate::atomic_file`]).
     pub fn put(&self, key: &ChunkKey, payload: &[u8]) -> Result<(), ChunkCacheError> {
         let path = self.entry_path(key);
         let dir = path.parent().unwrap_or(&self.dir);
@@ -240,23 +242,17 @@ impl ChunkCache {
             move |source| ChunkCacheError::Io { path: p, source }
         };
         std::fs::create_dir_all(dir).map_err(io(dir))?;
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".chunk-")
-            .tempfile_in(dir)
-            .map_err(io(dir))?;
         let mut header = [0u8; HEADER];
         header[..8].copy_from_slice(MAGIC);
         header[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
         header[16..48].copy_from_slice(&Sha256::digest(payload));
         header[48..80].copy_from_slice(&key.0);
-        let f = tmp.as_file_mut();
-        f.write_all(&header)
-            .and_then(|_| f.write_all(payload))
-            .and_then(|_| f.sync_all())
-            .map_err(io(tmp.path()))?;
-        tmp.persist(&path).map_err(|e| ChunkCacheError::Io {
-            path: path.clone(),
-            source: e.error,
+        atomic_file::write_with(&path, ".chunk-", 0o600, |f| {
+            f.write_all(&header).and_then(|_| f.write_all(payload))
+        })
+        .map_err(|e| ChunkCacheError::Io {
+            path: e.path,
+            source: e.source,
         })?;
         self.stored.fetch_add(1, Ordering::Relaxed);
         Ok(())

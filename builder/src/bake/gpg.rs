@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::{io_err, BakeError};
+use crate::atomic_file::AtomicFile;
 
 /// The detached signature's name next to `SHA256SUMS`, as systemd-sysupdate looks for it.
 pub const SIGNATURE_NAME: &str = "SHA256SUMS.gpg";
@@ -73,18 +74,13 @@ impl GpgSigner {
     /// Signs `file` into `out` (binary detached signature), atomically: gpg writes a temp
     /// file in the same directory, which is fsynced and renamed.
     pub fn sign_detached(&self, file: &Path, out: &Path) -> Result<(), BakeError> {
-        let dir = out.parent().unwrap_or(Path::new("."));
-        let tmp = tempfile::Builder::new()
-            .prefix(".kiln-")
-            .suffix(".gpg.tmp")
-            .tempfile_in(dir)
-            .map_err(io_err(dir))?;
+        let tmp = AtomicFile::create(out, ".kiln-", ".gpg.tmp")?;
         let res = self
             .command()
             .args(["--yes", "--local-user"])
             .arg(&self.key)
             .arg("--output")
-            .arg(tmp.path())
+            .arg(tmp.temp_path())
             .arg("--detach-sign")
             .arg("--")
             .arg(file)
@@ -102,8 +98,8 @@ impl GpgSigner {
                 String::from_utf8_lossy(&res.stderr).trim()
             )));
         }
-        let len = std::fs::metadata(tmp.path())
-            .map_err(io_err(tmp.path()))?
+        let len = std::fs::metadata(tmp.temp_path())
+            .map_err(io_err(tmp.temp_path()))?
             .len();
         if len == 0 {
             return Err(self.tool_err(format!(
@@ -111,7 +107,7 @@ impl GpgSigner {
                 file.display()
             )));
         }
-        super::publish(tmp, out)
+        Ok(tmp.commit(super::OUTPUT_MODE)?)
     }
 }
 

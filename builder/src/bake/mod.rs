@@ -18,11 +18,12 @@ pub mod windows;
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use crate::atomic_file;
 use crate::digest::{self, Sums};
 use crate::exit::ExitClass;
 use crate::image_def::{Arch, Format, ImageDef, Os};
@@ -1004,9 +1005,13 @@ pub fn publish_sums(
 /// Where the install manifest lives in a rootfs layer.
 pub const INSTALL_MANIFEST: &str = "usr/lib/kiln/install.manifest";
 
-/// Writes `bytes` to `path` atomically: temp file in the same directory, fsync, rename.
+/// The mode of every published output: read-only-ish data, fixed so it is umask-independent.
+pub(crate) const OUTPUT_MODE: u32 = 0o644;
+
+/// Writes `bytes` to `path` atomically with the layer output mode, 0644 (see
+/// [`crate::atomic_file`]).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), BakeError> {
-    write_atomic_with(path, |f| f.write_all(bytes))
+    Ok(atomic_file::write(path, ".kiln-", bytes, OUTPUT_MODE)?)
 }
 
 /// Like [`write_atomic`], with a writer callback for streamed outputs.
@@ -1014,32 +1019,16 @@ pub fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&mut File) -> io::Result<()>,
 ) -> Result<(), BakeError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".kiln-")
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(io_err(dir))?;
-    fill(tmp.as_file_mut()).map_err(io_err(path))?;
-    publish(tmp, path)
+    Ok(atomic_file::write_with(path, ".kiln-", OUTPUT_MODE, fill)?)
 }
 
-/// Publishes a filled temp file (made in `path`'s directory) as `path`: fsync, rename, mode
-/// 0644, fsync of the directory.
-pub(crate) fn publish(tmp: tempfile::NamedTempFile, path: &Path) -> Result<(), BakeError> {
-    tmp.as_file().sync_all().map_err(io_err(path))?;
-    let f = tmp.persist(path).map_err(|e| BakeError::Io {
-        path: path.to_path_buf(),
-        source: e.error,
-    })?;
-    // Outputs are published read-only-ish data; a fixed mode keeps them umask-independent.
-    use std::os::unix::fs::PermissionsExt;
-    f.set_permissions(std::fs::Permissions::from_mode(0o644))
-        .map_err(io_err(path))?;
-    if let Ok(d) = File::open(path.parent().unwrap_or(Path::new("."))) {
-        let _ = d.sync_all();
+impl From<atomic_file::WriteError> for BakeError {
+    fn from(e: atomic_file::WriteError) -> BakeError {
+        BakeError::Io {
+            path: e.path,
+            source: e.source,
+        }
     }
-    Ok(())
 }
 
 /// What one bake produced.

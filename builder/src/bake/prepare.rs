@@ -48,15 +48,7 @@ struct Meta {
 fn cache_put(path: &Path, bytes: &[u8]) {
     if let Some(dir) = path.parent() {
         let _ = std::fs::create_dir_all(dir);
-        if let Ok(mut t) = tempfile::NamedTempFile::new_in(dir) {
-            use std::io::Write;
-            if t.write_all(bytes)
-                .and_then(|_| t.as_file().sync_all())
-                .is_ok()
-            {
-                let _ = t.persist(path);
-            }
-        }
+        let _ = crate::atomic_file::write(path, ".tmp", bytes, 0o600);
     }
 }
 

@@ -14,6 +14,7 @@ use std::process::Command;
 
 use super::squashfs::{self, Codec};
 use super::{io_err, render, write_atomic, BakeError, Data, Layer, Node, WriteOptions};
+use crate::atomic_file::AtomicFile;
 use crate::digest::{self, Sums};
 use crate::image_def::{Compression, ImageDef};
 
@@ -147,19 +148,14 @@ fn pack_mksquashfs(
         .as_ref()
         .map(|s| s.compression)
         .unwrap_or_default();
-    let dir = out.parent().unwrap_or(Path::new("."));
-    let tmp = tempfile::Builder::new()
-        .prefix(".kiln-")
-        .suffix(".raw.tmp")
-        .tempfile_in(dir)
-        .map_err(io_err(dir))?;
+    let tmp = AtomicFile::create(out, ".kiln-", ".raw.tmp")?;
     let epoch = layer.epoch.to_string();
     let mut cmd = Command::new(&opts.mksquashfs);
     // mksquashfs refuses SOURCE_DATE_EPOCH next to -mkfs-time/-all-time; kiln has already
     // read it into `epoch`.
     cmd.env_remove("SOURCE_DATE_EPOCH")
         .arg(&root)
-        .arg(tmp.path())
+        .arg(tmp.temp_path())
         .args([
             "-noappend",
             "-quiet",
@@ -192,7 +188,7 @@ fn pack_mksquashfs(
             ),
         });
     }
-    super::publish(tmp, out)?;
+    tmp.commit(super::OUTPUT_MODE)?;
     std::fs::remove_dir_all(&root).map_err(io_err(&root))?;
     Ok(())
 }

@@ -42,7 +42,7 @@ pub fn run_completions(a: CompletionsArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Writes one man page per command into `a.out`, each through a temp file and a rename.
+/// Writes one man page per command into `a.out`, each atomically ([`crate::atomic_file`]).
 pub fn run_man(a: ManArgs, global: &Global) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let mut cmd = Cli::command();
@@ -73,11 +73,7 @@ fn write_pages(
         .with_context(|| format!("rendering the man page of {name}"))?;
     let file = format!("{name}.1");
     let path = dir.join(&file);
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)
-        .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
-    tmp.write_all(&roff)
-        .with_context(|| format!("writing {}", path.display()))?;
-    tmp.persist(&path)
+    crate::atomic_file::write(&path, ".kiln-man-", &roff, 0o644)
         .with_context(|| format!("writing {}", path.display()))?;
     written.push(file);
     for sub in cmd.get_subcommands() {

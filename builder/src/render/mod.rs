@@ -453,40 +453,10 @@ fn gunzip_capped(data: &[u8], source_name: &str, cap: u64) -> Result<Vec<u8>, Re
     Ok(out)
 }
 
-/// Writes `data` to `path` atomically: a temp file in the same directory, fsync, rename.
+/// Writes `data` to `path` atomically with `mode` (see [`crate::atomic_file`]).
 pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), RenderError> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".kiln-render-")
-        .tempfile_in(dir)
-        .map_err(|e| RenderError::io(dir, e))?;
-    tmp.write_all(data)
-        .map_err(|e| RenderError::io(tmp.path(), e))?;
-    set_mode(tmp.as_file(), mode).map_err(|e| RenderError::io(tmp.path(), e))?;
-    tmp.as_file()
-        .sync_all()
-        .map_err(|e| RenderError::io(tmp.path(), e))?;
-    tmp.persist(path)
-        .map_err(|e| RenderError::io(path, e.error))?;
-    // The rename is only durable once the directory entry is on disk too.
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
-}
-
-#[cfg(unix)]
-fn set_mode(file: &std::fs::File, mode: u32) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    file.set_permissions(std::fs::Permissions::from_mode(mode))
-}
-
-#[cfg(not(unix))]
-fn set_mode(_file: &std::fs::File, _mode: u32) -> std::io::Result<()> {
-    Ok(())
+    crate::atomic_file::write(path, ".kiln-render-", data, mode)
+        .map_err(|e| RenderError::io(e.path, e.source))
 }
 
 #[cfg(test)]

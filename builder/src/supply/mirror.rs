@@ -17,6 +17,7 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
+use crate::atomic_file::{self, AtomicFile};
 use crate::digest::FileDigest;
 use crate::exit::ExitClass;
 use crate::supply::lock::{is_sha256_hex, Lock, LockError};
@@ -72,6 +73,14 @@ impl MirrorError {
             MirrorError::Lock(e) => e.exit_class(),
             MirrorError::Io { .. } => ExitClass::Failure,
         }
+    }
+}
+
+fn from_write(e: atomic_file::WriteError) -> MirrorError {
+    MirrorError::Io {
+        action: e.action,
+        path: e.path,
+        source: e.source,
     }
 }
 
@@ -244,7 +253,7 @@ impl Mirror {
             let dest = quarantine.join(name);
             std::fs::rename(self.store.blob_path(name), &dest)
                 .map_err(io("quarantining into", &dest))?;
-            store::sync_dir(quarantine);
+            atomic_file::sync_dir(quarantine);
             quarantined = Some(dest);
         }
         Ok(BlobReport {
@@ -272,14 +281,7 @@ impl Mirror {
                 missing,
             });
         }
-        let dir = out
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let tmp = tempfile::Builder::new()
-            .prefix(".pack-")
-            .tempfile_in(dir)
-            .map_err(io("creating temp file in", dir))?;
+        let tmp = AtomicFile::create(out, ".pack-", "").map_err(from_write)?;
         let enc = zstd::Encoder::new(tmp, level).map_err(io("starting zstd for", out))?;
         let mut tar = tar::Builder::new(enc);
         tar.mode(tar::HeaderMode::Deterministic);
@@ -316,13 +318,7 @@ impl Mirror {
         }
         let enc = tar.into_inner().map_err(io("finishing tar in", out))?;
         let tmp = enc.finish().map_err(io("finishing zstd in", out))?;
-        tmp.as_file().sync_all().map_err(io("syncing", out))?;
-        tmp.persist(out).map_err(|e| MirrorError::Io {
-            action: "renaming into",
-            path: out.to_path_buf(),
-            source: e.error,
-        })?;
-        store::sync_dir(dir);
+        tmp.commit(0o600).map_err(from_write)?;
         Ok(total)
     }
 

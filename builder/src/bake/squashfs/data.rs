@@ -20,7 +20,7 @@ use std::sync::Mutex;
 use sha2::{Digest, Sha256};
 
 use super::codec::{Codec, Context};
-use super::SquashError;
+use super::error::SquashError;
 use crate::bake::chunk_cache::{self, ChunkCache, ChunkKey, Source};
 use crate::bake::Data;
 

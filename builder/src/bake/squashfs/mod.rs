@@ -14,15 +14,19 @@
 
 mod codec;
 mod data;
+mod error;
 mod meta;
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use super::Node;
+use crate::atomic_file::AtomicFile;
 pub use codec::{Codec, GZIP_DEFAULT_LEVEL, ZSTD_DEFAULT_LEVEL};
+use error::image_io;
+pub use error::SquashError;
 use meta::{MetaWriter, METADATA_SIZE};
 
 /// The data block size kiln uses (what `mksquashfs -b 131072` sets).
@@ -42,37 +46,6 @@ const T_FILE: u16 = 2;
 const T_SYMLINK: u16 = 3;
 const T_LDIR: u16 = 8;
 const T_LFILE: u16 = 9;
-
-/// Why an image could not be written. Each names the layer path or file involved.
-#[derive(Debug, thiserror::Error)]
-pub enum SquashError {
-    /// Reading an input or writing the image failed.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: io::Error,
-    },
-    /// The tree holds something this writer does not store.
-    #[error("squashfs: /{path}: {what}")]
-    Unsupported {
-        /// The layer path.
-        path: String,
-        /// What is wrong and what is supported.
-        what: String,
-    },
-    /// An input file is not what the layer says it is.
-    #[error("squashfs: /{path} ({file}): {detail}: the file changed while the image was written; bake again")]
-    Changed {
-        /// The layer path.
-        path: String,
-        /// Where its bytes were read.
-        file: PathBuf,
-        /// Expected against found.
-        detail: String,
-    },
-}
 
 /// How to write an image.
 #[derive(Debug, Clone)]
@@ -442,13 +415,6 @@ fn listing(ents: &[DirEnt<'_>]) -> (Vec<u8>, Vec<(u32, usize)>) {
     (out, headers)
 }
 
-fn image_io(path: &Path) -> impl Fn(io::Error) -> SquashError + '_ {
-    move |source| SquashError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
 /// Writes a squashfs image of `entries` (paths relative to the root, parents before
 /// children, as a [`super::Layer`] holds them) into `out`, an empty file; `path` names it
 /// in errors. Every inode gets `mtime`, owner and group 0.
@@ -576,31 +542,15 @@ pub fn write_image<'a>(
     })
 }
 
-/// Writes the image to `out` atomically (temp file in the same directory, fsync, rename;
-/// mode 0644).
+/// Writes the image to `out` atomically with mode 0644 (see [`crate::atomic_file`]).
 pub fn write_file<'a>(
     entries: impl IntoIterator<Item = (&'a str, &'a Node)>,
     mtime: u64,
     out: &Path,
     opts: &Options,
 ) -> Result<Summary, SquashError> {
-    let dir = out.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".kiln-")
-        .suffix(".raw.tmp")
-        .tempfile_in(dir)
-        .map_err(image_io(dir))?;
-    let summary = write_image(entries, mtime, tmp.as_file_mut(), out, opts)?;
-    tmp.as_file().sync_all().map_err(image_io(out))?;
-    let f = tmp.persist(out).map_err(|e| SquashError::Io {
-        path: out.to_path_buf(),
-        source: e.error,
-    })?;
-    use std::os::unix::fs::PermissionsExt;
-    f.set_permissions(std::fs::Permissions::from_mode(0o644))
-        .map_err(image_io(out))?;
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
+    let mut tmp = AtomicFile::create(out, ".kiln-", ".raw.tmp")?;
+    let summary = write_image(entries, mtime, tmp.file_mut(), out, opts)?;
+    tmp.commit(0o644)?;
     Ok(summary)
 }

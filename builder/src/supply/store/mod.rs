@@ -7,117 +7,23 @@
 //! a killed process is resumed by the next one.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
+mod error;
+mod partial;
+
+pub use error::StoreError;
+pub use partial::{Expect, Partial, CHUNK, WRITEBACK_STEP};
+
+use error::io_err;
+
+use crate::atomic_file;
 use crate::digest::{self, FileDigest, Sums};
-use crate::exit::ExitClass;
 use crate::supply::lock::{is_sha256_hex, Artifact};
-
-/// Read/write chunk size for hashing and copying.
-pub const CHUNK: usize = 256 * 1024;
-
-/// A partial file asks the kernel to start writing its pages to disk every this many bytes, so
-/// the fsync before the rename only waits for the tail instead of the whole blob.
-pub const WRITEBACK_STEP: u64 = 8 << 20;
-
-/// Why a store operation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// A filesystem operation failed.
-    #[error("{action} {path}: {source}")]
-    Io {
-        /// What was being done.
-        action: &'static str,
-        /// The path involved.
-        path: PathBuf,
-        /// The I/O error.
-        source: io::Error,
-    },
-    /// A sha256 argument is not 64 lowercase hex digits.
-    #[error("not a sha256 (64 lowercase hex digits): {0:?}")]
-    BadDigest(String),
-    /// More bytes arrived than the expected size.
-    #[error("{what}: expected {expected} bytes, received more ({found} so far); the source is serving a different file")]
-    TooLong {
-        /// The artifact or blob.
-        what: String,
-        /// Expected size.
-        expected: u64,
-        /// Bytes seen.
-        found: u64,
-    },
-    /// The stream ended early.
-    #[error("{what}: expected {expected} bytes, the source ended after {found}")]
-    TooShort {
-        /// The artifact or blob.
-        what: String,
-        /// Expected size.
-        expected: u64,
-        /// Bytes seen.
-        found: u64,
-    },
-    /// The bytes have the right size but the wrong hash.
-    #[error("{what}: expected sha256 {expected}, found {found}; the bytes were discarded")]
-    Mismatch {
-        /// The artifact or blob.
-        what: String,
-        /// Expected digest.
-        expected: String,
-        /// Actual digest.
-        found: String,
-    },
-}
-
-impl StoreError {
-    /// Bytes that are not what was expected are refused (exit 3); the rest is a failure.
-    pub fn exit_class(&self) -> ExitClass {
-        match self {
-            StoreError::Mismatch { .. }
-            | StoreError::TooLong { .. }
-            | StoreError::TooShort { .. } => ExitClass::Verify,
-            StoreError::Io { .. } | StoreError::BadDigest(_) => ExitClass::Failure,
-        }
-    }
-}
-
-fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> StoreError {
-    let path = path.to_path_buf();
-    move |source| StoreError::Io {
-        action,
-        path,
-        source,
-    }
-}
-
-/// What a blob must be: its digest and size, and a name for messages.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Expect {
-    /// Lowercase hex sha256.
-    pub sha256: String,
-    /// Size in bytes: exact when `exact`, otherwise only an upper bound.
-    pub size: u64,
-    /// Whether `size` is the exact size (false for lock entries that record no size).
-    pub exact: bool,
-    /// The artifact id or file, for messages.
-    pub what: String,
-}
-
-impl Expect {
-    /// The expectation a lock entry sets.
-    pub fn for_artifact(a: &Artifact) -> Expect {
-        Expect {
-            sha256: a.sha256.clone(),
-            size: a.known_size().unwrap_or(crate::supply::lock::MAX_UNSIZED),
-            exact: a.known_size().is_some(),
-            what: a.id(),
-        }
-    }
-}
 
 /// One index record: which blob holds a lock entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -228,17 +134,7 @@ impl Store {
                 Ok(now) if same_file(&ours, &now) => {}
                 _ => continue,
             }
-            let mut partial = Partial {
-                file,
-                path,
-                blob,
-                expect: expect.clone(),
-                hasher: Sha256::new(),
-                len: 0,
-                buf: Vec::with_capacity(CHUNK),
-                writeback_from: 0,
-            };
-            partial.hash_existing(ours.len())?;
+            let partial = Partial::resume(file, path, blob, expect.clone(), ours.len())?;
             return Ok(Claim::Partial(partial));
         }
     }
@@ -270,7 +166,7 @@ impl Store {
         loop {
             let n = reader
                 .read(&mut buf)
-                .map_err(io_err("reading source for", &partial.blob))?;
+                .map_err(io_err("reading source for", partial.blob()))?;
             if n == 0 {
                 break;
             }
@@ -331,224 +227,16 @@ fn unreachable_busy() -> ! {
     panic!("store: claim_wait returned Busy")
 }
 
-/// A partial blob owned (under `flock`) by this process. Bytes written are hashed and counted;
-/// [`Partial::commit`] renames it into place only when digest and size match.
-#[derive(Debug)]
-pub struct Partial {
-    file: File,
-    path: PathBuf,
-    blob: PathBuf,
-    expect: Expect,
-    hasher: Sha256,
-    len: u64,
-    // Small network chunks are gathered into CHUNK-sized writes.
-    buf: Vec<u8>,
-    // File offset up to which writeback to disk has been started.
-    writeback_from: u64,
-}
-
-impl Drop for Partial {
-    fn drop(&mut self) {
-        // Keep what arrived so a later run can resume from it.
-        let _ = self.flush_buf();
-    }
-}
-
-impl Partial {
-    fn flush_buf(&mut self) -> Result<(), StoreError> {
-        if !self.buf.is_empty() {
-            self.file
-                .write_all(&self.buf)
-                .map_err(io_err("writing partial file", &self.path))?;
-            self.buf.clear();
-            self.start_writeback();
-        }
-        Ok(())
-    }
-
-    /// Bytes already handed to the file (the rest waits in `buf`).
-    fn in_file(&self) -> u64 {
-        self.len - self.buf.len() as u64
-    }
-
-    /// Starts (does not wait for) writeback of what was written since the last call, once
-    /// that is at least [`WRITEBACK_STEP`]: the disk then works while the network delivers,
-    /// and the commit's fsync has little left to do. Durability still comes from that fsync.
-    fn start_writeback(&mut self) {
-        let end = self.in_file();
-        if end < self.writeback_from + WRITEBACK_STEP {
-            return;
-        }
-        writeback(&self.file, self.writeback_from, end - self.writeback_from);
-        self.writeback_from = end;
-    }
-
-    fn hash_existing(&mut self, len: u64) -> Result<(), StoreError> {
-        if len > self.expect.size {
-            return self.restart();
-        }
-        self.file
-            .seek(SeekFrom::Start(0))
-            .map_err(io_err("reading partial file", &self.path))?;
-        let mut buf = vec![0u8; CHUNK];
-        let mut left = len;
-        while left > 0 {
-            let want = buf.len().min(left as usize);
-            let n = self
-                .file
-                .read(&mut buf[..want])
-                .map_err(io_err("reading partial file", &self.path))?;
-            if n == 0 {
-                break;
-            }
-            self.hasher.update(&buf[..n]);
-            left -= n as u64;
-        }
-        self.len = len - left;
-        self.writeback_from = self.len;
-        self.file
-            .set_len(self.len)
-            .map_err(io_err("trimming partial file", &self.path))?;
-        self.file
-            .seek(SeekFrom::Start(self.len))
-            .map_err(io_err("seeking partial file", &self.path))?;
-        Ok(())
-    }
-
-    /// Bytes already present (where a resumed download continues from).
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-
-    /// True when nothing has been written yet.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// What this partial must become.
-    pub fn expect(&self) -> &Expect {
-        &self.expect
-    }
-
-    /// Discards what is present and starts from byte 0 (a source that ignored Range, or a
-    /// failed check).
-    pub fn restart(&mut self) -> Result<(), StoreError> {
-        self.buf.clear();
-        self.file
-            .set_len(0)
-            .map_err(io_err("truncating partial file", &self.path))?;
-        self.file
-            .seek(SeekFrom::Start(0))
-            .map_err(io_err("seeking partial file", &self.path))?;
-        self.hasher = Sha256::new();
-        self.len = 0;
-        self.writeback_from = 0;
-        Ok(())
-    }
-
-    /// Appends bytes, refusing to grow past the expected size.
-    pub fn write(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
-        let next = self.len + bytes.len() as u64;
-        if next > self.expect.size {
-            let found = next;
-            self.restart()?;
-            return Err(StoreError::TooLong {
-                what: self.expect.what.clone(),
-                expected: self.expect.size,
-                found,
-            });
-        }
-        self.hasher.update(bytes);
-        if self.buf.len() + bytes.len() > CHUNK {
-            self.flush_buf()?;
-        }
-        if bytes.len() >= CHUNK {
-            self.file
-                .write_all(bytes)
-                .map_err(io_err("writing partial file", &self.path))?;
-            self.len = next;
-            self.start_writeback();
-        } else {
-            self.buf.extend_from_slice(bytes);
-            self.len = next;
-        }
-        Ok(())
-    }
-
-    /// Checks size and digest, fsyncs, and renames into place. On a digest mismatch the partial
-    /// is emptied (its bytes are wrong, resuming them would be pointless).
-    pub fn commit(mut self) -> Result<PathBuf, StoreError> {
-        self.flush_buf()?;
-        if self.expect.exact && self.len < self.expect.size {
-            return Err(StoreError::TooShort {
-                what: self.expect.what.clone(),
-                expected: self.expect.size,
-                found: self.len,
-            });
-        }
-        let found = hex::encode(std::mem::take(&mut self.hasher).finalize());
-        if found != self.expect.sha256 {
-            self.restart()?;
-            return Err(StoreError::Mismatch {
-                what: self.expect.what.clone(),
-                expected: self.expect.sha256.clone(),
-                found,
-            });
-        }
-        self.file
-            .sync_all()
-            .map_err(io_err("syncing partial file", &self.path))?;
-        std::fs::rename(&self.path, &self.blob).map_err(io_err("renaming into", &self.blob))?;
-        let blob = std::mem::take(&mut self.blob);
-        sync_dir(blob.parent().unwrap_or(Path::new(".")));
-        Ok(blob)
-    }
-}
-
-/// Writes `bytes` to `path` through a temp file in the same directory, fsync and rename.
+/// Writes `bytes` to `path` atomically (see [`crate::atomic_file`]), creating its directory. The
+/// mode stays the temp file's 0600.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(io_err("creating directory", dir))?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".tmp-")
-        .tempfile_in(dir)
-        .map_err(io_err("creating temp file in", dir))?;
-    tmp.write_all(bytes)
-        .map_err(io_err("writing", tmp.path()))?;
-    tmp.as_file().sync_all().map_err(io_err("syncing", path))?;
-    tmp.persist(path).map_err(|e| StoreError::Io {
-        action: "renaming into",
-        path: path.to_path_buf(),
-        source: e.error,
-    })?;
-    sync_dir(dir);
-    Ok(())
-}
-
-/// Asks Linux to start writing a file range to disk without waiting (`sync_file_range` with
-/// `SYNC_FILE_RANGE_WRITE`). Only a hint: errors are ignored, the fsync at commit decides.
-#[cfg(target_os = "linux")]
-fn writeback(file: &File, offset: u64, len: u64) {
-    use std::os::unix::io::AsRawFd;
-    // SAFETY: sync_file_range only reads the descriptor, which `file` keeps open for the call.
-    unsafe {
-        libc::sync_file_range(
-            file.as_raw_fd(),
-            offset as libc::off64_t,
-            len as libc::off64_t,
-            libc::SYNC_FILE_RANGE_WRITE,
-        );
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn writeback(_: &File, _: u64, _: u64) {}
-
-/// Makes a rename durable. Best effort: some filesystems refuse fsync on directories.
-pub fn sync_dir(dir: &Path) {
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
+    atomic_file::write(path, ".tmp-", bytes, 0o600).map_err(|e| StoreError::Io {
+        action: e.action,
+        path: e.path,
+        source: e.source,
+    })
 }
 
 #[cfg(unix)]
@@ -588,6 +276,7 @@ fn try_lock(_: &File) -> io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::{Digest, Sha256};
 
     fn expect(bytes: &[u8]) -> Expect {
         Expect {
