@@ -7,9 +7,8 @@ use anyhow::Context as _;
 use clap::Args;
 
 use crate::bake::{self, manifest, BakeRequest, WriteOptions};
+use crate::cli::common::{load_lock, Global, TrustArgs, DEFAULT_LOCK};
 use crate::cli::fail::classify;
-use crate::cli::supply::{load_lock, TrustArgs, DEFAULT_LOCK};
-use crate::cli::Global;
 use crate::image_def::{Arch, Format, ImageDef, Os};
 use crate::supply::store::Store;
 

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::{Args, CommandFactory};
+use clap::Args;
 
-use crate::cli::{Cli, Global};
+use crate::cli::common::Global;
 
 /// `kiln completions SHELL`
 #[derive(Debug, Args)]
@@ -31,8 +31,7 @@ pub struct ManArgs {
 /// Install it where the shell looks, e.g. for bash:
 /// `kiln completions bash > /etc/bash_completion.d/kiln` (or
 /// `~/.local/share/bash-completion/completions/kiln`).
-pub fn run_completions(a: CompletionsArgs) -> anyhow::Result<ExitCode> {
-    let mut cmd = Cli::command();
+pub fn run_completions(a: CompletionsArgs, mut cmd: clap::Command) -> anyhow::Result<ExitCode> {
     let mut out = Vec::new();
     clap_complete::generate(a.shell, &mut cmd, "kiln", &mut out);
     std::io::stdout()
@@ -43,9 +42,8 @@ pub fn run_completions(a: CompletionsArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Writes one man page per command into `a.out`, each atomically ([`crate::atomic_file`]).
-pub fn run_man(a: ManArgs, global: &Global) -> anyhow::Result<ExitCode> {
+pub fn run_man(a: ManArgs, mut cmd: clap::Command, global: &Global) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    let mut cmd = Cli::command();
     cmd.build();
     let mut written = Vec::new();
     write_pages(&cmd, "kiln", &a.out, &mut written)?;

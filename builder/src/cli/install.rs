@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use clap::Args;
 
 use crate::archive_rules::DEFAULT_MAX_BYTES;
-use crate::cli::Global;
+use crate::cli::common::{announce_key, exit, Global};
 use crate::install::{InstallError, InstallOptions, LayerTrust};
 use crate::supply::sign::TrustedKey;
 
@@ -54,9 +54,9 @@ pub fn run_install(a: InstallArgs, global: &Global) -> anyhow::Result<ExitCode> 
                     .is_some_and(InstallError::is_refusal)
             });
             Ok(ExitCode::from(if refused {
-                crate::cli::exit::VERIFY
+                exit::VERIFY
             } else {
-                crate::cli::exit::FAILURE
+                exit::FAILURE
             }))
         }
     }
@@ -66,7 +66,7 @@ fn install_inner(a: InstallArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let trust = match (&a.trusted_key, a.allow_unverified) {
         (Some(p), _) => {
             let key = TrustedKey::from_file(p)?;
-            crate::cli::supply::announce_key(&key, p, "--trusted-key");
+            announce_key(&key, p, "--trusted-key");
             LayerTrust::Signed {
                 sums: a.sums.clone(),
                 key,

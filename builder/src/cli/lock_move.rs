@@ -7,8 +7,12 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 
-use crate::cli::supply::{header_of, sign_lock, write_lock, LockUpdateArgs};
-use crate::cli::Global;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::cli::common::{runtime, FilterArgs, Global, NetArgs, DEFAULT_LOCK};
+use crate::cli::lock_file::{header_of, sign_lock, write_lock};
 use crate::supply::lock::{self, Lock};
 use crate::supply::outdated::index::Fetcher;
 use crate::supply::outdated::policy::{self, Step};
@@ -132,6 +136,105 @@ pub fn run(a: &LockUpdateArgs, global: &Global) -> anyhow::Result<ExitCode> {
         let (sig, _) = sign_lock(&a.lock, sk, a.password_env.as_deref())?;
         if !global.quiet && !global.json {
             println!("signed {} -> {}", a.lock.display(), sig.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `kiln lock update`
+#[derive(Debug, Args)]
+pub struct LockUpdateArgs {
+    /// The lock file.
+    #[arg(default_value = DEFAULT_LOCK)]
+    pub lock: PathBuf,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    #[command(flatten)]
+    pub net: NetArgs,
+    /// Move the selected entries (--name required) to this release: a newer patch of the
+    /// pinned minor, or with --allow-minor a later minor.
+    #[arg(
+        long,
+        value_name = "VERSION",
+        requires = "names",
+        conflicts_with = "patch"
+    )]
+    pub to: Option<String>,
+    /// Move every selected entry to the newest patch of its minor that upstream lists.
+    #[arg(long)]
+    pub patch: bool,
+    /// Let --to cross into a later minor (prints the Kubernetes version-skew rules).
+    #[arg(long, requires = "to")]
+    pub allow_minor: bool,
+    #[command(flatten)]
+    pub index: crate::cli::outdated::IndexArgs,
+    /// Sign the lock after writing it, with this minisign secret key.
+    #[arg(long, short = 's', value_name = "FILE", env = "KILN_SECRET_KEY")]
+    pub secret_key: Option<PathBuf>,
+    /// Name of an environment variable holding the secret key's password.
+    #[arg(long, value_name = "VAR", requires = "secret_key")]
+    pub password_env: Option<String>,
+}
+
+pub(crate) fn lock_update(a: LockUpdateArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    if a.to.is_some() || a.patch {
+        return run(&a, global);
+    }
+    let text = std::fs::read_to_string(&a.lock)
+        .with_context(|| format!("reading lock {}", a.lock.display()))?;
+    let mut l = Lock::parse(&text, &a.lock)?;
+    let header = header_of(&text);
+    let selected: std::collections::BTreeSet<String> =
+        a.filter.apply(&l).iter().map(|x| x.id()).collect();
+    let opts = a.net.options();
+    let rt = runtime()?;
+    let mut changed = false;
+    for art in l
+        .artifacts
+        .iter_mut()
+        .filter(|x| selected.contains(&x.id()))
+    {
+        let (sha, size) = rt.block_on(crate::supply::fetch::hash_url(
+            &art.url,
+            lock::MAX_UNSIZED,
+            &opts,
+        ))?;
+        if sha != art.sha256 {
+            return Err(crate::supply::store::StoreError::Mismatch {
+                what: format!(
+                    "{} from {}: upstream now serves different bytes than the lock pins",
+                    art.id(),
+                    art.url
+                ),
+                expected: art.sha256.clone(),
+                found: sha,
+            }
+            .into());
+        }
+        if art.size != size {
+            anyhow::ensure!(
+                art.size == 0,
+                "{}: the lock records {} bytes, upstream serves {size} bytes with the same sha256",
+                art.id(),
+                art.size
+            );
+            art.size = size;
+            changed = true;
+        }
+        if global.json {
+            println!(
+                "{}",
+                serde_json::json!({"id": art.id(), "ok": true, "size": size})
+            );
+        } else if !global.quiet {
+            println!("{}: sha256 confirmed, {size} bytes", art.id());
+        }
+    }
+    if changed {
+        write_lock(&a.lock, &header, &l)?;
+        if let Some(sk) = &a.secret_key {
+            let (sig, _) = sign_lock(&a.lock, sk, a.password_env.as_deref())?;
+            eprintln!("kiln: signed {} -> {}", a.lock.display(), sig.display());
         }
     }
     Ok(ExitCode::SUCCESS)

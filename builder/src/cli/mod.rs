@@ -2,33 +2,25 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use kiln_firstboot::contract;
 
 pub mod bake;
+pub mod common;
 pub mod completions;
 pub mod fail;
+pub mod fetch;
+pub mod inspect;
 pub mod install;
+pub mod lock;
+pub mod lock_file;
 pub mod lock_move;
+pub mod mirror;
 pub mod outdated;
+pub mod progress;
 pub mod render;
-pub mod supply;
 
-/// Exit codes shared by every subcommand (documented in `docs/cli.md`).
-pub mod exit {
-    /// Everything worked.
-    pub const OK: u8 = 0;
-    /// Any failure not covered below.
-    pub const FAILURE: u8 = crate::exit::ExitClass::Failure.code();
-    /// Bad command line (clap's own code).
-    pub const USAGE: u8 = 2;
-    /// A check failed: lock signature, artifact digest or size, or the binary gate.
-    pub const VERIFY: u8 = crate::exit::ExitClass::Verify.code();
-    /// A source could not deliver (network errors after retries, 404, deadline).
-    pub const FETCH: u8 = crate::exit::ExitClass::Fetch.code();
-    /// `kiln lock outdated`: a newer patch release of a pinned minor exists.
-    pub const OUTDATED: u8 = 5;
-}
+pub use common::{exit, Global};
 
 /// kiln builds immutable Kubernetes node images from a signed, pinned artifact lock.
 #[derive(Debug, Parser)]
@@ -40,34 +32,23 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Flags every subcommand understands.
-#[derive(Debug, clap::Args)]
-pub struct Global {
-    /// Print machine-readable JSON lines instead of human text.
-    #[arg(long, global = true)]
-    pub json: bool,
-    /// Only print errors.
-    #[arg(long, short, global = true)]
-    pub quiet: bool,
-}
-
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print the node contract version this kiln bakes and renders for.
     Contract,
     /// Check or sign the artifact lock.
     #[command(subcommand)]
-    Lock(supply::LockCommand),
+    Lock(lock::LockCommand),
     /// Report what binaries are (ELF/PE, machine, linkage) and check them against an OS/arch.
-    Inspect(supply::InspectArgs),
+    Inspect(inspect::InspectArgs),
     /// Render a node.toml into cloud-init, Ignition, Windows user data or a file tree
     /// (or `--check` user data).
     Render(render::RenderArgs),
     /// Fill the local cache with a lock's artifacts (mirrors, then upstream), verified.
-    Fetch(supply::FetchArgs),
+    Fetch(fetch::FetchArgs),
     /// Keep an air-gapped artifact mirror: sync, verify, pack, unpack.
     #[command(subcommand)]
-    Mirror(supply::MirrorCommand),
+    Mirror(mirror::MirrorCommand),
     /// Bake a reproducible node image layer (sysext, rootfs overlay, Windows zip) + SBOM.
     Bake(bake::BakeArgs),
     /// Explain what changed between two baked layers (their .manifest.json files).
@@ -103,15 +84,15 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Lock(c) => supply::run_lock(c, &cli.global),
-        Command::Inspect(a) => supply::run_inspect(a, &cli.global),
+        Command::Lock(c) => lock::run_lock(c, &cli.global),
+        Command::Inspect(a) => inspect::run_inspect(a, &cli.global),
         Command::Render(args) => render::run(args, &cli.global),
-        Command::Fetch(a) => supply::run_fetch(a, &cli.global),
-        Command::Mirror(c) => supply::run_mirror(c, &cli.global),
+        Command::Fetch(a) => fetch::run_fetch(a, &cli.global),
+        Command::Mirror(c) => mirror::run_mirror(c, &cli.global),
         Command::Bake(a) => bake::run_bake(a, &cli.global),
         Command::Diff(a) => bake::run_diff(a, &cli.global),
         Command::Install(a) => install::run_install(a, &cli.global),
-        Command::Completions(a) => completions::run_completions(a),
-        Command::Man(a) => completions::run_man(a, &cli.global),
+        Command::Completions(a) => completions::run_completions(a, Cli::command()),
+        Command::Man(a) => completions::run_man(a, Cli::command(), &cli.global),
     }
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use crate::cli::{exit, Global};
+use crate::cli::common::{exit, Global, DEFAULT_LOCK};
 use crate::supply::lock::Lock;
 use crate::supply::outdated::index::{Endpoints, GITHUB_API, KUBERNETES_INDEX};
 use crate::supply::outdated::{self, Finding, OtherLock, Status, Upstream};
@@ -15,7 +15,7 @@ use crate::supply::outdated::{self, Finding, OtherLock, Status, Upstream};
 #[derive(Debug, Args)]
 pub struct OutdatedArgs {
     /// The lock file.
-    #[arg(default_value = crate::cli::supply::DEFAULT_LOCK)]
+    #[arg(default_value = DEFAULT_LOCK)]
     pub lock: PathBuf,
     /// Compare with another lock, or a mirror directory's lock, instead of upstream (offline).
     #[arg(long, value_name = "LOCK|MIRROR_DIR")]

@@ -12,7 +12,7 @@ use crate::render::{
     self, files, limits, Checked, NodeConfig, NodeFile, Provisioner, RenderOptions,
 };
 
-use super::Global;
+use crate::cli::common::{exit, Global};
 
 /// Provisioner names on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -72,7 +72,7 @@ pub struct RenderArgs {
 /// A command line clap accepts but that asks for something impossible: exit 2, like clap's.
 fn usage(why: &str) -> anyhow::Result<ExitCode> {
     eprintln!("kiln: error: {why}");
-    Ok(ExitCode::from(crate::cli::exit::USAGE))
+    Ok(ExitCode::from(exit::USAGE))
 }
 
 /// Runs `kiln render`.
@@ -320,7 +320,7 @@ fn check(path: &Path, global: &Global) -> anyhow::Result<ExitCode> {
             "kiln: error: {name} breaks node contract v1:\n  {}",
             problems.join("\n  ")
         );
-        return Ok(ExitCode::from(super::exit::VERIFY));
+        return Ok(ExitCode::from(exit::VERIFY));
     }
     Ok(ExitCode::SUCCESS)
 }

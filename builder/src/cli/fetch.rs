@@ -1,0 +1,102 @@
+//! `kiln fetch`: fill the local cache with a lock's artifacts, verified.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::cli::common::{
+    default_cache, done, load_lock, runtime, FilterArgs, Global, NetArgs, TrustArgs, DEFAULT_LOCK,
+};
+use crate::cli::progress;
+use crate::supply::lock;
+
+/// `kiln fetch`
+#[derive(Debug, Args)]
+pub struct FetchArgs {
+    /// The lock file.
+    #[arg(default_value = DEFAULT_LOCK)]
+    pub lock: PathBuf,
+    /// The local cache (a store) to fill. Default: $XDG_CACHE_HOME/kiln or ~/.cache/kiln.
+    #[arg(long, env = "KILN_CACHE", value_name = "DIR")]
+    pub cache: Option<PathBuf>,
+    /// A mirror (http(s) URL or directory), tried in the order given. With any --mirror,
+    /// upstream is not contacted unless --upstream is also given.
+    #[arg(long = "mirror", value_name = "URL|DIR")]
+    pub mirrors: Vec<String>,
+    /// Fall back to the upstream URLs after the mirrors.
+    #[arg(long)]
+    pub upstream: bool,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    #[command(flatten)]
+    pub net: NetArgs,
+    #[command(flatten)]
+    pub trust: TrustArgs,
+}
+
+/// Runs `kiln fetch`.
+pub fn run_fetch(a: FetchArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    done(fetch_cmd(a, global))
+}
+
+fn fetch_cmd(a: FetchArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let (lock, _) = load_lock(&a.lock, &a.trust)?;
+    let cache = a.cache.clone().unwrap_or_else(default_cache);
+    let store = crate::supply::store::Store::open(&cache)?;
+    let mut sources: Vec<crate::supply::fetch::Source> = a
+        .mirrors
+        .iter()
+        .map(|m| crate::supply::fetch::Source::mirror(m))
+        .collect();
+    if sources.is_empty() || a.upstream {
+        sources.push(crate::supply::fetch::Source::Upstream);
+    }
+    let artifacts = a.filter.apply(&lock);
+    let summary = run_fetch_all(&store, &artifacts, &sources, &a.net, global)?;
+    report_summary("fetch", &cache, &summary, global);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn run_fetch_all(
+    store: &crate::supply::store::Store,
+    artifacts: &[lock::Artifact],
+    sources: &[crate::supply::fetch::Source],
+    net: &NetArgs,
+    global: &Global,
+) -> anyhow::Result<crate::supply::fetch::Summary> {
+    let reporter = progress::reporter(global, artifacts);
+    let rt = runtime()?;
+    let r = rt.block_on(crate::supply::fetch::fetch_all(
+        store,
+        artifacts,
+        sources,
+        &net.options(),
+        reporter.clone(),
+    ));
+    progress::finish(&reporter);
+    Ok(r?)
+}
+
+pub(crate) fn report_summary(
+    what: &str,
+    dir: &Path,
+    s: &crate::supply::fetch::Summary,
+    global: &Global,
+) {
+    if global.json {
+        println!(
+            "{}",
+            serde_json::json!({"event": "summary", "command": what, "dir": dir, "summary": s})
+        );
+    } else if !global.quiet {
+        println!(
+            "{what}: {} artifacts in {} ({} already present), {} bytes transferred, {} bytes resumed",
+            s.artifacts,
+            dir.display(),
+            s.cached,
+            s.transferred,
+            s.resumed
+        );
+    }
+}

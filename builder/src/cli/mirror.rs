@@ -1,0 +1,342 @@
+//! `kiln mirror sync|verify|pack|unpack`: keep an air-gapped artifact mirror.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+
+use crate::cli::common::{
+    describe, done, exit, load_lock, runtime, FilterArgs, Global, NetArgs, TrustArgs, DEFAULT_LOCK,
+};
+use crate::cli::fetch::{report_summary, run_fetch_all};
+use crate::supply::sign::{self, Verified};
+
+/// `kiln mirror …`
+#[derive(Debug, Subcommand)]
+pub enum MirrorCommand {
+    /// Fill a mirror directory with every artifact of a lock (from upstream or another mirror).
+    Sync(MirrorSyncArgs),
+    /// Re-hash every blob of a mirror, report, and move bad blobs into DIR/quarantine/.
+    Verify(MirrorVerifyArgs),
+    /// Write a mirror as one .tar.zst (signed lock inside) to carry across an air gap.
+    Pack(MirrorPackArgs),
+    /// Unpack a .tar.zst made by `mirror pack` into a mirror, verifying lock and blobs.
+    Unpack(MirrorUnpackArgs),
+}
+
+/// `kiln mirror sync`
+#[derive(Debug, Args)]
+pub struct MirrorSyncArgs {
+    /// The mirror directory to fill.
+    #[arg(long, value_name = "DIR")]
+    pub to: PathBuf,
+    /// Another mirror (http(s) URL or directory) to copy from, tried in order. Without --lock,
+    /// the first one's signed lock is used.
+    #[arg(long = "from", value_name = "URL|DIR")]
+    pub from: Vec<String>,
+    /// The lock to mirror (default: the first --from mirror's lock, else images/artifacts.lock).
+    #[arg(long)]
+    pub lock: Option<PathBuf>,
+    /// Fall back to upstream URLs after the --from mirrors (always on without --from).
+    #[arg(long)]
+    pub upstream: bool,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    #[command(flatten)]
+    pub net: NetArgs,
+    #[command(flatten)]
+    pub trust: TrustArgs,
+}
+
+/// `kiln mirror verify`
+#[derive(Debug, Args)]
+pub struct MirrorVerifyArgs {
+    /// The mirror directory.
+    pub dir: PathBuf,
+    /// Hashing threads (default: all CPUs).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub trust: TrustArgs,
+}
+
+/// `kiln mirror pack`
+#[derive(Debug, Args)]
+pub struct MirrorPackArgs {
+    /// The mirror directory.
+    pub dir: PathBuf,
+    /// The .tar.zst to write.
+    #[arg(long, short)]
+    pub out: PathBuf,
+    /// zstd level (1-19).
+    #[arg(long, default_value_t = 3)]
+    pub level: i32,
+    #[command(flatten)]
+    pub trust: TrustArgs,
+}
+
+/// `kiln mirror unpack`
+#[derive(Debug, Args)]
+pub struct MirrorUnpackArgs {
+    /// The .tar.zst made by `kiln mirror pack`.
+    pub pack: PathBuf,
+    /// The mirror directory to fill.
+    #[arg(long, value_name = "DIR")]
+    pub to: PathBuf,
+    #[command(flatten)]
+    pub trust: TrustArgs,
+}
+
+/// Runs `kiln mirror …`.
+pub fn run_mirror(cmd: MirrorCommand, global: &Global) -> anyhow::Result<ExitCode> {
+    done(match cmd {
+        MirrorCommand::Sync(a) => mirror_sync(a, global),
+        MirrorCommand::Verify(a) => mirror_verify(a, global),
+        MirrorCommand::Pack(a) => mirror_pack(a, global),
+        MirrorCommand::Unpack(a) => mirror_unpack(a, global),
+    })
+}
+
+/// Copies a remote mirror's lock and signature into `dir` (so it can be verified as files).
+/// Transient failures (connect errors, resets, timeouts, 408, 429, 5xx) are retried with the
+/// same capped backoff as blob downloads.
+fn fetch_remote_lock(base: &str, dir: &Path, net: &NetArgs) -> anyhow::Result<PathBuf> {
+    let rt = runtime()?;
+    let opts = net.options();
+    let lock_path = dir.join(crate::supply::mirror::LOCK_NAME);
+    rt.block_on(async {
+        let client = reqwest::Client::builder()
+            .connect_timeout(opts.connect_timeout)
+            .no_gzip()
+            .build()?;
+        for (name, path, required) in [
+            (
+                crate::supply::mirror::LOCK_NAME.to_string(),
+                lock_path.clone(),
+                true,
+            ),
+            (
+                format!("{}.minisig", crate::supply::mirror::LOCK_NAME),
+                sign::signature_path(&lock_path),
+                false,
+            ),
+        ] {
+            let url = format!("{base}/{name}");
+            let mut attempt = 0;
+            let bytes = loop {
+                attempt += 1;
+                match get_small(&client, &url, &opts).await {
+                    Ok(b) => break b,
+                    Err(SmallGet::Transient(e)) if attempt < opts.attempts_per_url => {
+                        let wait = opts
+                            .backoff_initial
+                            .saturating_mul(1 << (attempt - 1).min(16))
+                            .min(opts.backoff_max);
+                        tracing::debug!("{url}: {e}; retrying in {wait:?}");
+                        tokio::time::sleep(wait).await;
+                    }
+                    Err(SmallGet::Transient(e) | SmallGet::Fatal(e)) => {
+                        anyhow::bail!("fetching {url}: {e}")
+                    }
+                };
+            };
+            match bytes {
+                Some(b) => std::fs::write(&path, &b)
+                    .with_context(|| format!("writing {}", path.display()))?,
+                None if required => anyhow::bail!("fetching {url}: HTTP 404 Not Found"),
+                None => {}
+            }
+        }
+        anyhow::Ok(())
+    })?;
+    Ok(lock_path)
+}
+
+/// How fetching a small file (a lock, a signature) failed.
+enum SmallGet {
+    Transient(String),
+    Fatal(String),
+}
+
+/// GETs a file of at most 16 MiB, with or without a Content-Length; `None` for 404.
+async fn get_small(
+    client: &reqwest::Client,
+    url: &str,
+    opts: &crate::supply::fetch::FetchOptions,
+) -> Result<Option<Vec<u8>>, SmallGet> {
+    let net_err = |e: reqwest::Error| SmallGet::Transient(e.to_string());
+    let resp = tokio::time::timeout(opts.idle_timeout, client.get(url).send())
+        .await
+        .map_err(|_| SmallGet::Transient(format!("no response within {:?}", opts.idle_timeout)))?
+        .map_err(net_err)?;
+    let status = resp.status();
+    if status == reqwest::StatusCode::NOT_FOUND {
+        return Ok(None);
+    }
+    if status.as_u16() == 408 || status.as_u16() == 429 || status.is_server_error() {
+        return Err(SmallGet::Transient(format!("HTTP {status}")));
+    }
+    if !status.is_success() {
+        return Err(SmallGet::Fatal(format!("HTTP {status} (expected 200)")));
+    }
+    let too_big = || {
+        SmallGet::Fatal(format!(
+            "larger than {MAX_SMALL_GET} bytes (16 MiB), not a lock"
+        ))
+    };
+    if resp.content_length().unwrap_or(0) > MAX_SMALL_GET {
+        return Err(too_big());
+    }
+    // A chunked response has no Content-Length: the cap holds on the bytes as they come.
+    let mut resp = resp;
+    let mut body = Vec::new();
+    while let Some(chunk) = tokio::time::timeout(opts.idle_timeout, resp.chunk())
+        .await
+        .map_err(|_| SmallGet::Transient(format!("no data for {:?}", opts.idle_timeout)))?
+        .map_err(net_err)?
+    {
+        if (body.len() + chunk.len()) as u64 > MAX_SMALL_GET {
+            return Err(too_big());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Some(body))
+}
+
+/// The most a fetched lock or signature may hold.
+const MAX_SMALL_GET: u64 = 16 << 20;
+
+fn mirror_sync(a: MirrorSyncArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let staging = tempfile::tempdir()?;
+    let lock_path = match (&a.lock, a.from.first()) {
+        (Some(l), _) => l.clone(),
+        (None, Some(from)) => match crate::supply::fetch::Source::mirror(from) {
+            crate::supply::fetch::Source::MirrorUrl(u) => {
+                fetch_remote_lock(&u, staging.path(), &a.net)?
+            }
+            crate::supply::fetch::Source::MirrorDir(d) => d.join(crate::supply::mirror::LOCK_NAME),
+            crate::supply::fetch::Source::Upstream => unreachable_source(),
+        },
+        (None, None) => PathBuf::from(DEFAULT_LOCK),
+    };
+    let (lock, _) = load_lock(&lock_path, &a.trust)?;
+    let mirror = crate::supply::mirror::Mirror::open(&a.to)?;
+    let mut sources: Vec<crate::supply::fetch::Source> = a
+        .from
+        .iter()
+        .map(|m| crate::supply::fetch::Source::mirror(m))
+        .collect();
+    if sources.is_empty() || a.upstream {
+        sources.push(crate::supply::fetch::Source::Upstream);
+    }
+    let artifacts = a.filter.apply(&lock);
+    let summary = run_fetch_all(mirror.store(), &artifacts, &sources, &a.net, global)?;
+    // The lock goes in last: a mirror only advertises a lock once its blobs are present.
+    mirror.install_lock_file(&lock_path)?;
+    report_summary("mirror sync", &a.to, &summary, global);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn unreachable_source() -> ! {
+    panic!("Source::mirror never returns Upstream")
+}
+
+fn mirror_verify(a: MirrorVerifyArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        a.dir.is_dir(),
+        "mirror {} is not a directory",
+        a.dir.display()
+    );
+    let mirror = crate::supply::mirror::Mirror::open(&a.dir)?;
+    let lock = if mirror.lock_path().exists() {
+        Some(mirror.lock(&a.trust.trust()?)?.0)
+    } else {
+        None
+    };
+    let threads = a
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let report = mirror.verify(lock.as_ref(), threads)?;
+    for b in &report.blobs {
+        if global.json {
+            println!("{}", serde_json::json!({"event": "blob", "blob": b}));
+        } else if !b.ok {
+            eprintln!(
+                "kiln: BAD blob {} ({} bytes, hashes to {}), moved to {}",
+                b.sha256,
+                b.size,
+                b.found
+                    .as_deref()
+                    .unwrap_or("the right digest but the wrong size"),
+                b.quarantined
+                    .as_ref()
+                    .map_or(String::new(), |p| p.display().to_string())
+            );
+        }
+    }
+    for m in &report.missing {
+        if !global.json {
+            eprintln!("kiln: MISSING {m}: the mirror's lock names it but no blob is present");
+        }
+    }
+    let bad = report.bad().count();
+    if global.json {
+        println!(
+            "{}",
+            serde_json::json!({"event": "summary", "blobs": report.blobs.len(), "bad": bad, "missing": report.missing, "bytes": report.bytes})
+        );
+    } else if !global.quiet {
+        println!(
+            "mirror verify: {} blobs, {} bytes re-hashed, {} bad, {} missing",
+            report.blobs.len(),
+            report.bytes,
+            bad,
+            report.missing.len()
+        );
+    }
+    Ok(if report.is_clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(exit::VERIFY)
+    })
+}
+
+fn mirror_pack(a: MirrorPackArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let mirror = crate::supply::mirror::Mirror::open(&a.dir)?;
+    let (lock, _) = mirror.lock(&a.trust.trust()?)?;
+    let bytes = mirror.pack(&lock, &a.out, a.level)?;
+    if global.json {
+        println!(
+            "{}",
+            serde_json::json!({"pack": a.out, "artifacts": lock.artifacts.len(), "bytes": bytes})
+        );
+    } else if !global.quiet {
+        println!(
+            "packed {} artifacts ({bytes} bytes) from {} into {}",
+            lock.artifacts.len(),
+            a.dir.display(),
+            a.out.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn mirror_unpack(a: MirrorUnpackArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let mirror = crate::supply::mirror::Mirror::open(&a.to)?;
+    let (lock, verified) = mirror.unpack(&a.pack, &a.trust.trust()?)?;
+    if global.json {
+        println!(
+            "{}",
+            serde_json::json!({"mirror": a.to, "artifacts": lock.artifacts.len(), "signed": matches!(verified, Verified::Signed{..})})
+        );
+    } else if !global.quiet {
+        println!(
+            "unpacked {} artifacts into {}; lock {}",
+            lock.artifacts.len(),
+            a.to.display(),
+            describe(&verified)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
