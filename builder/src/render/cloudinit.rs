@@ -4,7 +4,7 @@
 use base64::Engine as _;
 use serde::Deserialize;
 
-use super::{NodeFile, RenderError, LINUX_DIR};
+use crate::render::model::{NodeFile, RenderError, LINUX_DIR};
 
 /// Whether `contents` can be written as a YAML literal block and read back byte for byte.
 fn literal_safe(contents: &[u8]) -> bool {
@@ -436,7 +436,7 @@ fn decode(w: &WriteFile, at: &str) -> Result<Vec<u8>, String> {
             .decode(clean)
             .map_err(|e| format!("{at}: content is not valid base64: {e}"))
     };
-    let gunzip = |data: Vec<u8>| super::gunzip(&data, at).map_err(|e| e.to_string());
+    let gunzip = |data: Vec<u8>| crate::render::model::gunzip(&data, at).map_err(|e| e.to_string());
     match w.encoding.as_deref().unwrap_or("text/plain") {
         "text/plain" => Ok(content.into_bytes()),
         "b64" | "base64" => b64(&content),

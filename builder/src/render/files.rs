@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{write_atomic, NodeFile, RenderError, CONTRACT_FILES, LINUX_DIR};
+use crate::render::model::{write_atomic, NodeFile, RenderError, CONTRACT_FILES, LINUX_DIR};
 
 /// `DIR/etc/kiln`.
 pub fn kiln_dir(root: &Path) -> PathBuf {
@@ -88,5 +88,5 @@ fn mode_of(meta: &std::fs::Metadata) -> u32 {
 
 #[cfg(not(unix))]
 fn mode_of(_meta: &std::fs::Metadata) -> u32 {
-    super::PUBLIC_MODE
+    crate::render::model::PUBLIC_MODE
 }

@@ -4,7 +4,7 @@
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use super::{NodeFile, RenderError, LINUX_DIR};
+use crate::render::model::{NodeFile, RenderError, LINUX_DIR};
 
 /// The Ignition config spec versions kiln writes. What kiln uses (files as data: URLs with
 /// mode, owner and gzip compression, one directory) means the same in both.
@@ -34,7 +34,7 @@ pub fn render(files: &[NodeFile], gzip: bool, spec: Spec) -> Vec<u8> {
     let entries: Vec<Value> = files
         .iter()
         .map(|f| {
-            let packed = gzip.then(|| super::gzip(&f.contents));
+            let packed = gzip.then(|| crate::render::model::gzip(&f.contents));
             let mut contents = serde_json::Map::new();
             match packed {
                 Some(z) if z.len() < f.contents.len() => {
@@ -179,7 +179,8 @@ pub fn parse(text: &str, source: &str) -> Result<(Vec<NodeFile>, Vec<String>), R
         {
             None | Some("") => {}
             Some("gzip") => {
-                contents = super::gunzip(&contents, &at).map_err(|e| err(e.to_string()))?
+                contents =
+                    crate::render::model::gunzip(&contents, &at).map_err(|e| err(e.to_string()))?
             }
             Some(other) => return Err(err(format!("{at}: unknown compression {other:?}"))),
         }

@@ -4,7 +4,7 @@
 
 use base64::Engine as _;
 
-use super::{NodeFile, RenderError, PUBLIC_MODE, SECRET_MODE, WINDOWS_DIR};
+use crate::render::model::{NodeFile, RenderError, PUBLIC_MODE, SECRET_MODE, WINDOWS_DIR};
 
 /// The Windows service name of kiln-firstboot the script starts when it is registered.
 pub const SERVICE: &str = "kiln-firstboot";

@@ -1,0 +1,578 @@
+//! Reading `node.toml`: the file as written (strict serde types, unknown keys refused), then
+//! validated once, key by key, into a [`NodeConfig`].
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use kiln_firstboot::contract::{self, envfile};
+use serde::Deserialize;
+
+use crate::render::config::{
+    ApiServer, ConfigError, Credential, JoinMode, NodeConfig, Provider, Taint,
+};
+use crate::render::pki;
+
+// ---- the file as written by the user ----
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNode {
+    kiln_contract: Option<u32>,
+    api_server: String,
+    cluster_name: String,
+    join_mode: Option<JoinMode>,
+    provider: Option<Provider>,
+    deadline: Option<u64>,
+    ca: RawCa,
+    bootstrap: RawBootstrap,
+    #[serde(default)]
+    node: RawNodeSection,
+    #[serde(default)]
+    kubelet: RawKubelet,
+    #[serde(default)]
+    proxy: RawProxy,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCa {
+    pem: Option<String>,
+    file: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBootstrap {
+    token: Option<String>,
+    token_file: Option<PathBuf>,
+    kubeconfig_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNodeSection {
+    name: Option<String>,
+    ip: Option<String>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    taints: Vec<RawTaint>,
+    max_pods: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTaint {
+    key: String,
+    value: Option<String>,
+    effect: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKubelet {
+    #[serde(default)]
+    extra_args: Vec<String>,
+    config_file: Option<PathBuf>,
+    #[serde(default)]
+    cluster_dns: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProxy {
+    http: Option<String>,
+    https: Option<String>,
+    #[serde(default)]
+    no_proxy: Vec<String>,
+}
+
+// ---- the validated, runtime form ----
+
+impl NodeConfig {
+    /// Reads and validates `path`; files it points to are relative to its directory.
+    pub fn load(path: &Path) -> Result<NodeConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        NodeConfig::parse(&text, path, base)
+    }
+
+    /// Validates `text` (the contents of `path`); relative file keys resolve against `base`.
+    pub fn parse(text: &str, path: &Path, base: &Path) -> Result<NodeConfig, ConfigError> {
+        let raw: RawNode = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        Validator { path, base }.validate(raw)
+    }
+}
+
+struct Validator<'a> {
+    path: &'a Path,
+    base: &'a Path,
+}
+
+impl Validator<'_> {
+    fn invalid(&self, key: &str, expected: &str, found: impl std::fmt::Display) -> ConfigError {
+        ConfigError::Invalid {
+            path: self.path.to_path_buf(),
+            key: key.to_string(),
+            expected: expected.to_string(),
+            found: found.to_string(),
+        }
+    }
+
+    fn read(&self, key: &str, file: &Path) -> Result<Vec<u8>, ConfigError> {
+        let full = self.base.join(file);
+        std::fs::read(&full).map_err(|source| ConfigError::Read {
+            path: full.clone(),
+            source: std::io::Error::new(
+                source.kind(),
+                format!("{source} (named by key `{key}` in {})", self.path.display()),
+            ),
+        })
+    }
+
+    fn validate(&self, raw: RawNode) -> Result<NodeConfig, ConfigError> {
+        if let Some(v) = raw.kiln_contract {
+            if v != contract::VERSION {
+                return Err(self.invalid("kiln_contract", "1 (the contract this kiln renders)", v));
+            }
+        }
+        let api_server = self.api_server(&raw.api_server)?;
+        let cluster_name = raw.cluster_name;
+        let name_ok = !cluster_name.is_empty()
+            && cluster_name.len() <= 100
+            && cluster_name.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && cluster_name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !name_ok {
+            return Err(self.invalid(
+                "cluster_name",
+                "1-100 characters of [A-Za-z0-9._-], starting with a letter or digit",
+                format!("{cluster_name:?}"),
+            ));
+        }
+        let join_mode = raw.join_mode.unwrap_or_default();
+        if let Some(d) = raw.deadline {
+            if !(1..=86_400).contains(&d) {
+                return Err(self.invalid("deadline", "whole seconds from 1 to 86400", d));
+            }
+        }
+
+        let (ca_pem, ca_spki_sha256) = self.ca(raw.ca)?;
+        let credential = self.credential(raw.bootstrap, join_mode)?;
+
+        let node = raw.node;
+        if let Some(name) = &node.name {
+            if !is_dns_subdomain(name) {
+                return Err(self.invalid(
+                    "node.name",
+                    "a DNS subdomain: lower-case letters, digits, `-` and `.`, at most 253",
+                    format!("{name:?}"),
+                ));
+            }
+        }
+        if let Some(ip) = &node.ip {
+            if ip.parse::<IpAddr>().is_err() {
+                return Err(self.invalid("node.ip", "an IPv4 or IPv6 address", format!("{ip:?}")));
+            }
+        }
+        for (k, v) in &node.labels {
+            if !is_qualified_key(k) {
+                return Err(self.invalid(
+                    &format!("node.labels.{k:?}"),
+                    "a label key: [prefix/]name, name at most 63 of [A-Za-z0-9._-]",
+                    format!("{k:?}"),
+                ));
+            }
+            if !is_label_value(v) {
+                return Err(self.invalid(
+                    &format!("node.labels.{k:?}"),
+                    "a label value: empty or at most 63 of [A-Za-z0-9._-], alphanumeric at both ends",
+                    format!("{v:?}"),
+                ));
+            }
+        }
+        let mut taints = Vec::new();
+        for (i, t) in node.taints.into_iter().enumerate() {
+            let key = format!("node.taints[{i}]");
+            if !is_qualified_key(&t.key) {
+                return Err(self.invalid(
+                    &format!("{key}.key"),
+                    "a taint key",
+                    format!("{:?}", t.key),
+                ));
+            }
+            let value = t.value.unwrap_or_default();
+            if !is_label_value(&value) {
+                return Err(self.invalid(
+                    &format!("{key}.value"),
+                    "a taint value: empty or at most 63 of [A-Za-z0-9._-]",
+                    format!("{value:?}"),
+                ));
+            }
+            if !matches!(
+                t.effect.as_str(),
+                "NoSchedule" | "PreferNoSchedule" | "NoExecute"
+            ) {
+                return Err(self.invalid(
+                    &format!("{key}.effect"),
+                    "NoSchedule, PreferNoSchedule or NoExecute",
+                    format!("{:?}", t.effect),
+                ));
+            }
+            taints.push(Taint {
+                key: t.key,
+                value,
+                effect: t.effect,
+            });
+        }
+        if node.max_pods == Some(0) {
+            return Err(self.invalid("node.max_pods", "a positive number", 0));
+        }
+
+        let kubelet = raw.kubelet;
+        for (i, arg) in kubelet.extra_args.iter().enumerate() {
+            let ok = arg.len() > 2
+                && arg.starts_with("--")
+                && arg[2..].starts_with(|c: char| c.is_ascii_alphanumeric())
+                && !arg.chars().any(|c| {
+                    c.is_whitespace()
+                        || c.is_control()
+                        || matches!(c, '"' | '\'' | '\\' | '$' | '`')
+                });
+            if !ok {
+                return Err(self.invalid(
+                    &format!("kubelet.extra_args[{i}]"),
+                    "one flag `--name` or `--name=value`, without whitespace, quotes, `\\`, `$` or a backtick",
+                    format!("{arg:?}"),
+                ));
+            }
+        }
+        for (i, ip) in kubelet.cluster_dns.iter().enumerate() {
+            if ip.parse::<IpAddr>().is_err() {
+                return Err(self.invalid(
+                    &format!("kubelet.cluster_dns[{i}]"),
+                    "an IPv4 or IPv6 address",
+                    format!("{ip:?}"),
+                ));
+            }
+        }
+        let kubelet_config = match &kubelet.config_file {
+            None => None,
+            Some(file) => {
+                let bytes = self.read("kubelet.config_file", file)?;
+                self.yaml_kind(
+                    "kubelet.config_file",
+                    &bytes,
+                    "KubeletConfiguration",
+                    Some("kubelet.config.k8s.io/"),
+                )?;
+                Some(bytes)
+            }
+        };
+
+        let proxy = raw.proxy;
+        for (key, url) in [("proxy.http", &proxy.http), ("proxy.https", &proxy.https)] {
+            if let Some(url) = url {
+                let ok = (url.starts_with("http://") || url.starts_with("https://"))
+                    && url.len() > "http://".len()
+                    && plain_token(url);
+                if !ok {
+                    return Err(self.invalid(
+                        key,
+                        "an http:// or https:// URL without whitespace or quotes",
+                        format!("{url:?}"),
+                    ));
+                }
+            }
+        }
+        for (i, entry) in proxy.no_proxy.iter().enumerate() {
+            if entry.is_empty() || entry.contains(',') || !plain_token(entry) {
+                return Err(self.invalid(
+                    &format!("proxy.no_proxy[{i}]"),
+                    "a host, domain or CIDR without commas, whitespace or quotes",
+                    format!("{entry:?}"),
+                ));
+            }
+        }
+
+        Ok(NodeConfig {
+            api_server,
+            cluster_name,
+            join_mode,
+            provider: raw.provider.unwrap_or_default(),
+            deadline: raw.deadline,
+            ca_pem,
+            ca_spki_sha256,
+            credential,
+            node_name: node.name,
+            node_ip: node.ip,
+            labels: node.labels,
+            taints,
+            max_pods: node.max_pods,
+            kubelet_extra_args: kubelet.extra_args,
+            kubelet_config,
+            cluster_dns: kubelet.cluster_dns,
+            http_proxy: proxy.http,
+            https_proxy: proxy.https,
+            no_proxy: proxy.no_proxy,
+        })
+    }
+
+    fn api_server(&self, url: &str) -> Result<ApiServer, ConfigError> {
+        let bad = || {
+            self.invalid(
+                "api_server",
+                "an https://host[:port] URL without a path",
+                format!("{url:?}"),
+            )
+        };
+        let rest = url.strip_prefix("https://").ok_or_else(bad)?;
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        if rest.is_empty() || rest.contains(['/', '?', '#', '@']) || !plain_token(rest) {
+            return Err(bad());
+        }
+        let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
+            let (h, after) = v6.split_once(']').ok_or_else(bad)?;
+            if h.parse::<std::net::Ipv6Addr>().is_err() {
+                return Err(bad());
+            }
+            (format!("[{h}]"), after.strip_prefix(':'))
+        } else {
+            match rest.split_once(':') {
+                Some((h, p)) => (h.to_string(), Some(p)),
+                None => (rest.to_string(), None),
+            }
+        };
+        let port = match port {
+            None => 443,
+            Some(p) => match p.parse::<u16>() {
+                Ok(n) if n > 0 => n,
+                _ => return Err(bad()),
+            },
+        };
+        if host.is_empty() {
+            return Err(bad());
+        }
+        Ok(ApiServer {
+            url: format!("https://{rest}"),
+            endpoint: format!("{host}:{port}"),
+        })
+    }
+
+    fn ca(&self, ca: RawCa) -> Result<(Vec<u8>, Vec<String>), ConfigError> {
+        let pem = match (ca.pem, ca.file) {
+            (Some(pem), None) => pem.into_bytes(),
+            (None, Some(file)) => self.read("ca.file", &file)?,
+            (a, b) => {
+                return Err(self.invalid(
+                    "ca",
+                    "exactly one of `ca.pem` (inline PEM) or `ca.file` (a path)",
+                    if a.is_some() && b.is_some() {
+                        "both"
+                    } else {
+                        "neither"
+                    },
+                ))
+            }
+        };
+        let key = "ca";
+        let text = std::str::from_utf8(&pem).map_err(|_| {
+            self.invalid(key, "a PEM certificate bundle", "bytes that are not UTF-8")
+        })?;
+        let ders = pki::pem_certificates(text)
+            .map_err(|e| self.invalid(key, "a PEM bundle of one or more X.509 certificates", e))?;
+        let mut hashes = Vec::new();
+        for (i, der) in ders.iter().enumerate() {
+            let h = pki::spki_sha256(der).map_err(|e| {
+                self.invalid(
+                    key,
+                    "DER X.509 certificates",
+                    format!("certificate {}: {e}", i + 1),
+                )
+            })?;
+            hashes.push(h);
+        }
+        let mut pem = pem;
+        if !pem.ends_with(b"\n") {
+            pem.push(b'\n');
+        }
+        Ok((pem, hashes))
+    }
+
+    fn credential(&self, b: RawBootstrap, mode: JoinMode) -> Result<Credential, ConfigError> {
+        let given = [
+            b.token.is_some(),
+            b.token_file.is_some(),
+            b.kubeconfig_file.is_some(),
+        ]
+        .iter()
+        .filter(|x| **x)
+        .count();
+        if given != 1 {
+            return Err(self.invalid(
+                "bootstrap",
+                "exactly one of `bootstrap.token`, `bootstrap.token_file` or `bootstrap.kubeconfig_file`",
+                format!("{given} of them"),
+            ));
+        }
+        if let Some(file) = b.kubeconfig_file {
+            if mode == JoinMode::Kubeadm {
+                return Err(self.invalid(
+                    "bootstrap.kubeconfig_file",
+                    "`bootstrap.token` or `bootstrap.token_file` with join_mode = \"kubeadm\" \
+                     (kubeadm discovers the cluster with a token and the CA hash)",
+                    "a kubeconfig",
+                ));
+            }
+            let bytes = self.read("bootstrap.kubeconfig_file", &file)?;
+            self.yaml_kind("bootstrap.kubeconfig_file", &bytes, "Config", Some("v1"))?;
+            return Ok(Credential::Kubeconfig(bytes));
+        }
+        let (key, token) = match (b.token, b.token_file) {
+            (Some(t), _) => ("bootstrap.token", t),
+            (None, Some(file)) => {
+                let bytes = self.read("bootstrap.token_file", &file)?;
+                let text = String::from_utf8(bytes).map_err(|_| {
+                    self.invalid(
+                        "bootstrap.token_file",
+                        "a text file",
+                        "bytes that are not UTF-8",
+                    )
+                })?;
+                ("bootstrap.token_file", text.trim().to_string())
+            }
+            (None, None) => unreachable!("counted above"),
+        };
+        if !is_bootstrap_token(&token) {
+            // The token is a secret: show its shape, not its value.
+            let shape: String = token
+                .chars()
+                .map(|c| match c {
+                    'a'..='z' | '0'..='9' => 'x',
+                    '.' => '.',
+                    _ => '?',
+                })
+                .collect();
+            return Err(self.invalid(
+                key,
+                "a bootstrap token [a-z0-9]{6}.[a-z0-9]{16}",
+                format!(
+                    "a value shaped {shape:?} ({} characters)",
+                    token.chars().count()
+                ),
+            ));
+        }
+        Ok(Credential::Token(token))
+    }
+
+    fn yaml_kind(
+        &self,
+        key: &str,
+        bytes: &[u8],
+        kind: &str,
+        api_prefix: Option<&str>,
+    ) -> Result<(), ConfigError> {
+        let doc: serde_yaml_ng::Value = serde_yaml_ng::from_slice(bytes).map_err(|e| {
+            self.invalid(key, &format!("a YAML {kind}"), format!("invalid YAML: {e}"))
+        })?;
+        let found_kind = doc.get("kind").and_then(|v| v.as_str()).unwrap_or("");
+        let found_api = doc.get("apiVersion").and_then(|v| v.as_str()).unwrap_or("");
+        let api_ok = api_prefix.is_none_or(|p| found_api.starts_with(p));
+        if found_kind != kind || !api_ok {
+            return Err(self.invalid(
+                key,
+                &format!(
+                    "a YAML document with kind: {kind}{}",
+                    api_prefix
+                        .map(|p| format!(" and apiVersion: {p}…"))
+                        .unwrap_or_default()
+                ),
+                format!("kind: {found_kind:?}, apiVersion: {found_api:?}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// No whitespace, quotes, `\`, `$`, backtick or control characters: safe bare in an env file.
+fn plain_token(s: &str) -> bool {
+    envfile::is_writable(s)
+        && !s.chars().any(|c| {
+            c.is_whitespace() || c.is_control() || matches!(c, '"' | '\'' | '\\' | '$' | '`')
+        })
+}
+
+fn is_bootstrap_token(t: &str) -> bool {
+    let b = t.as_bytes();
+    let ok = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    b.len() == 23 && b[6] == b'.' && b[..6].iter().all(ok) && b[7..].iter().all(ok)
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+/// A label value (also the name part of a key, when non-empty).
+fn is_label_value(s: &str) -> bool {
+    s.is_empty()
+        || (s.len() <= 63
+            && s.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+            && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && s.ends_with(|c: char| c.is_ascii_alphanumeric()))
+}
+
+/// `[prefix/]name`, as label keys and taint keys are.
+fn is_qualified_key(s: &str) -> bool {
+    let (prefix, name) = match s.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, s),
+    };
+    prefix.is_none_or(is_dns_subdomain) && !name.is_empty() && is_label_value(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_syntax_table() {
+        for (key, ok) in [
+            ("role", true),
+            ("node.kubernetes.io/role", true),
+            ("kiln.dev/tier-1", true),
+            ("", false),
+            ("-role", false),
+            ("Role/x", false),
+            ("a/b/c", false),
+            ("x".repeat(64).as_str(), false),
+        ] {
+            assert_eq!(is_qualified_key(key), ok, "{key:?}");
+        }
+        for (token, ok) in [
+            ("abcdef.0123456789abcdef", true),
+            ("ABCDEF.0123456789abcdef", false),
+            ("abcdef0123456789abcdef", false),
+            ("abcde.0123456789abcdefg", false),
+        ] {
+            assert_eq!(is_bootstrap_token(token), ok, "{token:?}");
+        }
+    }
+}
