@@ -10,8 +10,8 @@ use std::rc::Rc;
 
 use sha2::{Digest, Sha256};
 
-use super::root::{Dir, Root};
-use super::{hostile, io_err, split, InstallError};
+use crate::install::error::{hostile, io_err, split, InstallError};
+use crate::install::root::{Dir, Root};
 
 /// A file or link the plan writes.
 #[derive(Debug, Clone)]

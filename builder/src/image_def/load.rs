@@ -1,0 +1,301 @@
+//! Reading an image definition: parsed strictly, then every rule checked, naming the file
+//! and the key of whatever is wrong.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::image_def::{DefError, Format, ImageDef, Os, Placement};
+
+impl ImageDef {
+    /// Reads, parses and validates a definition file.
+    pub fn load(path: &Path) -> Result<ImageDef, DefError> {
+        let text = std::fs::read_to_string(path).map_err(|source| DefError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut def = ImageDef::parse(&text, path)?;
+        def.base_dir = path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        Ok(def)
+    }
+
+    /// Parses and validates definition text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &Path) -> Result<ImageDef, DefError> {
+        let mut def: ImageDef = toml::from_str(text).map_err(|e| DefError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        def.path = path.to_path_buf();
+        def.validate()?;
+        Ok(def)
+    }
+
+    fn invalid(&self, key: &str, expected: &str, found: impl fmt::Display) -> DefError {
+        DefError::Invalid {
+            path: self.path.clone(),
+            key: key.into(),
+            expected: expected.into(),
+            found: found.to_string(),
+        }
+    }
+
+    fn validate(&self) -> Result<(), DefError> {
+        if self.name.is_empty()
+            || !self
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        {
+            return Err(self.invalid("name", "[a-z0-9-]+", &self.name));
+        }
+        if self.arch.is_empty() {
+            return Err(self.invalid("arch", "at least one of amd64, arm64", "[]"));
+        }
+        if self.formats.is_empty() {
+            return Err(self.invalid("formats", "at least one format", "[]"));
+        }
+        for f in &self.formats {
+            let ok = match self.os {
+                Os::Linux => matches!(f, Format::Sysext | Format::Rootfs),
+                Os::Windows => matches!(f, Format::Windows),
+            };
+            if !ok {
+                return Err(self.invalid(
+                    "formats",
+                    &format!("a format for os = {:?}", self.os.to_string()),
+                    f,
+                ));
+            }
+        }
+        if !is_token(&self.kubernetes.version) {
+            return Err(self.invalid(
+                "kubernetes.version",
+                "a version like v1.34.2 (the lock's kubelet version)",
+                &self.kubernetes.version,
+            ));
+        }
+        if self.kubernetes.default_max_pods == 0 {
+            return Err(self.invalid("kubernetes.default_max_pods", "a positive integer", 0));
+        }
+        if self.kubernetes.deadline == 0 {
+            return Err(self.invalid("kubernetes.deadline", "a positive number of seconds", 0));
+        }
+        if !is_token(&self.kubernetes.cluster_domain) {
+            return Err(self.invalid(
+                "kubernetes.cluster_domain",
+                "a DNS domain",
+                &self.kubernetes.cluster_domain,
+            ));
+        }
+        if !is_token(&self.containerd.sandbox_image) {
+            return Err(self.invalid(
+                "containerd.sandbox_image",
+                "an image reference without spaces or quotes",
+                &self.containerd.sandbox_image,
+            ));
+        }
+        if let Some(p) = &self.containerd.proxy {
+            for (k, v) in [
+                ("containerd.proxy.http", &p.http),
+                ("containerd.proxy.https", &p.https),
+                ("containerd.proxy.no_proxy", &p.no_proxy),
+            ] {
+                if let Some(v) = v {
+                    if !is_token(v) {
+                        return Err(self.invalid(k, "a value without spaces or quotes", v));
+                    }
+                }
+            }
+        }
+        let mut hosts = std::collections::BTreeSet::new();
+        for (i, r) in self.containerd.registries.iter().enumerate() {
+            let key = format!("containerd.registry[{i}]");
+            if !is_token(&r.host) || r.host.contains('/') || r.host.starts_with('.') {
+                return Err(self.invalid(
+                    &format!("{key}.host"),
+                    "a registry host[:port]",
+                    &r.host,
+                ));
+            }
+            if !hosts.insert(r.host.clone()) {
+                return Err(self.invalid(&format!("{key}.host"), "a host listed once", &r.host));
+            }
+            for u in r.server.iter().chain(r.mirrors.iter()) {
+                if !(u.starts_with("https://") || u.starts_with("http://")) || !is_token(u) {
+                    return Err(self.invalid(&format!("{key}.mirrors"), "an http(s) URL", u));
+                }
+            }
+        }
+        match (&self.sysext, self.formats.contains(&Format::Sysext)) {
+            (None, true) => {
+                return Err(self.invalid("sysext", "a [sysext] table for format sysext", "none"))
+            }
+            (Some(s), _) => {
+                if s.name.is_empty() || !s.name.bytes().all(is_name_byte) {
+                    return Err(self.invalid("sysext.name", "[A-Za-z0-9._-]+", &s.name));
+                }
+                if !is_token(&s.id) {
+                    return Err(self.invalid("sysext.id", "an os-release ID", &s.id));
+                }
+                if s.id != "_any" && s.sysext_level.is_none() && s.version_id.is_none() {
+                    return Err(self.invalid(
+                        "sysext.sysext_level",
+                        "sysext_level or version_id (systemd requires one unless id = \"_any\")",
+                        "neither",
+                    ));
+                }
+                for (k, v) in [
+                    ("sysext.sysext_level", &s.sysext_level),
+                    ("sysext.version_id", &s.version_id),
+                ] {
+                    if let Some(v) = v {
+                        if !is_token(v) {
+                            return Err(self.invalid(k, "a value without spaces", v));
+                        }
+                    }
+                }
+                if !(s.update_url.starts_with("https://") || s.update_url.starts_with("http://"))
+                    || !is_token(&s.update_url)
+                {
+                    return Err(self.invalid("sysext.update_url", "an http(s) URL", &s.update_url));
+                }
+            }
+            (None, false) => {}
+        }
+        if self.os == Os::Windows {
+            // Windows has no sysctl.d, modules-load.d or systemd: refuse rather than drop them.
+            for (key, set) in [
+                ("sysctl", !self.sysctl.is_empty()),
+                ("modules", !self.modules.is_empty()),
+                ("unit", !self.units.is_empty()),
+            ] {
+                if set {
+                    return Err(self.invalid(key, "nothing for os = \"windows\"", "a value"));
+                }
+            }
+        }
+        let mut placed = std::collections::BTreeSet::new();
+        for (i, a) in self.artifacts.iter().enumerate() {
+            let key = format!("artifact[{i}]");
+            if !placed.insert(a.name.clone()) {
+                return Err(self.invalid(&format!("{key}.name"), "each artifact once", &a.name));
+            }
+            let prefix = self.prefix_of(a);
+            if !prefix.starts_with('/') || prefix.split('/').any(|c| c == ".." || c == ".") {
+                return Err(self.invalid(
+                    &format!("{key}.prefix"),
+                    "an absolute directory without . or ..",
+                    &prefix,
+                ));
+            }
+            if self.formats.contains(&Format::Sysext)
+                && !(prefix == "/usr" || prefix.starts_with("/usr/"))
+            {
+                return Err(self.invalid(
+                    &format!("{key}.prefix"),
+                    "a directory under /usr (a sysext holds only /usr)",
+                    &prefix,
+                ));
+            }
+            for m in &a.only {
+                if m.is_empty() || m.starts_with('/') || m.split('/').any(|c| c == "..") {
+                    return Err(self.invalid(
+                        &format!("{key}.only"),
+                        "a relative destination without ..",
+                        m,
+                    ));
+                }
+            }
+            if let Some(k) = &a.version_key {
+                if !is_env_key(k) {
+                    return Err(self.invalid(&format!("{key}.version_key"), "[A-Z][A-Z0-9_]*", k));
+                }
+            }
+        }
+        if !self.artifacts.iter().any(|a| a.name == "kubelet") {
+            return Err(self.invalid("artifact", "an [[artifact]] named kubelet", "none"));
+        }
+        for (k, v) in &self.sysctl {
+            if k.is_empty()
+                || !k
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-/*".contains(&b))
+            {
+                return Err(self.invalid("sysctl", "a sysctl name", k));
+            }
+            if v.contains(['\n', '\r']) || v.trim().is_empty() {
+                return Err(self.invalid(&format!("sysctl.\"{k}\""), "a one-line value", v));
+            }
+        }
+        for m in &self.modules {
+            if m.is_empty()
+                || !m
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            {
+                return Err(self.invalid("modules", "a kernel module name", m));
+            }
+        }
+        for (t, n) in &self.max_pods {
+            if !is_token(t) || t.starts_with('#') {
+                return Err(self.invalid("max_pods", "an instance type without spaces", t));
+            }
+            if *n == 0 {
+                return Err(self.invalid(&format!("max_pods.\"{t}\""), "a positive integer", n));
+            }
+        }
+        self.sizing
+            .validate(self.os == Os::Windows)
+            .map_err(|(key, expected, found)| self.invalid(&key, &expected, found))?;
+        for (i, u) in self.units.iter().enumerate() {
+            let builtin = crate::bake::units::BUILTIN_UNITS.contains(&u.name.as_str());
+            let typed = [
+                ".service", ".timer", ".path", ".socket", ".target", ".mount",
+            ]
+            .iter()
+            .any(|s| u.name.ends_with(s));
+            if builtin || !typed || !u.name.bytes().all(is_name_byte) {
+                return Err(self.invalid(
+                    &format!("unit[{i}].name"),
+                    "a unit file name not shipped by kiln itself",
+                    &u.name,
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The directory an artifact's files are placed under.
+    pub fn prefix_of(&self, a: &Placement) -> String {
+        match (&a.prefix, self.os) {
+            (Some(p), _) => p.trim_end_matches('/').to_string(),
+            (None, Os::Linux) => "/usr".into(),
+            (None, Os::Windows) => "/k".into(),
+        }
+    }
+
+    /// The placement of a lock entry, if this image uses it.
+    pub fn placement(&self, name: &str) -> Option<&Placement> {
+        self.artifacts.iter().find(|a| a.name == name)
+    }
+}
+
+fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"._-@".contains(&b)
+}
+
+/// A non-empty value that means the same thing unquoted in an env file, a unit and TOML.
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| !c.is_whitespace() && !c.is_control() && !"\"'\\$`".contains(c))
+}
+
+/// An env-file key: `[A-Z][A-Z0-9_]*`.
+pub fn is_env_key(s: &str) -> bool {
+    let mut b = s.bytes();
+    matches!(b.next(), Some(c) if c.is_ascii_uppercase())
+        && b.all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'_')
+}
