@@ -290,3 +290,111 @@ fn flatcar_ubuntu_and_windows_bake_from_the_fixture_mirror() {
         String::from_utf8_lossy(&r.stderr)
     );
 }
+
+/// `kiln fetch` and `kiln bake` chain without a store flag (issue 20): bake reads the cache
+/// fetch filled, and says so; `bake --fetch --mirror` fills an empty store itself, fetching
+/// only what the definition needs; `--fetch` with no source is refused before any work.
+#[test]
+fn fetch_then_bake_share_the_default_store_and_bake_fetch_fills_it() {
+    let d = tempfile::tempdir().unwrap();
+    let fx = d.path().join("fx");
+    build_fixture(&fx);
+    let fixture_flags = |c: &mut Command| {
+        c.arg("--lock")
+            .arg(fx.join("artifacts.lock"))
+            .arg("--trusted-key")
+            .arg(fx.join("keys/fixture.pub"))
+            .arg("--firstboot")
+            .arg("/bin/true");
+    };
+    // Step 1 and 2 of a new user: fetch, then bake, no --store, no --cache.
+    let xdg = d.path().join("xdg");
+    let clean = |c: &mut Command, xdg: &Path| {
+        c.env("XDG_CACHE_HOME", xdg)
+            .env_remove("KILN_STORE")
+            .env_remove("KILN_CACHE")
+            .env("KILN_BAKE_CACHE", d.path().join("bake-cache"));
+    };
+    let mut fetch = kiln();
+    fetch
+        .arg("fetch")
+        .arg(fx.join("artifacts.lock"))
+        .arg("--trusted-key")
+        .arg(fx.join("keys/fixture.pub"))
+        .arg("--mirror")
+        .arg(fx.join("mirror"));
+    clean(&mut fetch, &xdg);
+    ok(
+        &fetch.output().unwrap(),
+        "kiln fetch into the default cache",
+    );
+    let def = adapt("flatcar.toml", d.path());
+    let mut bake = kiln();
+    bake.arg("bake")
+        .arg(&def)
+        .args(["--arch", "amd64", "--out"])
+        .arg(d.path().join("out1"));
+    fixture_flags(&mut bake);
+    clean(&mut bake, &xdg);
+    let o = bake.output().unwrap();
+    ok(&o, "kiln bake from kiln fetch's default cache");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("using the store {}", xdg.join("kiln").display())),
+        "{err}"
+    );
+
+    // An empty default store: bake --fetch --mirror fills it with what flatcar amd64 needs.
+    let xdg2 = d.path().join("xdg2");
+    let mut bake = kiln();
+    bake.arg("bake")
+        .arg(&def)
+        .args(["--arch", "amd64", "--fetch", "--mirror"])
+        .arg(fx.join("mirror"))
+        .arg("--out")
+        .arg(d.path().join("out2"));
+    fixture_flags(&mut bake);
+    clean(&mut bake, &xdg2);
+    ok(&bake.output().unwrap(), "kiln bake --fetch --mirror");
+    let blobs = std::fs::read_dir(xdg2.join("kiln/blobs/sha256"))
+        .unwrap()
+        .filter(|e| {
+            let n = e.as_ref().unwrap().file_name();
+            n.to_string_lossy().len() == 64
+        })
+        .count();
+    let all = std::fs::read_dir(fx.join("mirror/blobs/sha256"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().len() == 64)
+        .count();
+    assert!(
+        blobs > 0 && blobs < all,
+        "fetched {blobs} blobs of the mirror's {all}: only the amd64 flatcar ones were wanted"
+    );
+    // The two bakes made the same layer.
+    let v = standin();
+    assert_eq!(
+        std::fs::read(d.path().join(format!("out1/kubernetes-{v}-x86-64.raw"))).unwrap(),
+        std::fs::read(d.path().join(format!("out2/kubernetes-{v}-x86-64.raw"))).unwrap()
+    );
+
+    // --fetch without a source: refused, naming what is missing, nothing fetched or baked.
+    let xdg3 = d.path().join("xdg3");
+    let mut bake = kiln();
+    bake.arg("bake")
+        .arg(&def)
+        .args(["--fetch", "--out"])
+        .arg(d.path().join("out3"));
+    fixture_flags(&mut bake);
+    clean(&mut bake, &xdg3);
+    let o = bake.output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--fetch needs a source: --mirror"));
+    assert!(
+        !xdg3.join("kiln/blobs/sha256").exists()
+            || std::fs::read_dir(xdg3.join("kiln/blobs/sha256"))
+                .unwrap()
+                .count()
+                == 0
+    );
+}

@@ -7,8 +7,9 @@ use anyhow::Context as _;
 use clap::Args;
 
 use crate::bake::{self, manifest, BakeRequest, WriteOptions};
-use crate::cli::common::{load_lock, Global, TrustArgs, DEFAULT_LOCK};
+use crate::cli::common::{default_cache, load_lock, Global, NetArgs, TrustArgs, DEFAULT_LOCK};
 use crate::cli::fail::classify;
+use crate::cli::fetch::{report_summary, run_fetch_all};
 use crate::image_def::{Arch, Format, ImageDef, Os};
 use crate::supply::store::Store;
 
@@ -31,9 +32,22 @@ pub struct BakeArgs {
     pub lock: PathBuf,
     #[command(flatten)]
     pub trust: TrustArgs,
-    /// Store or mirror directory holding the lock's blobs (`blobs/sha256/<hex>`).
+    /// Store or mirror directory holding the lock's blobs (`blobs/sha256/<hex>`). Default:
+    /// the cache `kiln fetch` fills ($KILN_CACHE, else $XDG_CACHE_HOME/kiln or ~/.cache/kiln).
     #[arg(long, env = "KILN_STORE")]
-    pub store: PathBuf,
+    pub store: Option<PathBuf>,
+    /// Fetch the artifacts the store lacks before baking, from the --mirror sources (upstream
+    /// only with --upstream), verified as `kiln fetch` verifies them.
+    #[arg(long)]
+    pub fetch: bool,
+    /// With --fetch: a mirror (http(s) URL or directory) to fetch from, tried in order.
+    #[arg(long = "mirror", value_name = "URL|DIR", requires = "fetch")]
+    pub mirrors: Vec<String>,
+    /// With --fetch: fall back to the lock's upstream URLs after the mirrors.
+    #[arg(long, requires = "fetch")]
+    pub upstream: bool,
+    #[command(flatten, next_help_heading = "Fetching (with --fetch)")]
+    pub net: NetArgs,
     /// The kiln-firstboot binary to ship (`make firstboot` builds it). Default, by the
     /// image's OS and `--arch`: target/firstboot/kiln-firstboot (linux/amd64),
     /// target/firstboot/arm64/kiln-firstboot (linux/arm64),
@@ -109,8 +123,27 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
         );
     }
     let (lock, _verified) = load_lock(&a.lock, &a.trust)?;
-    let store =
-        Store::open(&a.store).with_context(|| format!("opening store {}", a.store.display()))?;
+    // The same default as `kiln fetch`, so `kiln fetch && kiln bake` chain without flags.
+    let store_dir = match &a.store {
+        Some(dir) => dir.clone(),
+        None => {
+            let dir = std::env::var_os("KILN_CACHE")
+                .filter(|v| !v.is_empty())
+                .map_or_else(default_cache, PathBuf::from);
+            if !global.quiet && !global.json {
+                eprintln!(
+                    "kiln: using the store {} (kiln fetch's cache; --store or KILN_STORE picks another)",
+                    dir.display()
+                );
+            }
+            dir
+        }
+    };
+    let store = Store::open(&store_dir)
+        .with_context(|| format!("opening store {}", store_dir.display()))?;
+    if a.fetch {
+        fetch_missing(&a, &lock, &store, &store_dir, &def, arch, global)?;
+    }
     let inputs = bake::inputs_from_lock(&lock, &store, &def, arch)?;
     let epoch = bake::epoch_from_env().map_err(anyhow::Error::msg)?;
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
@@ -192,6 +225,43 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
         print_diff(&old, &out.manifest, global);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `bake --fetch`: fetches the definition's artifacts that the store lacks, from the
+/// `--mirror` sources (and upstream only with `--upstream`).
+fn fetch_missing(
+    a: &BakeArgs,
+    lock: &crate::supply::lock::Lock,
+    store: &Store,
+    store_dir: &std::path::Path,
+    def: &ImageDef,
+    arch: Arch,
+    global: &Global,
+) -> anyhow::Result<()> {
+    use crate::supply::fetch::Source;
+    let mut sources: Vec<Source> = a.mirrors.iter().map(|m| Source::mirror(m)).collect();
+    if a.upstream {
+        sources.push(Source::Upstream);
+    }
+    anyhow::ensure!(
+        !sources.is_empty(),
+        "--fetch needs a source: --mirror URL|DIR (or --upstream to allow the lock's upstream URLs)"
+    );
+    // Only what this definition needs for this architecture, and only what is missing; an
+    // artifact the lock lacks is left for the bake to name.
+    let missing: Vec<_> = def
+        .artifacts
+        .iter()
+        .filter_map(|p| lock.find(&p.name, def.os, arch))
+        .filter(|art| store.lookup(art).is_none())
+        .cloned()
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let summary = run_fetch_all(store, &missing, &sources, &a.net, global)?;
+    report_summary("bake --fetch", store_dir, &summary, global);
+    Ok(())
 }
 
 /// Where `make firstboot` / `make windows` put the kiln-firstboot for an OS and architecture.
