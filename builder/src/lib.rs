@@ -11,6 +11,7 @@ pub mod digest;
 pub mod exit;
 pub mod image_def;
 pub mod install;
+pub mod plan;
 pub mod render;
 pub mod sizing;
 pub mod supply;

@@ -344,6 +344,44 @@ fn fetch_then_bake_share_the_default_store_and_bake_fetch_fills_it() {
         "{err}"
     );
 
+    // `kiln plan` against the same store: covered, every blob there, and it names exactly
+    // the files the bake wrote.
+    let mut plan = kiln();
+    plan.args(["--json", "plan"])
+        .arg(&def)
+        .args(["--format", "sysext", "--arch", "amd64"]);
+    fixture_flags(&mut plan);
+    clean(&mut plan, &xdg);
+    let o = plan.output().unwrap();
+    ok(&o, "kiln plan");
+    let p: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(p["covered"], true, "{p}");
+    let t = &p["targets"][0];
+    assert!(
+        t["artifacts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["in_store"] == true && a["pin"].is_object()),
+        "{t}"
+    );
+    let mut planned: Vec<String> = t["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    let mut written: Vec<String> = std::fs::read_dir(d.path().join("out1"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    planned.sort();
+    written.sort();
+    assert_eq!(
+        planned, written,
+        "kiln plan's outputs vs what kiln bake wrote"
+    );
+
     // An empty default store: bake --fetch --mirror fills it with what flatcar amd64 needs.
     let xdg2 = d.path().join("xdg2");
     let mut bake = kiln();
@@ -396,5 +434,48 @@ fn fetch_then_bake_share_the_default_store_and_bake_fetch_fills_it() {
                 .unwrap()
                 .count()
                 == 0
+    );
+}
+
+/// `kiln plan` names what the committed lock does not pin for a shipped definition before
+/// any blob is needed (issue 20: the Windows crictl), and exits 3.
+#[test]
+fn plan_names_what_the_lock_does_not_cover_without_a_store() {
+    let d = tempfile::tempdir().unwrap();
+    let o = kiln()
+        .current_dir(repo())
+        .env("XDG_CACHE_HOME", d.path())
+        .env_remove("KILN_STORE")
+        .env_remove("KILN_CACHE")
+        .args(["plan", "images/windows.toml"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{out}{err}");
+    assert!(
+        out.contains("crictl          not in the lock for windows/amd64"),
+        "{out}"
+    );
+    assert!(
+        err.contains("does not pin what images/windows.toml needs: crictl for windows/amd64"),
+        "{err}"
+    );
+    // Nothing was created: plan only looks.
+    assert!(!d.path().join("kiln").exists());
+    // A shipped Linux definition is covered by the committed lock: exit 0 without a store.
+    let o = kiln()
+        .current_dir(repo())
+        .env("XDG_CACHE_HOME", d.path())
+        .env_remove("KILN_STORE")
+        .env_remove("KILN_CACHE")
+        .args(["plan", "images/ubuntu.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
     );
 }

@@ -265,7 +265,7 @@ fn fetch_missing(
 }
 
 /// Where `make firstboot` / `make windows` put the kiln-firstboot for an OS and architecture.
-fn default_firstboot(os: Os, arch: Arch) -> PathBuf {
+pub(crate) fn default_firstboot(os: Os, arch: Arch) -> PathBuf {
     PathBuf::from(match (os, arch) {
         (Os::Windows, _) => "target/firstboot/kiln-firstboot.exe",
         (Os::Linux, Arch::Arm64) => "target/firstboot/arm64/kiln-firstboot",

@@ -17,6 +17,7 @@ pub mod lock_file;
 pub mod lock_move;
 pub mod mirror;
 pub mod outdated;
+pub mod plan;
 pub mod progress;
 pub mod render;
 
@@ -49,6 +50,8 @@ pub enum Command {
     /// Keep an air-gapped artifact mirror: sync, verify, pack, unpack.
     #[command(subcommand)]
     Mirror(mirror::MirrorCommand),
+    /// What a bake needs and would write, per format and arch, before any blob is read.
+    Plan(plan::PlanArgs),
     /// Bake a reproducible node image layer (sysext, rootfs overlay, Windows zip) + SBOM.
     Bake(bake::BakeArgs),
     /// Explain what changed between two baked layers (their .manifest.json files).
@@ -89,6 +92,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Render(args) => render::run(args, &cli.global),
         Command::Fetch(a) => fetch::run_fetch(a, &cli.global),
         Command::Mirror(c) => mirror::run_mirror(c, &cli.global),
+        Command::Plan(a) => plan::run_plan(a, &cli.global),
         Command::Bake(a) => bake::run_bake(a, &cli.global),
         Command::Diff(a) => bake::run_diff(a, &cli.global),
         Command::Install(a) => install::run_install(a, &cli.global),

@@ -1,0 +1,172 @@
+//! `kiln plan IMAGE`: what a bake needs and would write, before any blob is read.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::cli::bake::default_firstboot;
+use crate::cli::common::{default_cache, exit, load_lock, Global, TrustArgs, DEFAULT_LOCK};
+use crate::image_def::{Arch, Format, ImageDef};
+use crate::plan::{plan, Target};
+use crate::supply::store::Store;
+
+/// `kiln plan IMAGE`
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Image definition (`images/windows.toml`, …).
+    pub image: PathBuf,
+    /// Only this format (default: every format of the definition).
+    #[arg(long)]
+    pub format: Option<Format>,
+    /// Only this architecture (default: every architecture of the definition).
+    #[arg(long)]
+    pub arch: Option<Arch>,
+    /// The signed artifact lock.
+    #[arg(long, default_value = DEFAULT_LOCK)]
+    pub lock: PathBuf,
+    #[command(flatten)]
+    pub trust: TrustArgs,
+    /// The store a bake would read (default: as `kiln bake`: $KILN_STORE, else kiln fetch's
+    /// cache). Only looked at, never created.
+    #[arg(long, env = "KILN_STORE")]
+    pub store: Option<PathBuf>,
+    /// The kiln-firstboot binary a bake would ship (default: as `kiln bake`, by OS and arch).
+    #[arg(long)]
+    pub firstboot: Option<PathBuf>,
+}
+
+/// Runs `kiln plan`: exit 0 when the lock pins everything the definition needs (missing
+/// blobs or binaries are reported, `kiln bake --fetch` and `make firstboot` fill them), 3
+/// when it does not.
+pub fn run_plan(a: PlanArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let def = ImageDef::load(&a.image)?;
+    for (what, asked, allowed) in [
+        (
+            "format",
+            a.format.map(|f| f.to_string()),
+            def.formats
+                .iter()
+                .map(|f| f.to_string())
+                .collect::<Vec<_>>(),
+        ),
+        (
+            "arch",
+            a.arch.map(|x| x.to_string()),
+            def.arch.iter().map(|x| x.to_string()).collect(),
+        ),
+    ] {
+        if let Some(asked) = asked {
+            anyhow::ensure!(
+                allowed.contains(&asked),
+                "image definition {}: {what} {asked} is not one of {}",
+                a.image.display(),
+                allowed.join(", ")
+            );
+        }
+    }
+    let (lock, _) = load_lock(&a.lock, &a.trust)?;
+    let store_dir = a.store.clone().unwrap_or_else(|| {
+        std::env::var_os("KILN_CACHE")
+            .filter(|v| !v.is_empty())
+            .map_or_else(default_cache, PathBuf::from)
+    });
+    let store = store_dir
+        .join("blobs/sha256")
+        .is_dir()
+        .then(|| Store::open(&store_dir))
+        .transpose()?;
+    let formats: Vec<Format> = a.format.into_iter().collect();
+    let arches: Vec<Arch> = a.arch.into_iter().collect();
+    let firstboot = |arch: Arch| {
+        a.firstboot
+            .clone()
+            .unwrap_or_else(|| default_firstboot(def.os, arch))
+    };
+    let targets = plan(&def, &lock, store.as_ref(), &formats, &arches, &firstboot);
+
+    if global.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "image": a.image, "name": def.name, "os": def.os.to_string(),
+                "lock": a.lock, "store": store.as_ref().map(|_| &store_dir),
+                "covered": targets.iter().all(Target::covered),
+                "targets": targets,
+            })
+        );
+    } else if !global.quiet {
+        print_plan(&a, &def, &targets, store.is_some().then_some(&store_dir));
+    }
+    let uncovered: Vec<String> = targets
+        .iter()
+        .flat_map(|t| {
+            t.artifacts
+                .iter()
+                .filter(|n| n.pin.is_none())
+                .map(move |n| format!("{} for {}/{}", n.name, def.os, t.arch))
+        })
+        .collect();
+    if uncovered.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!(
+        "kiln: error: {} does not pin what {} needs: {}",
+        a.lock.display(),
+        a.image.display(),
+        uncovered.join(", ")
+    );
+    Ok(ExitCode::from(exit::VERIFY))
+}
+
+fn print_plan(a: &PlanArgs, def: &ImageDef, targets: &[Target], store: Option<&PathBuf>) {
+    println!(
+        "plan for {} ({}, {}), lock {}, store {}",
+        a.image.display(),
+        def.name,
+        def.os,
+        a.lock.display(),
+        store.map_or_else(|| "none found".to_string(), |s| s.display().to_string())
+    );
+    for t in targets {
+        let state = if t.ready() {
+            "ready to bake"
+        } else if t.covered() {
+            "covered by the lock, inputs missing (below)"
+        } else {
+            "NOT COVERED by the lock"
+        };
+        println!("\n{} {}: {state}", t.format, t.arch);
+        for n in &t.artifacts {
+            match &n.pin {
+                None => println!("  {:<15} not in the lock for {}/{}", n.name, def.os, t.arch),
+                Some(p) => println!(
+                    "  {:<15} {:<12} {}  {}",
+                    n.name,
+                    p.version,
+                    &p.sha256[..12.min(p.sha256.len())],
+                    if n.in_store {
+                        "in the store"
+                    } else {
+                        "not in the store (kiln fetch, or bake --fetch)"
+                    }
+                ),
+            }
+        }
+        println!(
+            "  {:<15} {}  {}",
+            "kiln-firstboot",
+            t.firstboot.display(),
+            if t.firstboot_exists {
+                "present"
+            } else {
+                "missing (make firstboot / make windows, or --firstboot FILE)"
+            }
+        );
+        println!("  writes: {}", t.outputs.join(", "));
+        println!(
+            "  inputs: {} bytes known (the lock's sizes, else the stored blobs'); the layer is of the same order",
+            t.input_bytes
+        );
+    }
+}

@@ -1,0 +1,160 @@
+//! `kiln plan`: what a bake of an image definition needs and would write, for each format and
+//! architecture, before any blob is read: every artifact the definition places, whether the
+//! lock pins it for that OS and architecture, whether the store holds its bytes, the
+//! kiln-firstboot binary, and the output files.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::bake::render::sysext_file_name;
+use crate::image_def::{Arch, Format, ImageDef};
+use crate::supply::lock::Lock;
+use crate::supply::store::Store;
+
+/// One artifact a bake needs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Need {
+    /// The artifact's name (`kubelet`, `crictl`, …).
+    pub name: String,
+    /// The lock's pin for this OS and architecture, if it has one.
+    pub pin: Option<Pin>,
+    /// Whether the store holds the pinned bytes (`false` without a pin or a store).
+    pub in_store: bool,
+}
+
+/// A lock entry, as much of it as a plan shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pin {
+    /// Pinned version.
+    pub version: String,
+    /// Pinned sha256.
+    pub sha256: String,
+    /// Size in bytes: the lock's recorded size, else the stored blob's, else `None`.
+    pub bytes: Option<u64>,
+}
+
+/// One format and architecture of the definition.
+#[derive(Debug, Clone, Serialize)]
+pub struct Target {
+    /// `sysext`, `rootfs` or `windows`.
+    pub format: String,
+    /// `amd64` or `arm64`.
+    pub arch: String,
+    /// What the definition places, in its order.
+    pub artifacts: Vec<Need>,
+    /// The kiln-firstboot binary the bake would ship, and whether it exists.
+    pub firstboot: PathBuf,
+    /// Whether `firstboot` is a file.
+    pub firstboot_exists: bool,
+    /// The files the bake writes into its output directory.
+    pub outputs: Vec<String>,
+    /// The bytes of the inputs the bake reads (compressed upstream archives and binaries),
+    /// where the lock or the store knows them; the layer is of the same order.
+    pub input_bytes: u64,
+}
+
+impl Target {
+    /// Whether the lock pins every artifact this target needs.
+    pub fn covered(&self) -> bool {
+        self.artifacts.iter().all(|n| n.pin.is_some())
+    }
+
+    /// Whether a bake could run now: covered, every blob stored, kiln-firstboot there.
+    pub fn ready(&self) -> bool {
+        self.covered() && self.artifacts.iter().all(|n| n.in_store) && self.firstboot_exists
+    }
+}
+
+/// The files a bake of `def` as `format` for `arch` writes (the names `kiln bake` uses).
+pub fn output_names(def: &ImageDef, format: Format, arch: Arch) -> Vec<String> {
+    let base = format!("{}-{}-{}", def.name, def.kubernetes.version, arch);
+    let mut out = Vec::new();
+    match format {
+        Format::Sysext => {
+            if let Some(raw) = sysext_file_name(def, arch) {
+                out.push(raw);
+            }
+            if let Some(sx) = &def.sysext {
+                // The systemd-sysupdate transfer file published beside the image.
+                out.push(format!("{}.conf", sx.name));
+            }
+            out.push("SHA256SUMS".into());
+        }
+        Format::Rootfs => {
+            out.push(format!("{base}.tar.zst"));
+            out.push("SHA256SUMS".into());
+        }
+        Format::Windows => out.push(format!("{base}.zip")),
+    }
+    out.push(format!("{base}.spdx.json"));
+    out.push(format!("{base}.manifest.json"));
+    out
+}
+
+/// Plans every (format, arch) pair asked for: `formats`/`arches` empty means all of the
+/// definition's. `firstboot` gives the binary for a target (the bake's default or the
+/// user's).
+pub fn plan(
+    def: &ImageDef,
+    lock: &Lock,
+    store: Option<&Store>,
+    formats: &[Format],
+    arches: &[Arch],
+    firstboot: &dyn Fn(Arch) -> PathBuf,
+) -> Vec<Target> {
+    let formats = if formats.is_empty() {
+        &def.formats[..]
+    } else {
+        formats
+    };
+    let arches = if arches.is_empty() {
+        &def.arch[..]
+    } else {
+        arches
+    };
+    let mut out = Vec::new();
+    for &format in formats {
+        for &arch in arches {
+            let artifacts: Vec<Need> = def
+                .artifacts
+                .iter()
+                .map(|p| {
+                    let art = lock.find(&p.name, def.os, arch);
+                    let blob = art.and_then(|a| store.and_then(|s| s.lookup(a)));
+                    Need {
+                        name: p.name.clone(),
+                        pin: art.map(|a| Pin {
+                            version: a.version.clone(),
+                            sha256: a.sha256.clone(),
+                            bytes: (a.size > 0)
+                                .then_some(a.size)
+                                .or_else(|| blob_size(blob.as_deref())),
+                        }),
+                        in_store: blob.is_some(),
+                    }
+                })
+                .collect();
+            let fb = firstboot(arch);
+            let input_bytes = artifacts
+                .iter()
+                .filter_map(|n| n.pin.as_ref().and_then(|p| p.bytes))
+                .sum::<u64>()
+                + blob_size(Some(&fb)).unwrap_or(0);
+            out.push(Target {
+                format: format.to_string(),
+                arch: arch.to_string(),
+                artifacts,
+                firstboot_exists: fb.is_file(),
+                firstboot: fb,
+                outputs: output_names(def, format, arch),
+                input_bytes,
+            });
+        }
+    }
+    out
+}
+
+fn blob_size(p: Option<&Path>) -> Option<u64> {
+    p.and_then(|p| std::fs::metadata(p).ok()).map(|m| m.len())
+}
