@@ -317,7 +317,6 @@ fn cycles(g: &Graph) -> Vec<Vec<String>> {
 }
 
 #[test]
-#[ignore = "issue 13 is not finished: bake/, cli/ and render/ parents and children still import each other; run with --run-ignored all to list the cycles"]
 fn no_import_cycles() {
     let g = graph();
     let found = cycles(&g);
@@ -359,7 +358,6 @@ fn the_checker_sees_edges() {
 }
 
 #[test]
-#[ignore = "issue 13 is not finished: seven builder files are over 600 lines; run with --run-ignored all to list them"]
 fn no_source_file_over_600_lines() {
     let src = src_dir();
     let mut all = Vec::new();

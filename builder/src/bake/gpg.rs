@@ -8,8 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::{io_err, BakeError};
 use crate::atomic_file::AtomicFile;
+use crate::bake::error::{io_err, BakeError};
 
 /// The detached signature's name next to `SHA256SUMS`, as systemd-sysupdate looks for it.
 pub const SIGNATURE_NAME: &str = "SHA256SUMS.gpg";
@@ -107,7 +107,7 @@ impl GpgSigner {
                 file.display()
             )));
         }
-        Ok(tmp.commit(super::OUTPUT_MODE)?)
+        Ok(tmp.commit(crate::bake::layer::OUTPUT_MODE)?)
     }
 }
 

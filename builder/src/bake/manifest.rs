@@ -7,7 +7,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ArtifactRecord, BakeError, Layer, Node, Origin};
+use crate::bake::error::BakeError;
+use crate::bake::layer::{ArtifactRecord, Layer, Node, Origin};
 
 /// Manifest format version.
 pub const MANIFEST_VERSION: u32 = 1;
@@ -120,7 +121,7 @@ impl Manifest {
 
     /// Reads a manifest file.
     pub fn load(path: &Path) -> Result<Manifest, BakeError> {
-        let text = std::fs::read_to_string(path).map_err(super::io_err(path))?;
+        let text = std::fs::read_to_string(path).map_err(crate::bake::error::io_err(path))?;
         let m: Manifest = serde_json::from_str(&text).map_err(|e| BakeError::Io {
             path: path.to_path_buf(),
             source: std::io::Error::new(

@@ -16,7 +16,9 @@ use sha2::{Digest, Sha256};
 
 use crate::digest::{self, Sums};
 
-use super::{extract, io_err, ArtifactInput, BakeError, InputKind, MemberMap};
+use crate::bake::error::{io_err, BakeError};
+use crate::bake::extract;
+use crate::bake::layer::{ArtifactInput, InputKind, MemberMap};
 
 /// One file ready to place.
 #[derive(Debug, Clone)]

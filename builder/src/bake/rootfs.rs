@@ -22,8 +22,9 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::sync::Mutex;
 
-use super::chunk_cache::{ChunkCache, ChunkKey, Codec, Source, Stats};
-use super::{io_err, BakeError, Data, Layer, Node};
+use crate::bake::chunk_cache::{ChunkCache, ChunkKey, Codec, Source, Stats};
+use crate::bake::error::{io_err, BakeError};
+use crate::bake::layer::{Data, Layer, Node};
 
 /// zstd level for the overlay (the same default `zstd` and `tar -I zstd` use).
 pub const ZSTD_LEVEL: i32 = 3;
@@ -320,7 +321,7 @@ pub fn write(
         chunk_frames: 0,
         cache: None,
     };
-    super::write_atomic_with(out, |f| {
+    crate::bake::layer::write_atomic_with(out, |f| {
         let mut w = BufWriter::with_capacity(1 << 20, f);
         // A token per frame between planning and writing bounds the frames in flight.
         let (slot_tx, slot_rx) = mpsc::sync_channel::<()>(in_flight as usize);

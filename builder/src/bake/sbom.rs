@@ -6,7 +6,8 @@
 use serde_json::{json, Value};
 use sha1::Digest as _;
 
-use super::{civil, BakeError, Layer, Node, Origin};
+use crate::bake::error::BakeError;
+use crate::bake::layer::{civil, Layer, Node, Origin};
 
 fn spdx_id(s: &str) -> String {
     s.chars()

@@ -12,9 +12,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::squashfs::{self, Codec};
-use super::{io_err, render, write_atomic, BakeError, Data, Layer, Node, WriteOptions};
 use crate::atomic_file::AtomicFile;
+use crate::bake::error::{io_err, BakeError};
+use crate::bake::layer::{write_atomic, Data, Layer, Node};
+use crate::bake::options::WriteOptions;
+use crate::bake::render;
+use crate::bake::squashfs::{self, Codec};
 use crate::digest::{self, Sums};
 use crate::image_def::{Compression, ImageDef};
 
@@ -123,11 +126,11 @@ pub fn pack(
     Ok(())
 }
 
-fn only_usr(path: &str, e: &super::Entry) -> BakeError {
+fn only_usr(path: &str, e: &crate::bake::layer::Entry) -> BakeError {
     BakeError::Conflict {
         path: path.to_string(),
         first: "the sysext rule (only /usr)".into(),
-        second: super::describe(&e.origin),
+        second: crate::bake::layer::describe(&e.origin),
     }
 }
 
@@ -188,7 +191,7 @@ fn pack_mksquashfs(
             ),
         });
     }
-    tmp.commit(super::OUTPUT_MODE)?;
+    tmp.commit(crate::bake::layer::OUTPUT_MODE)?;
     std::fs::remove_dir_all(&root).map_err(io_err(&root))?;
     Ok(())
 }
@@ -220,7 +223,7 @@ pub fn write(
             .unwrap_or_default()
             .as_bytes(),
     )?;
-    let (sums, sig) = super::publish_sums(out_dir, &name, &sha, opts.sign.as_ref())?;
+    let (sums, sig) = crate::bake::sums::publish_sums(out_dir, &name, &sha, opts.sign.as_ref())?;
     Ok([raw, conf, sums].into_iter().chain(sig).collect())
 }
 

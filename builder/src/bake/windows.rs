@@ -5,7 +5,8 @@ use std::path::Path;
 
 use zip::write::SimpleFileOptions;
 
-use super::{civil, BakeError, Layer, Node};
+use crate::bake::error::BakeError;
+use crate::bake::layer::{civil, Layer, Node};
 
 /// Writes `layer` as a zip at `out`, atomically.
 pub fn write(layer: &Layer, out: &Path) -> Result<(), BakeError> {
@@ -22,7 +23,7 @@ pub fn write(layer: &Layer, out: &Path) -> Result<(), BakeError> {
         .compression_level(Some(6))
         .last_modified_time(time);
     let mut inner: Option<BakeError> = None;
-    super::write_atomic_with(out, |f| {
+    crate::bake::layer::write_atomic_with(out, |f| {
         let zerr = |e: zip::result::ZipError| std::io::Error::other(e.to_string());
         let mut z = zip::ZipWriter::new(f);
         for (path, e) in &layer.entries {

@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use super::codec::{Codec, Context};
 use super::error::SquashError;
 use crate::bake::chunk_cache::{self, ChunkCache, ChunkKey, Source};
-use crate::bake::Data;
+use crate::bake::layer::Data;
 
 /// Bit 24 of a data block's size word: the block is stored uncompressed.
 pub const BLOCK_UNCOMPRESSED: u32 = 1 << 24;

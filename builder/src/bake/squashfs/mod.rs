@@ -14,7 +14,7 @@
 
 mod codec;
 mod data;
-mod error;
+pub mod error;
 mod meta;
 
 use std::collections::HashMap;
@@ -22,8 +22,8 @@ use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use super::Node;
 use crate::atomic_file::AtomicFile;
+use crate::bake::layer::Node;
 pub use codec::{Codec, GZIP_DEFAULT_LEVEL, ZSTD_DEFAULT_LEVEL};
 use error::image_io;
 pub use error::SquashError;
@@ -443,7 +443,7 @@ pub fn write_image<'a>(
     let chunks = opts
         .cache
         .as_deref()
-        .map(super::chunk_cache::ChunkCache::new);
+        .map(crate::bake::chunk_cache::ChunkCache::new);
     let cache = chunks.as_ref().map(|cache| data::BlockCache {
         cache,
         codec: opts.codec.cache_codec(BLOCK_SIZE, data::GROUP_BLOCKS),
