@@ -1,4 +1,4 @@
-//! The shape of `builder/src` (issue 13): no source file over 600 lines, and no import cycle
+//! The shape of `builder/src` and `firstboot/src` (issue 13): no source file over 600 lines, and no import cycle
 //! between its files. A file's module imports another when it names it in a path: `crate::…`,
 //! `super::…`, `self::…`, or a child module it declares (`mod x;` then `x::…`). Inline
 //! `#[cfg(test)]` modules at the end of a file are left out: tests may reach anywhere.
@@ -13,6 +13,15 @@ const MAX_LINES: usize = 600;
 
 fn src_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Both crates' sources: the rules hold for kiln-firstboot too (issue 13).
+fn crates() -> [(&'static str, PathBuf); 2] {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    [
+        ("builder/src", src_dir()),
+        ("firstboot/src", root.join("firstboot/src")),
+    ]
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -172,7 +181,11 @@ struct Graph {
 }
 
 fn graph() -> Graph {
-    let src = src_dir();
+    graph_of(&src_dir())
+}
+
+fn graph_of(src: &Path) -> Graph {
+    let src = src.to_path_buf();
     let mut all = Vec::new();
     rust_files(&src, &mut all);
     let mut files = BTreeMap::new();
@@ -318,17 +331,18 @@ fn cycles(g: &Graph) -> Vec<Vec<String>> {
 
 #[test]
 fn no_import_cycles() {
-    let g = graph();
-    let found = cycles(&g);
     let mut msg = String::new();
-    for c in &found {
-        msg.push_str(&format!("cycle of {} files:\n", c.len()));
-        for f in c {
-            let inside: Vec<&String> = g.edges[f].iter().filter(|t| c.contains(t)).collect();
-            msg.push_str(&format!("  {f} -> {inside:?}\n"));
+    for (name, src) in crates() {
+        let g = graph_of(&src);
+        for c in &cycles(&g) {
+            msg.push_str(&format!("{name}: cycle of {} files:\n", c.len()));
+            for f in c {
+                let inside: Vec<&String> = g.edges[f].iter().filter(|t| c.contains(t)).collect();
+                msg.push_str(&format!("  {f} -> {inside:?}\n"));
+            }
         }
     }
-    assert!(found.is_empty(), "builder/src has import cycles:\n{msg}");
+    assert!(msg.is_empty(), "import cycles:\n{msg}");
 }
 
 #[test]
@@ -339,6 +353,9 @@ fn the_checker_sees_edges() {
     assert!(cli.iter().any(|f| f.starts_with("cli/")), "{cli:?}");
     let n: usize = g.edges.values().map(BTreeSet::len).sum();
     assert!(n > 50, "only {n} import edges found");
+    let fb = graph_of(&crates()[1].1);
+    let n: usize = fb.edges.values().map(BTreeSet::len).sum();
+    assert!(n > 30, "only {n} import edges found in firstboot/src");
     // And it finds a cycle when there is one.
     let mut looped = Graph {
         files: g.files.clone(),
@@ -359,17 +376,20 @@ fn the_checker_sees_edges() {
 
 #[test]
 fn no_source_file_over_600_lines() {
-    let src = src_dir();
-    let mut all = Vec::new();
-    rust_files(&src, &mut all);
-    let mut long: Vec<String> = all
-        .iter()
-        .filter_map(|p| {
+    let mut long: Vec<String> = Vec::new();
+    for (name, src) in crates() {
+        let mut all = Vec::new();
+        rust_files(&src, &mut all);
+        long.extend(all.iter().filter_map(|p| {
             let n = std::fs::read_to_string(p).unwrap().lines().count();
-            (n > MAX_LINES)
-                .then(|| format!("{} ({n} lines)", p.strip_prefix(&src).unwrap().display()))
-        })
-        .collect();
+            (n > MAX_LINES).then(|| {
+                format!(
+                    "{name}/{} ({n} lines)",
+                    p.strip_prefix(&src).unwrap().display()
+                )
+            })
+        }));
+    }
     long.sort();
     assert!(
         long.is_empty(),

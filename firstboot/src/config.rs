@@ -13,6 +13,7 @@ use crate::contract::paths::{self, NodePaths};
 use crate::contract::{JoinMode, Provider, KILN_CONTRACT, VERSION_TEXT};
 use crate::error::Error;
 use crate::fsutil::{self, SecretError};
+pub use crate::redact::valid_token;
 use crate::redact::{self, Secrets};
 use crate::sizing::{Inputs, Machine, Settings};
 use crate::Reason;
@@ -353,17 +354,6 @@ pub fn node_secrets(paths: &NodePaths) -> Secrets {
         s.extend(redact::secrets_in(&text));
     }
     s
-}
-
-/// True for a kubeadm bootstrap token, `[a-z0-9]{6}.[a-z0-9]{16}`.
-pub fn valid_token(t: &str) -> bool {
-    let ok = |s: &str, n: usize| {
-        s.len() == n
-            && s.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-    };
-    t.split_once('.')
-        .is_some_and(|(id, secret)| ok(id, 6) && ok(secret, 16))
 }
 
 #[cfg(test)]

@@ -76,7 +76,7 @@ impl Redactor {
         if escaped != secret {
             forms.push(escaped.to_string());
         }
-        if crate::config::valid_token(secret) {
+        if valid_token(secret) {
             forms.push(secret[7..].to_string());
         }
         for f in forms {
@@ -308,6 +308,17 @@ pub fn print(text: &Redacted) {
 #[allow(clippy::print_stderr)]
 pub fn eprint(text: &Redacted) {
     eprintln!("{}", text.as_str());
+}
+
+/// True for a kubeadm bootstrap token, `[a-z0-9]{6}.[a-z0-9]{16}`.
+pub fn valid_token(t: &str) -> bool {
+    let ok = |s: &str, n: usize| {
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    };
+    t.split_once('.')
+        .is_some_and(|(id, secret)| ok(id, 6) && ok(secret, 16))
 }
 
 #[cfg(test)]

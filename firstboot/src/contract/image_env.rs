@@ -3,7 +3,8 @@
 
 use super::envfile::EnvFile;
 use super::node_env::Invalid;
-use super::{paths, KILN_CONTRACT};
+use crate::contract::paths;
+use crate::contract::version::KILN_CONTRACT;
 
 /// Content-derived id of the layer.
 pub const KILN_IMAGE_ID: &str = "KILN_IMAGE_ID";

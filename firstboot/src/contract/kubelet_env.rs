@@ -7,7 +7,7 @@ pub use super::node_env::{
     NODE_TAINTS, NO_PROXY, PROVIDER,
 };
 pub use super::sizing::{EVICTION_HARD, KUBE_RESERVED, SYSTEM_RESERVED};
-pub use super::KILN_CONTRACT;
+pub use crate::contract::version::KILN_CONTRACT;
 
 /// The cloud instance id.
 pub const INSTANCE_ID: &str = "INSTANCE_ID";

@@ -13,20 +13,12 @@ pub mod paths;
 pub mod reason;
 pub mod sizing;
 pub mod status_json;
+pub mod version;
 
 pub use envfile::EnvFile;
 pub use node_env::{JoinMode, Provider};
 pub use reason::Reason;
-
-/// The contract version this build speaks (`KILN_CONTRACT` in every env file, `kiln_contract`
-/// in status.json).
-pub const VERSION: u32 = 1;
-
-/// [`VERSION`] as it appears in an env file.
-pub const VERSION_TEXT: &str = "1";
-
-/// The key every contract env file starts with: the contract version it was written for.
-pub const KILN_CONTRACT: &str = "KILN_CONTRACT";
+pub use version::{KILN_CONTRACT, VERSION, VERSION_TEXT};
 
 #[cfg(test)]
 mod tests {

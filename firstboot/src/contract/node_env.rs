@@ -5,7 +5,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 use super::envfile::EnvFile;
-use super::KILN_CONTRACT;
+use crate::contract::version::KILN_CONTRACT;
 
 /// The API server URL, `https://host[:port]`.
 pub const API_SERVER: &str = "API_SERVER";

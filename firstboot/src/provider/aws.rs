@@ -5,11 +5,12 @@
 //! minus its letter, the address to the primary interface's `local-ipv4s` and `ipv6s`
 //! (tested against captures of API versions 2016-09-02 and 2018-09-24).
 
-use super::MetadataSource;
-use super::{get_list, get_text, http_error, parallel, Candidate, Context, Metadata};
 use crate::contract::Provider;
 use crate::error::Error;
+use crate::netaddr::Candidate;
 use crate::netaddr::{IpFamily, Offered};
+use crate::provider::common::MetadataSource;
+use crate::provider::common::{get_list, get_text, http_error, parallel, Context, Metadata};
 use crate::Reason;
 
 /// How long the session token lives; firstboot needs it for well under a second.

@@ -7,12 +7,15 @@
 
 use std::path::Path;
 
-use super::{body_text, check_token, http_error, Candidate, Context, Metadata, MetadataSource};
-use super::{ChannelError, ReportTarget};
 use crate::contract::paths;
 use crate::contract::Provider;
 use crate::error::Error;
 use crate::json::{self, Value};
+use crate::netaddr::Candidate;
+use crate::provider::common::{
+    body_text, check_token, http_error, Context, Metadata, MetadataSource,
+};
+use crate::provider::common::{ChannelError, ReportTarget};
 use crate::redact::Redacted;
 use crate::Reason;
 

@@ -5,8 +5,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::Provider;
 use crate::contract::paths;
+use crate::contract::Provider;
 use crate::fsutil;
 
 /// The DMI values detection looks at, trimmed; empty when absent.
@@ -66,7 +66,7 @@ impl Dmi {
         let dir = paths::under(root, DMI_DIR);
         let mut d = Dmi {
             hypervisor_uuid: read_trimmed(&paths::under(root, HYPERVISOR_UUID)),
-            qemu_fw_cfg: paths::under(root, super::qemu::FW_CFG_DIR).is_dir(),
+            qemu_fw_cfg: paths::under(root, crate::provider::qemu::FW_CFG_DIR).is_dir(),
             ..Dmi::default()
         };
         for name in DMI_FILES {
@@ -198,14 +198,20 @@ fn marker(name: &str, value: &str) -> String {
 pub fn detect(d: &Dmi) -> Detected {
     use Detected::*;
     if d.chassis_asset_tag == AZURE_ASSET_TAG {
-        return Provider(super::Provider::Azure, "chassis_asset_tag is Azure's");
+        return Provider(
+            crate::contract::Provider::Azure,
+            "chassis_asset_tag is Azure's",
+        );
     }
     if d.sys_vendor == "Amazon EC2" || d.bios_vendor == "Amazon EC2" {
-        return Provider(super::Provider::Aws, "vendor is Amazon EC2 (Nitro)");
+        return Provider(
+            crate::contract::Provider::Aws,
+            "vendor is Amazon EC2 (Nitro)",
+        );
     }
     if d.hypervisor_uuid.to_ascii_lowercase().starts_with("ec2") {
         return Provider(
-            super::Provider::Aws,
+            crate::contract::Provider::Aws,
             "/sys/hypervisor/uuid starts with ec2 (Xen)",
         );
     }
@@ -221,36 +227,42 @@ pub fn detect(d: &Dmi) -> Detected {
     }
     if aws.len() >= 2 {
         return Provider(
-            super::Provider::Aws,
+            crate::contract::Provider::Aws,
             "two of product_uuid/product_serial starting with ec2, bios_version ending .amazon",
         );
     }
     if GCE_PRODUCTS.contains(&d.product_name.as_str()) {
-        return Provider(super::Provider::Gcp, "product_name is Google's");
+        return Provider(crate::contract::Provider::Gcp, "product_name is Google's");
     }
     if d.product_serial.starts_with("GoogleCloud-") {
         return Provider(
-            super::Provider::Gcp,
+            crate::contract::Provider::Gcp,
             "product_serial starts with GoogleCloud-",
         );
     }
     if OPENSTACK_PRODUCTS.contains(&d.product_name.as_str()) {
-        return Provider(super::Provider::Openstack, "product_name is OpenStack's");
+        return Provider(
+            crate::contract::Provider::Openstack,
+            "product_name is OpenStack's",
+        );
     }
     if OPENSTACK_ASSET_TAGS.contains(&d.chassis_asset_tag.as_str()) {
         return Provider(
-            super::Provider::Openstack,
+            crate::contract::Provider::Openstack,
             "chassis_asset_tag is an OpenStack cloud's",
         );
     }
     if d.sys_vendor == "OpenStack Foundation" {
         return Provider(
-            super::Provider::Openstack,
+            crate::contract::Provider::Openstack,
             "sys_vendor is OpenStack Foundation",
         );
     }
     if d.sys_vendor == "VMware, Inc." {
-        return Provider(super::Provider::Vmware, "sys_vendor is VMware, Inc.");
+        return Provider(
+            crate::contract::Provider::Vmware,
+            "sys_vendor is VMware, Inc.",
+        );
     }
     for (cloud, rule, hit) in [
         (
@@ -280,7 +292,7 @@ pub fn detect(d: &Dmi) -> Detected {
     }
     if d.sys_vendor == "QEMU" && d.qemu_fw_cfg {
         return Provider(
-            super::Provider::Qemu,
+            crate::contract::Provider::Qemu,
             "sys_vendor is QEMU, fw_cfg has opt/kiln",
         );
     }
@@ -325,6 +337,15 @@ fn partial_markers(d: &Dmi) -> Detected {
         }
     }
     Detected::Nothing
+}
+
+/// One DMI file's trimmed content, or empty when it is absent or unreadable.
+pub fn dmi_field(root: &Path, field: &str) -> String {
+    let p = paths::under(root, DMI_DIR).join(field);
+    match fsutil::read_capped(&p, 4096) {
+        Ok(Some(s)) => s.trim().to_string(),
+        _ => String::new(),
+    }
 }
 
 #[cfg(test)]

@@ -5,14 +5,17 @@
 //! partial answers lack leaves: `instance/name` falls back to the hostname's first label,
 //! `network-interfaces/0/ip` and `ipv6s` to the route to the API server.
 
-use super::{body_text, check_token};
+use crate::netaddr::Candidate;
+use crate::provider::common::{body_text, check_token};
 use std::time::Duration;
 
-use super::{http_error, last_segment, parallel, Candidate, Context, Metadata, MetadataSource};
-use super::{ChannelError, ReportTarget, LINK_LOCAL};
 use crate::contract::Provider;
 use crate::error::Error;
 use crate::http::Client;
+use crate::provider::common::{
+    http_error, last_segment, parallel, Context, Metadata, MetadataSource,
+};
+use crate::provider::common::{ChannelError, ReportTarget, LINK_LOCAL};
 use crate::redact::Redacted;
 use crate::Reason;
 

@@ -2,11 +2,11 @@
 //! its hostname and its IP is the source address of the route to the API server (the
 //! caller's fallback for every source without an address).
 
-use super::{check_token, Context, Metadata, MetadataSource};
 use crate::contract::paths;
 use crate::contract::Provider;
 use crate::error::Error;
 use crate::fsutil;
+use crate::provider::common::{check_token, Context, Metadata, MetadataSource};
 
 #[derive(Debug)]
 pub struct NoMetadata;

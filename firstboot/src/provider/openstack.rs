@@ -5,11 +5,12 @@
 //! `availability_zone`), the EC2 leaves of 2009-04-04, network_data.json 2015-10-15
 //! (optional: older clouds answer 404).
 
-use super::{body_text, check_token, get_text, http_error, parallel, Candidate, Context};
-use super::{Metadata, MetadataSource};
 use crate::contract::Provider;
 use crate::error::Error;
 use crate::json::{self, Value};
+use crate::netaddr::Candidate;
+use crate::provider::common::{body_text, check_token, get_text, http_error, parallel, Context};
+use crate::provider::common::{Metadata, MetadataSource};
 use crate::Reason;
 
 #[derive(Debug)]

@@ -1,11 +1,12 @@
 //! QEMU: fw_cfg entries the VM was started with (`-fw_cfg name=opt/kiln/<key>,string=…`),
 //! read from sysfs, so boot tests have a metadata source without any network.
 
-use super::{check_token, Candidate, Context, Metadata, MetadataSource};
 use crate::contract::paths;
 use crate::contract::Provider;
 use crate::error::Error;
 use crate::fsutil;
+use crate::netaddr::Candidate;
+use crate::provider::common::{check_token, Context, Metadata, MetadataSource};
 use crate::Reason;
 
 /// Where the kernel's `qemu_fw_cfg` driver shows the `opt/kiln/…` entries.

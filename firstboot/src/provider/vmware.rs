@@ -4,12 +4,13 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::{
-    check_token, dmi_field, Candidate, ChannelError, Context, Metadata, MetadataSource,
-    ReportTarget,
-};
 use crate::contract::Provider;
 use crate::error::Error;
+use crate::netaddr::Candidate;
+use crate::provider::common::{
+    check_token, ChannelError, Context, Metadata, MetadataSource, ReportTarget,
+};
+use crate::provider::detect::dmi_field;
 use crate::redact::Redacted;
 use crate::service;
 use crate::Reason;
