@@ -4,8 +4,6 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use serde::Deserialize;
-
 use kiln_firstboot::contract::envfile::EnvFile;
 use kiln_firstboot::contract::{self, node_env};
 
@@ -43,61 +41,29 @@ pub enum ConfigError {
     },
 }
 
-/// How the node joins: kubelet TLS bootstrap, or `kubeadm join --config`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum JoinMode {
-    /// kubelet's own TLS bootstrap (contract default).
-    #[default]
-    Kubelet,
-    /// `kubeadm join --config /etc/kiln/kubeadm-join.yaml`.
-    Kubeadm,
-}
+pub use kiln_firstboot::contract::node_env::{JoinMode, Provider};
+use kiln_firstboot::contract::node_env::{JOIN_MODES, PROVIDER_CHOICES};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
 
-impl JoinMode {
-    fn as_str(self) -> &'static str {
-        match self {
-            JoinMode::Kubelet => "kubelet",
-            JoinMode::Kubeadm => "kubeadm",
-        }
+/// `provider = "…"`: the contract's names (`auto` is `None`), refused as serde refuses an
+/// unknown enum variant, so the message lists the choices.
+pub(crate) fn provider_choice<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<Provider>>, D::Error> {
+    let s = String::deserialize(d)?;
+    match Provider::parse_choice(&s) {
+        Ok(p) if !s.is_empty() => Ok(Some(p)),
+        _ => Err(D::Error::unknown_variant(&s, &PROVIDER_CHOICES)),
     }
 }
 
-/// The metadata source firstboot should use (`PROVIDER`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Provider {
-    /// Detect from DMI (contract default).
-    #[default]
-    Auto,
-    /// AWS IMDSv2.
-    Aws,
-    /// Azure IMDS.
-    Azure,
-    /// GCP metadata server.
-    Gcp,
-    /// OpenStack metadata.
-    Openstack,
-    /// VMware guestinfo.
-    Vmware,
-    /// QEMU fw_cfg.
-    Qemu,
-    /// Static files only.
-    None,
-}
-
-impl Provider {
-    fn as_str(self) -> &'static str {
-        match self {
-            Provider::Auto => "auto",
-            Provider::Aws => "aws",
-            Provider::Azure => "azure",
-            Provider::Gcp => "gcp",
-            Provider::Openstack => "openstack",
-            Provider::Vmware => "vmware",
-            Provider::Qemu => "qemu",
-            Provider::None => "none",
-        }
+/// `join_mode = "…"`: the contract's names.
+pub(crate) fn join_mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<JoinMode>, D::Error> {
+    let s = String::deserialize(d)?;
+    match JoinMode::parse(&s) {
+        Some(m) if !s.is_empty() => Ok(Some(m)),
+        _ => Err(D::Error::unknown_variant(&s, &JOIN_MODES)),
     }
 }
 
@@ -160,8 +126,8 @@ pub struct NodeConfig {
     pub cluster_name: String,
     /// Join mode.
     pub join_mode: JoinMode,
-    /// Metadata source.
-    pub provider: Provider,
+    /// Metadata source; `None` is `auto` (firstboot detects it).
+    pub provider: Option<Provider>,
     /// Global boot deadline override, seconds.
     pub deadline: Option<u64>,
     /// The cluster CA bundle (PEM), as given.
@@ -210,7 +176,10 @@ impl NodeConfig {
             .set(node_env::API_SERVER, self.api_server.url.clone())
             .set(node_env::CLUSTER_NAME, self.cluster_name.clone())
             .set(node_env::JOIN_MODE, self.join_mode.as_str())
-            .set(node_env::PROVIDER, self.provider.as_str())
+            .set(
+                node_env::PROVIDER,
+                self.provider.map_or("auto", Provider::name),
+            )
             .set_opt(node_env::NODE_NAME, self.node_name.clone())
             .set_opt(node_env::NODE_IP, self.node_ip.clone())
             .set_opt(node_env::NODE_LABELS, join(&labels, ","))

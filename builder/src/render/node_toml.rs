@@ -21,8 +21,10 @@ struct RawNode {
     kiln_contract: Option<u32>,
     api_server: String,
     cluster_name: String,
+    #[serde(default, deserialize_with = "crate::render::config::join_mode")]
     join_mode: Option<JoinMode>,
-    provider: Option<Provider>,
+    #[serde(default, deserialize_with = "crate::render::config::provider_choice")]
+    provider: Option<Option<Provider>>,
     deadline: Option<u64>,
     ca: RawCa,
     bootstrap: RawBootstrap,
@@ -307,7 +309,7 @@ impl Validator<'_> {
             api_server,
             cluster_name,
             join_mode,
-            provider: raw.provider.unwrap_or_default(),
+            provider: raw.provider.flatten(),
             deadline: raw.deadline,
             ca_pem,
             ca_spki_sha256,

@@ -97,6 +97,22 @@ pub enum Provider {
     None,
 }
 
+/// Every value `PROVIDER` accepts, `auto` first (for parsers that list them, e.g. serde's
+/// "expected one of"); a unit test holds it to [`Provider::ALL`].
+pub const PROVIDER_CHOICES: [&str; 8] = [
+    "auto",
+    "aws",
+    "azure",
+    "gcp",
+    "openstack",
+    "vmware",
+    "qemu",
+    "none",
+];
+
+/// Every value `JOIN_MODE` accepts.
+pub const JOIN_MODES: [&str; 2] = ["kubelet", "kubeadm"];
+
 /// What `PROVIDER` and `--provider` accept, as a message says it.
 pub const PROVIDER_EXPECTED: &str = "auto, aws, azure, gcp, openstack, vmware, qemu or none";
 
@@ -428,6 +444,21 @@ impl NodeEnv {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_choice_lists_are_the_enums() {
+        let names: Vec<&str> = std::iter::once("auto")
+            .chain(Provider::ALL.iter().map(|p| p.name()))
+            .collect();
+        assert_eq!(names, PROVIDER_CHOICES);
+        assert_eq!(
+            PROVIDER_EXPECTED,
+            "auto, aws, azure, gcp, openstack, vmware, qemu or none"
+        );
+        for m in JOIN_MODES {
+            assert_eq!(JoinMode::parse(m).map(JoinMode::as_str), Some(m));
+        }
+    }
     use crate::contract::envfile::parse;
 
     #[test]
