@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::bake::render::sysext_file_name;
+use crate::bake::target::all_outputs;
+use crate::bake::target_of;
 use crate::image_def::{Arch, Format, ImageDef};
 use crate::supply::lock::Lock;
 use crate::supply::store::Store;
@@ -66,30 +67,9 @@ impl Target {
     }
 }
 
-/// The files a bake of `def` as `format` for `arch` writes (the names `kiln bake` uses).
+/// The files a bake of `def` as `format` for `arch` writes (each target's own names).
 pub fn output_names(def: &ImageDef, format: Format, arch: Arch) -> Vec<String> {
-    let base = format!("{}-{}-{}", def.name, def.kubernetes.version, arch);
-    let mut out = Vec::new();
-    match format {
-        Format::Sysext => {
-            if let Some(raw) = sysext_file_name(def, arch) {
-                out.push(raw);
-            }
-            if let Some(sx) = &def.sysext {
-                // The systemd-sysupdate transfer file published beside the image.
-                out.push(format!("{}.conf", sx.name));
-            }
-            out.push("SHA256SUMS".into());
-        }
-        Format::Rootfs => {
-            out.push(format!("{base}.tar.zst"));
-            out.push("SHA256SUMS".into());
-        }
-        Format::Windows => out.push(format!("{base}.zip")),
-    }
-    out.push(format!("{base}.spdx.json"));
-    out.push(format!("{base}.manifest.json"));
-    out
+    all_outputs(target_of(format), def, arch)
 }
 
 /// Plans every (format, arch) pair asked for: `formats`/`arches` empty means all of the

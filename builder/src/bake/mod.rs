@@ -19,10 +19,10 @@ pub mod sbom;
 pub mod squashfs;
 pub mod sums;
 pub mod sysext;
+pub mod target;
 pub mod units;
 pub mod windows;
 
-use crate::digest::{self, Sums};
 use crate::image_def::{Arch, Format, ImageDef, Os};
 use crate::supply::inspect::InspectError;
 use std::path::{Path, PathBuf};
@@ -35,7 +35,6 @@ pub use layer::{
     Node, Origin, DEFAULT_EPOCH, INSTALL_MANIFEST,
 };
 pub use options::WriteOptions;
-use sums::publish_sums;
 
 pub use extract::ArchiveKind;
 
@@ -48,6 +47,15 @@ pub struct BakeOutput {
     pub files: Vec<PathBuf>,
     /// The kiln manifest of the layer (for `--explain`).
     pub manifest: manifest::Manifest,
+}
+
+/// The writer of a format.
+pub fn target_of(format: Format) -> &'static dyn target::Target {
+    match format {
+        Format::Sysext => &sysext::Sysext,
+        Format::Rootfs => &rootfs::Rootfs,
+        Format::Windows => &windows::Windows,
+    }
 }
 
 /// Bakes one layer into `out_dir`: the format's main output, `<base>.spdx.json`, and
@@ -65,23 +73,14 @@ pub fn bake(
     // The SBOM reads every file again for SHA1; it runs beside the format writer.
     let (main, sbom) = std::thread::scope(|s| {
         let sbom = s.spawn(|| sbom::spdx_json(&layer));
-        let main = match req.format {
-            Format::Sysext => sysext::write(&layer, req.def, out_dir, req.work, req.cache, opts),
-            Format::Rootfs => {
-                let p = out_dir.join(format!("{base}.tar.zst"));
-                let cache = req.cache.map(chunk_cache::ChunkCache::new);
-                let ro = rootfs::RootfsOptions {
-                    threads: opts.threads,
-                    cache: cache.as_ref(),
-                    framing: rootfs::FRAMING,
-                };
-                rootfs::write(&layer, &p, &ro).map(|_| vec![p])
-            }
-            Format::Windows => {
-                let p = out_dir.join(format!("{base}.zip"));
-                windows::write(&layer, &p).map(|_| vec![p])
-            }
+        let cx = target::TargetContext {
+            def: req.def,
+            out_dir,
+            work: req.work,
+            cache: req.cache,
+            opts,
         };
+        let main = target_of(req.format).write(&layer, &cx);
         (main, sbom.join().expect("sbom thread panicked"))
     });
     let main = main?;
@@ -96,21 +95,7 @@ pub fn bake(
             return Err(e);
         }
     };
-    // SHA256SUMS beside a rootfs layer is what `kiln install` checks it against; it is
-    // written only once the layer is known good.
-    let sums = match req.format {
-        Format::Rootfs => {
-            let sha = digest::hash_file(&main[0], Sums::Sha256)
-                .map_err(io_err(&main[0]))?
-                .sha256;
-            let name = format!("{base}.tar.zst");
-            let (sums, sig) = publish_sums(out_dir, &name, &sha, opts.sign.as_ref())?;
-            [sums].into_iter().chain(sig).collect()
-        }
-        _ => Vec::new(),
-    };
     files.extend(main);
-    files.extend(sums);
     let sbom_path = out_dir.join(format!("{base}.spdx.json"));
     write_atomic(&sbom_path, sbom.as_bytes())?;
     files.push(sbom_path);

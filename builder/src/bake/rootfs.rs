@@ -18,13 +18,16 @@
 use std::collections::BTreeMap;
 use std::io::{BufWriter, Read, Write};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Mutex;
 
 use crate::bake::chunk_cache::{ChunkCache, ChunkKey, Codec, Source, Stats};
 use crate::bake::error::{io_err, BakeError};
 use crate::bake::layer::{Data, Layer, Node};
+use crate::bake::sums::publish_sums;
+use crate::bake::target::{base_name, Target, TargetContext};
+use crate::image_def::{Arch, ImageDef};
 
 /// zstd level for the overlay (the same default `zstd` and `tar -I zstd` use).
 pub const ZSTD_LEVEL: i32 = 3;
@@ -428,4 +431,35 @@ fn write_in_order(
         }
     }
     Ok(next)
+}
+
+/// The rootfs format: the `.tar.zst` overlay and `SHA256SUMS` (what `kiln install` checks).
+#[derive(Debug)]
+pub struct Rootfs;
+
+impl Target for Rootfs {
+    fn outputs(&self, def: &ImageDef, arch: Arch) -> Vec<String> {
+        vec![
+            format!("{}.tar.zst", base_name(def, arch)),
+            "SHA256SUMS".into(),
+        ]
+    }
+
+    fn write(&self, layer: &Layer, cx: &TargetContext<'_>) -> Result<Vec<PathBuf>, BakeError> {
+        let name = format!("{}.tar.zst", layer.base_name());
+        let p = cx.out_dir.join(&name);
+        let cache = cx.cache.map(ChunkCache::new);
+        let ro = RootfsOptions {
+            threads: cx.opts.threads,
+            cache: cache.as_ref(),
+            framing: FRAMING,
+        };
+        write(layer, &p, &ro)?;
+        // SHA256SUMS is written only once the layer is on disk whole.
+        let sha = crate::digest::hash_file(&p, crate::digest::Sums::Sha256)
+            .map_err(io_err(&p))?
+            .sha256;
+        let (sums, sig) = publish_sums(cx.out_dir, &name, &sha, cx.opts.sign.as_ref())?;
+        Ok([p, sums].into_iter().chain(sig).collect())
+    }
 }

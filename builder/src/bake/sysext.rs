@@ -18,8 +18,9 @@ use crate::bake::layer::{write_atomic, Data, Layer, Node};
 use crate::bake::options::WriteOptions;
 use crate::bake::render;
 use crate::bake::squashfs::{self, Codec};
+use crate::bake::target::{Target, TargetContext};
 use crate::digest::{self, Sums};
-use crate::image_def::{Compression, ImageDef};
+use crate::image_def::{Arch, Compression, ImageDef};
 
 /// Memory cap passed to `mksquashfs -mem`.
 pub const MKSQUASHFS_MEM: &str = "192M";
@@ -225,6 +226,25 @@ pub fn write(
     )?;
     let (sums, sig) = crate::bake::sums::publish_sums(out_dir, &name, &sha, opts.sign.as_ref())?;
     Ok([raw, conf, sums].into_iter().chain(sig).collect())
+}
+
+/// The sysext format: the `.raw` image, the sysupdate transfer file and `SHA256SUMS`.
+#[derive(Debug)]
+pub struct Sysext;
+
+impl Target for Sysext {
+    fn outputs(&self, def: &ImageDef, arch: Arch) -> Vec<String> {
+        let mut out: Vec<String> = render::sysext_file_name(def, arch).into_iter().collect();
+        if let Some(sx) = &def.sysext {
+            out.push(format!("{}.conf", sx.name));
+        }
+        out.push("SHA256SUMS".into());
+        out
+    }
+
+    fn write(&self, layer: &Layer, cx: &TargetContext<'_>) -> Result<Vec<PathBuf>, BakeError> {
+        write(layer, cx.def, cx.out_dir, cx.work, cx.cache, cx.opts)
+    }
 }
 
 #[cfg(test)]

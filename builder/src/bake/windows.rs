@@ -1,12 +1,14 @@
 //! The Windows layer: the `C:\k` layout as a `.zip` (`k\kubelet.exe`, `k\kiln\image.env`, …).
 //! Entries sorted, one timestamp (zip's DOS time, so at least 1980), deflate level 6.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use zip::write::SimpleFileOptions;
 
 use crate::bake::error::BakeError;
 use crate::bake::layer::{civil, Layer, Node};
+use crate::bake::target::{base_name, Target, TargetContext};
+use crate::image_def::{Arch, ImageDef};
 
 /// Writes `layer` as a zip at `out`, atomically.
 pub fn write(layer: &Layer, out: &Path) -> Result<(), BakeError> {
@@ -57,4 +59,20 @@ pub fn write(layer: &Layer, out: &Path) -> Result<(), BakeError> {
         Ok(())
     })
     .map_err(|e| inner.take().unwrap_or(e))
+}
+
+/// The Windows format: the `C:\\k` layout as a `.zip`.
+#[derive(Debug)]
+pub struct Windows;
+
+impl Target for Windows {
+    fn outputs(&self, def: &ImageDef, arch: Arch) -> Vec<String> {
+        vec![format!("{}.zip", base_name(def, arch))]
+    }
+
+    fn write(&self, layer: &Layer, cx: &TargetContext<'_>) -> Result<Vec<PathBuf>, BakeError> {
+        let p = cx.out_dir.join(format!("{}.zip", layer.base_name()));
+        write(layer, &p)?;
+        Ok(vec![p])
+    }
 }
