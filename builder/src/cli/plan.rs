@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use crate::cli::bake::default_firstboot;
-use crate::cli::common::{default_cache, exit, load_lock, Global, TrustArgs, DEFAULT_LOCK};
+use crate::cli::common::{default_cache, done, exit, load_lock, Global, TrustArgs, DEFAULT_LOCK};
 use crate::image_def::{Arch, Format, ImageDef};
 use crate::plan::{plan, Target};
 use crate::supply::store::Store;
@@ -40,6 +40,10 @@ pub struct PlanArgs {
 /// blobs or binaries are reported, `kiln bake --fetch` and `make firstboot` fill them), 3
 /// when it does not.
 pub fn run_plan(a: PlanArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    done(plan_cmd(a, global))
+}
+
+fn plan_cmd(a: PlanArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let def = ImageDef::load(&a.image)?;
     for (what, asked, allowed) in [
         (
