@@ -478,4 +478,28 @@ fn plan_names_what_the_lock_does_not_cover_without_a_store() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+    // A lock altered after signing is refused as every command refuses it: exit 3.
+    let lock = d.path().join("altered.lock");
+    let text = std::fs::read_to_string(repo().join("images/artifacts.lock")).unwrap();
+    let altered = text.replacen(
+        "\n[[artifact]]",
+        "\n# edited after signing\n[[artifact]]",
+        1,
+    );
+    assert_ne!(altered, text);
+    std::fs::write(&lock, altered).unwrap();
+    std::fs::copy(
+        repo().join("images/artifacts.lock.minisig"),
+        d.path().join("altered.lock.minisig"),
+    )
+    .unwrap();
+    let o = kiln()
+        .current_dir(repo())
+        .args(["plan", "images/ubuntu.toml", "--lock"])
+        .arg(&lock)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("does not match its signature"), "{err}");
 }
