@@ -70,16 +70,22 @@ fetch_debs() {
     f=$deb_cache/arm64/$(basename "${u//%2b/+}")
     f=${f//%7e/\~}
     if [ ! -s "$f" ]; then
-      if curl -fsS --retry 3 -o "$f.tmp" "$u"; then
-        mv -f "$f.tmp" "$f"
+      if curl -fsS --retry 3 -o "$f.tmp.$$" "$u"; then
+        mv -f "$f.tmp.$$" "$f"
       else
-        rm -f "$f.tmp"
+        rm -f "$f.tmp.$$"
         echo "fixture-mirror: no arm64 build at $u; arm64 entries for it are skipped" >&2
       fi
     fi
   done <"$deb_cache/amd64.uris"
 }
+# Test suites run this script in parallel on a shared cache: one fetch at a time (a cold
+# cache once failed with two runs moving the same temp file).
+exec 9>"$deb_cache/.lock"
+flock 9
 fetch_debs
+flock -u 9
+exec 9>&-
 
 work=$(mktemp -d)
 server_pid=
