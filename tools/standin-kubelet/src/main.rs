@@ -1,15 +1,25 @@
 //! A stand-in for kubelet in kiln's tests (upstream kubelet cannot be downloaded here).
-//! It records how it was started, checks what kubelet checks first, serves `/healthz`, and
-//! then completes a pretend TLS bootstrap or fails with real kubelet wording. See README.md.
+//! It parses its command line and `--config` as strictly as kubelet 1.36 (flags.rs,
+//! config/), records how it was started, checks what kubelet checks first, serves
+//! `/healthz`, follows kubelet's kubeconfig rules (bootstrap.rs), and then completes a
+//! pretend TLS bootstrap or fails with real kubelet wording. See README.md.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+mod bootstrap;
+mod config;
+mod flags;
+mod healthz;
+mod klog;
 mod podcheck;
+
+use bootstrap::Client;
+use klog::{command_failed, klog, quote};
 
 /// The behaviours the stand-in can act out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,61 +54,6 @@ impl Mode {
     }
 }
 
-/// The kubelet flags the stand-in acts on; every flag is recorded regardless.
-#[derive(Debug, Default)]
-struct Flags {
-    config: Option<String>,
-    root_dir: String,
-    runtime_endpoint: Option<String>,
-    bootstrap_kubeconfig: Option<String>,
-    healthz_bind: String,
-    healthz_port: u16,
-}
-
-fn parse_flags(args: &[String]) -> Result<Flags, String> {
-    let mut f = Flags {
-        root_dir: "/var/lib/kubelet".into(),
-        healthz_bind: "127.0.0.1".into(),
-        healthz_port: 10248,
-        ..Flags::default()
-    };
-    let mut i = 0;
-    while i < args.len() {
-        let arg = &args[i];
-        i += 1;
-        let Some(flag) = arg.strip_prefix("--") else {
-            continue;
-        };
-        let (name, value) = match flag.split_once('=') {
-            Some((n, v)) => (n, v.to_string()),
-            None => {
-                // `--flag value`, unless the next word is another flag (a boolean flag).
-                match args.get(i) {
-                    Some(next) if !next.starts_with("--") => {
-                        i += 1;
-                        (flag, next.clone())
-                    }
-                    _ => (flag, String::from("true")),
-                }
-            }
-        };
-        match name {
-            "config" => f.config = Some(value),
-            "root-dir" => f.root_dir = value,
-            "container-runtime-endpoint" => f.runtime_endpoint = Some(value),
-            "bootstrap-kubeconfig" => f.bootstrap_kubeconfig = Some(value),
-            "healthz-bind-address" => f.healthz_bind = value,
-            "healthz-port" => {
-                f.healthz_port = value
-                    .parse()
-                    .map_err(|_| format!("invalid value {value:?} for flag --healthz-port"))?
-            }
-            _ => {}
-        }
-    }
-    Ok(f)
-}
-
 /// Reads `KEY=VALUE` lines; quotes around a value are dropped.
 fn read_env_file(path: &Path) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
@@ -114,19 +69,6 @@ fn read_env_file(path: &Path) -> BTreeMap<String, String> {
         }
     }
     out
-}
-
-/// The `server:` of a kubeconfig, found without a YAML parser.
-fn kubeconfig_server(path: Option<&str>) -> String {
-    path.and_then(|p| std::fs::read_to_string(p).ok())
-        .and_then(|text| {
-            text.lines().find_map(|l| {
-                l.trim()
-                    .strip_prefix("server:")
-                    .map(|s| s.trim().to_string())
-            })
-        })
-        .unwrap_or_else(|| "https://kubernetes.default.svc:443".into())
 }
 
 /// `https://host:port/...` → (`host`, `host:port`).
@@ -145,50 +87,8 @@ fn host_and_authority(server: &str) -> (String, String) {
     (host.to_string(), authority)
 }
 
-/// Days since 1970-01-01 → (month, day), the civil calendar (Howard Hinnant's algorithm).
-fn month_day(days: i64) -> (u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (m, d)
-}
-
-/// Prints one line in klog's header format, as kubelet does on stderr.
-fn klog(severity: char, file_line: &str, msg: &str) {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = now.as_secs() as i64;
-    let (mon, day) = month_day(secs.div_euclid(86_400));
-    let sod = secs.rem_euclid(86_400);
-    let line = format!(
-        "{severity}{mon:02}{day:02} {:02}:{:02}:{:02}.{:06} {:>7} {file_line}] {msg}\n",
-        sod / 3600,
-        sod / 60 % 60,
-        sod % 60,
-        now.subsec_micros(),
-        std::process::id(),
-    );
-    let _ = std::io::stderr().write_all(line.as_bytes());
-}
-
-fn command_failed(err: &str) -> ExitCode {
-    let escaped = err.replace('\\', "\\\\").replace('"', "\\\"");
-    klog(
-        'E',
-        "run.go:72",
-        &format!("\"command failed\" err=\"{escaped}\""),
-    );
-    ExitCode::from(1)
-}
-
 /// Writes `data` to `path` through a temp file and rename, so readers never see half a file.
-fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -245,39 +145,6 @@ fn check_runtime(endpoint: &str, wait: Duration) -> Result<(), String> {
     }
 }
 
-fn serve_healthz(listener: TcpListener) {
-    for stream in listener.incoming().flatten() {
-        std::thread::spawn(move || answer(stream));
-    }
-}
-
-fn answer(mut stream: TcpStream) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut buf = [0u8; 2048];
-    let mut used = 0;
-    while used < buf.len() {
-        match stream.read(&mut buf[used..]) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => used += n,
-        }
-        if buf[..used].windows(4).any(|w| w == b"\r\n\r\n") {
-            break;
-        }
-    }
-    let head = String::from_utf8_lossy(&buf[..used]);
-    let path = head.split_whitespace().nth(1).unwrap_or("");
-    let (status, body) = if path == "/healthz" || path.starts_with("/healthz?") {
-        ("200 OK", "ok")
-    } else {
-        ("404 Not Found", "404 page not found\n")
-    };
-    let resp = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = stream.write_all(resp.as_bytes());
-}
-
 fn env_ms(vars: &BTreeMap<String, String>, key: &str, default: u64) -> Duration {
     let ms = std::env::var(key)
         .ok()
@@ -287,17 +154,28 @@ fn env_ms(vars: &BTreeMap<String, String>, key: &str, default: u64) -> Duration 
     Duration::from_millis(ms)
 }
 
+/// The `--version` text (`pkg/version/verflag`).
+const VERSION: &str = "Kubernetes v0.0.0-kiln-standin";
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--version") {
-        println!("Kubernetes v0.0.0-kiln-standin");
-        return ExitCode::SUCCESS;
-    }
-    let flags = match parse_flags(&args) {
+    // NewKubeletCommand: parse with pflag; any error ends the command.
+    let flags = match flags::parse(&args) {
         Ok(f) => f,
         Err(e) => return command_failed(&e),
     };
-    let root_dir = PathBuf::from(&flags.root_dir);
+    if flags.flag_true("help") {
+        println!("The kubelet is the primary \"node agent\" that runs on each node.\n(kiln's stand-in: see tools/standin-kubelet/README.md)\n\nUsage:\n  kubelet [flags]");
+        return ExitCode::SUCCESS;
+    }
+    if flags.is_set("version") {
+        println!("{VERSION}");
+        return ExitCode::SUCCESS;
+    }
+    for w in &flags.warnings {
+        let _ = writeln!(std::io::stderr(), "{w}");
+    }
+    let root_dir = PathBuf::from(flags.get("root-dir").unwrap_or("/var/lib/kubelet"));
     if let Err(e) = record(&root_dir, &args) {
         return command_failed(&format!(
             "failed to run Kubelet: mkdir {}: {e}",
@@ -313,127 +191,134 @@ fn main() -> ExitCode {
             "stand-in kubelet: unknown STANDIN_MODE {mode_name:?} in {conf_path}"
         ));
     };
+
+    // --config: strict, then lenient with a warning; a wrong type is fatal (config/mod.rs).
+    let mut kc = match flags.get("config").filter(|p| !p.is_empty()) {
+        Some(path) => match config::load(path) {
+            Ok(loaded) => {
+                if let Some(strict) = &loaded.lenient {
+                    klog(
+                        'I',
+                        "codec.go:82",
+                        &format!(
+                            "\"Using lenient decoding as strict decoding failed\" err=\"{}\"",
+                            quote(&strict.replace('\n', "\\n"))
+                        ),
+                    );
+                }
+                loaded.config
+            }
+            Err(e) => return command_failed(&e),
+        },
+        None => config::KubeletConfiguration::default(),
+    };
+    // Flags win over the file; then ValidateKubeletConfiguration.
+    config::validate::apply_flags(&mut kc, &flags);
+    let errs = config::validate::validate(&kc);
+    if !errs.is_empty() {
+        return command_failed(&format!(
+            "failed to validate kubelet configuration, error: {}, path: &{{{}}}",
+            config::validate::aggregate(&errs),
+            flags.get("config").unwrap_or("")
+        ));
+    }
     klog(
         'I',
         "server.go:530",
         "\"Kubelet version\" kubeletVersion=\"v0.0.0-kiln-standin\"",
     );
-
-    match &flags.config {
-        Some(path) if !Path::new(path).is_file() => {
-            return command_failed(&format!(
-                "failed to load kubelet config file, path: {path}, error: failed to load Kubelet config file {path}, error failed to read kubelet config file \"{path}\", error: open {path}: no such file or directory"
-            ));
-        }
-        _ => {}
+    if let Err(e) = config::validate::run_checks(&kc) {
+        return command_failed(&format!("failed to run Kubelet: {e}"));
     }
-    if let Some(endpoint) = &flags.runtime_endpoint {
-        if let Err(e) = check_runtime(endpoint, env_ms(&conf, "STANDIN_RUNTIME_WAIT_MS", 10_000)) {
-            return command_failed(&e);
-        }
+    let endpoint = kc
+        .container_runtime_endpoint
+        .clone()
+        .filter(|e| !e.is_empty())
+        .unwrap_or_else(|| "unix:///run/containerd/containerd.sock".into());
+    if let Err(e) = check_runtime(&endpoint, env_ms(&conf, "STANDIN_RUNTIME_WAIT_MS", 10_000)) {
+        return command_failed(&e);
     }
-
-    let server = kubeconfig_server(flags.bootstrap_kubeconfig.as_deref());
-    let (host, authority) = host_and_authority(&server);
-    let csr = format!(
-        "failed to run Kubelet: cannot create certificate signing request: Post \"{server}/apis/certificates.k8s.io/v1/certificatesigningrequests\""
-    );
-    match mode {
-        Mode::Success => {}
-        Mode::X509 => {
-            return command_failed(&format!(
-                "{csr}: tls: failed to verify certificate: x509: certificate signed by unknown authority"
-            ))
-        }
-        Mode::Unauthorized => {
-            return command_failed(
-                "failed to run Kubelet: cannot create certificate signing request: Unauthorized",
-            )
-        }
-        Mode::Dns => {
-            return command_failed(&format!(
-                "{csr}: dial tcp: lookup {host} on 127.0.0.53:53: no such host"
-            ))
-        }
-        Mode::Refused => {
-            return command_failed(&format!(
-                "{csr}: dial tcp {authority}: connect: connection refused"
-            ))
-        }
-        Mode::Timeout => {
-            return command_failed(&format!("{csr}: dial tcp {authority}: i/o timeout"))
-        }
-        Mode::Swap => {
-            return command_failed(
-                "failed to run Kubelet: running with swap on is not supported, please disable swap! or set --fail-swap-on flag to false. /proc/swaps contained: [Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority /swapfile                               file\t\t1048572\t\t0\t\t-2]",
-            )
-        }
-        Mode::Cgroup => {
-            return command_failed(
-                "failed to run Kubelet: misconfiguration: kubelet cgroup driver: \"systemd\" is different from docker cgroup driver: \"cgroupfs\"",
-            )
-        }
-        Mode::DiskFull => {
-            return command_failed(&format!(
-                "failed to run Kubelet: write {}/pki/kubelet-client.key.tmp: no space left on device",
-                flags.root_dir
-            ))
-        }
-        Mode::Exit => return command_failed("failed to run Kubelet: stand-in asked to exit"),
-    }
-
-    let listener = match TcpListener::bind((flags.healthz_bind.as_str(), flags.healthz_port)) {
-        Ok(l) => l,
-        Err(e) => {
-            return command_failed(&format!(
-                "failed to run Kubelet: listen tcp {}:{}: bind: {e}",
-                flags.healthz_bind, flags.healthz_port
-            ))
-        }
+    let client = match bootstrap::decide(flags.get("kubeconfig"), flags.get("bootstrap-kubeconfig"))
+    {
+        Ok(c) => c,
+        Err(e) => return command_failed(&format!("failed to run Kubelet: {e}")),
     };
-    std::thread::spawn(move || serve_healthz(listener));
-    klog(
-        'I',
-        "server.go:180",
-        &format!(
-            "\"Starting to listen\" address=\"{}\" port={}",
-            flags.healthz_bind, flags.healthz_port
-        ),
-    );
+    if let Some(e) = mode_failure(mode, &client, &flags) {
+        return command_failed(&e);
+    }
+
+    let bind = kc
+        .healthz_bind_address
+        .clone()
+        .filter(|b| !b.is_empty())
+        .unwrap_or_else(|| "127.0.0.1".into());
+    let port = kc.healthz_port.unwrap_or(10248);
+    if port != 0 {
+        let listener = match TcpListener::bind((bind.as_str(), port as u16)) {
+            Ok(l) => l,
+            Err(e) => {
+                return command_failed(&format!(
+                    "failed to run Kubelet: listen tcp {bind}:{port}: bind: {e}"
+                ))
+            }
+        };
+        std::thread::spawn(move || healthz::serve_healthz(listener));
+        klog(
+            'I',
+            "server.go:180",
+            &format!("\"Starting to listen\" address=\"{bind}\" port={port}"),
+        );
+    }
+    let cluster = match client {
+        Client::Standalone => {
+            // Standalone: no API client, never registers, never writes a client certificate.
+            klog('I', "server.go:703", "\"Standalone mode, no API client\"");
+            park();
+        }
+        Client::Existing { server } => {
+            klog(
+                'I',
+                "bootstrap.go:101",
+                "\"Current kubeconfig file contents are still valid, no bootstrap necessary\"",
+            );
+            bootstrap::Cluster {
+                server,
+                ..Default::default()
+            }
+        }
+        Client::Bootstrap(cluster) => cluster,
+    };
 
     std::thread::sleep(env_ms(&conf, "STANDIN_JOIN_DELAY_MS", 500));
     // The boot tests' real pod (podcheck.rs): joined only once it ran.
     if let Some(check) = conf.get("STANDIN_POD_CHECK") {
-        let driver = flags
-            .config
-            .as_deref()
-            .and_then(|p| std::fs::read_to_string(p).ok())
-            .map(|t| podcheck::cgroup_driver(&t))
+        let driver = kc
+            .cgroup_driver
+            .clone()
+            .filter(|d| !d.is_empty())
             .unwrap_or_else(|| "cgroupfs".into());
-        let endpoint = flags
-            .runtime_endpoint
-            .as_deref()
-            .unwrap_or("unix:///run/containerd/containerd.sock");
         klog(
             'I',
             "podcheck.go:1",
             &format!("\"Running the boot test's pod\" check={check:?} cgroupDriver={driver:?}"),
         );
-        if let Err(e) = podcheck::run(&podcheck::command_line(check, endpoint, &driver)) {
+        if let Err(e) = podcheck::run(&podcheck::command_line(check, &endpoint, &driver)) {
             return command_failed(&format!("failed to run Kubelet: stand-in pod check: {e}"));
         }
     }
-    let cert = root_dir.join("pki").join("kubelet-client-current.pem");
     // PEM-framed like the real file, because kiln-firstboot checks for a certificate block;
     // the block's payload is only the base64 of "kiln stand-in kubelet: not a real certificate".
     let pem = format!(
-        "# kiln stand-in kubelet: not a real certificate; written to act out a completed TLS bootstrap against {server}\n\
-         -----BEGIN CERTIFICATE-----\na2lsbiBzdGFuZC1pbiBrdWJlbGV0OiBub3QgYSByZWFsIGNlcnRpZmljYXRl\n-----END CERTIFICATE-----\n"
+        "# kiln stand-in kubelet: not a real certificate; written to act out a completed TLS bootstrap against {}\n\
+         -----BEGIN CERTIFICATE-----\na2lsbiBzdGFuZC1pbiBrdWJlbGV0OiBub3QgYSByZWFsIGNlcnRpZmljYXRl\n-----END CERTIFICATE-----\n",
+        cluster.server
     );
-    if let Err(e) = write_atomic(&cert, pem.as_bytes()) {
+    let cert_dir = PathBuf::from(flags.get("cert-dir").unwrap_or("/var/lib/kubelet/pki"));
+    let kubeconfig = PathBuf::from(flags.get("kubeconfig").unwrap_or_default());
+    if let Err(e) = bootstrap::write_client(&cert_dir, &kubeconfig, &cluster, &pem) {
         return command_failed(&format!(
             "failed to run Kubelet: write {}: {e}",
-            cert.display()
+            cert_dir.display()
         ));
     }
     klog(
@@ -441,35 +326,49 @@ fn main() -> ExitCode {
         "certificate_manager.go:356",
         "\"kubernetes.io/kube-apiserver-client-kubelet: Certificate rotation is enabled\"",
     );
+    park()
+}
+
+fn park() -> ! {
     loop {
         std::thread::sleep(Duration::from_secs(3600));
     }
 }
 
+/// The failure `STANDIN_MODE` acts out, if any. The API-server failures need an API client:
+/// a standalone kubelet never makes the request that would fail.
+fn mode_failure(mode: Mode, client: &Client, flags: &flags::Parsed) -> Option<String> {
+    let server = match client {
+        Client::Bootstrap(c) => c.server.clone(),
+        Client::Existing { server } => server.clone(),
+        Client::Standalone => String::new(),
+    };
+    let api = !matches!(client, Client::Standalone);
+    let (host, authority) = host_and_authority(&server);
+    let csr = format!(
+        "failed to run Kubelet: cannot create certificate signing request: Post \"{server}/apis/certificates.k8s.io/v1/certificatesigningrequests\""
+    );
+    Some(match mode {
+        Mode::Success => return None,
+        Mode::X509 if api => format!("{csr}: tls: failed to verify certificate: x509: certificate signed by unknown authority"),
+        Mode::Unauthorized if api => "failed to run Kubelet: cannot create certificate signing request: Unauthorized".into(),
+        Mode::Dns if api => format!("{csr}: dial tcp: lookup {host} on 127.0.0.53:53: no such host"),
+        Mode::Refused if api => format!("{csr}: dial tcp {authority}: connect: connection refused"),
+        Mode::Timeout if api => format!("{csr}: dial tcp {authority}: i/o timeout"),
+        Mode::DiskFull if api => format!(
+            "failed to run Kubelet: write {}/kubelet-client.key.tmp: no space left on device",
+            flags.get("cert-dir").unwrap_or("/var/lib/kubelet/pki")
+        ),
+        Mode::Swap => "failed to run Kubelet: running with swap on is not supported, please disable swap! or set --fail-swap-on flag to false. /proc/swaps contained: [Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority /swapfile                               file\t\t1048572\t\t0\t\t-2]".into(),
+        Mode::Cgroup => "failed to run Kubelet: misconfiguration: kubelet cgroup driver: \"systemd\" is different from docker cgroup driver: \"cgroupfs\"".into(),
+        Mode::Exit => "failed to run Kubelet: stand-in asked to exit".into(),
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn flags_both_forms() {
-        let args: Vec<String> = [
-            "--config=/c.yaml",
-            "--root-dir",
-            "/r",
-            "--healthz-port=0",
-            "--v=2",
-            "--container-runtime-endpoint",
-            "unix:///s",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let f = parse_flags(&args).unwrap();
-        assert_eq!(f.config.as_deref(), Some("/c.yaml"));
-        assert_eq!(f.root_dir, "/r");
-        assert_eq!(f.healthz_port, 0);
-        assert_eq!(f.runtime_endpoint.as_deref(), Some("unix:///s"));
-    }
 
     #[test]
     fn authority_defaults_port() {
@@ -481,12 +380,5 @@ mod tests {
             host_and_authority("https://api.example/x"),
             ("api.example".into(), "api.example:443".into())
         );
-    }
-
-    #[test]
-    fn civil_dates() {
-        assert_eq!(month_day(0), (1, 1));
-        assert_eq!(month_day(19_723), (1, 1)); // 2024-01-01
-        assert_eq!(month_day(19_782), (2, 29)); // 2024-02-29
     }
 }

@@ -6,18 +6,6 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-/// kubelet's `cgroupDriver` from its `KubeletConfiguration` text, `cgroupfs` when unset
-/// (kubelet's default, `pkg/kubelet/apis/config/v1beta1/defaults.go`). A plain line scan: the
-/// baked config writes it as a top-level `cgroupDriver: VALUE` line.
-pub fn cgroup_driver(config_text: &str) -> String {
-    config_text
-        .lines()
-        .find_map(|l| l.strip_prefix("cgroupDriver:"))
-        .map(|v| v.trim().trim_matches(|c| c == '"' || c == '\'').to_string())
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "cgroupfs".into())
-}
-
 /// The command line: `STANDIN_POD_CHECK`'s words (split on whitespace, no quoting), then
 /// kubelet's endpoint and cgroup driver.
 pub fn command_line(check: &str, endpoint: &str, driver: &str) -> Vec<String> {
@@ -60,16 +48,6 @@ pub fn run(words: &[String]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cgroup_driver_from_config_or_kubelets_default() {
-        assert_eq!(
-            cgroup_driver("kind: KubeletConfiguration\ncgroupDriver: systemd\n"),
-            "systemd"
-        );
-        assert_eq!(cgroup_driver("cgroupDriver: \"cgroupfs\"\n"), "cgroupfs");
-        assert_eq!(cgroup_driver("kind: KubeletConfiguration\n"), "cgroupfs");
-    }
 
     #[test]
     fn command_line_appends_kubelets_settings() {

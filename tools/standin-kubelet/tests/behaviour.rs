@@ -24,7 +24,11 @@ fn free_port() -> u16 {
 }
 
 fn setup(dir: &Path, mode: &str) -> (PathBuf, UnixListener) {
-    std::fs::write(dir.join("config.yaml"), "kind: KubeletConfiguration\n").unwrap();
+    std::fs::write(
+        dir.join("config.yaml"),
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n",
+    )
+    .unwrap();
     std::fs::write(
         dir.join("bootstrap-kubeconfig"),
         "clusters:\n- cluster:\n    server: https://api.test.invalid:6443\n",
@@ -45,6 +49,11 @@ fn kubelet(dir: &Path, sock: &Path, port: u16) -> Command {
     c.arg(format!("--config={}", dir.join("config.yaml").display()))
         .arg("--root-dir")
         .arg(dir.join("var-lib-kubelet"))
+        .arg(format!("--kubeconfig={}", dir.join("kubeconfig").display()))
+        .arg(format!(
+            "--cert-dir={}",
+            dir.join("var-lib-kubelet/pki").display()
+        ))
         .arg(format!(
             "--bootstrap-kubeconfig={}",
             dir.join("bootstrap-kubeconfig").display()
@@ -120,4 +129,117 @@ fn missing_runtime_socket_is_reported_like_kubelet() {
         "{err}"
     );
     assert!(err.contains("connect: no such file or directory"), "{err}");
+}
+
+fn run_quick(dir: &Path, sock: &Path, extra: &[&str]) -> (Option<i32>, String) {
+    let out = kubelet(dir, sock, free_port())
+        .args(extra)
+        .env("STANDIN_RUNTIME_WAIT_MS", "100")
+        .output()
+        .unwrap();
+    (out.status.code(), String::from_utf8(out.stderr).unwrap())
+}
+
+#[test]
+fn unknown_and_removed_flags_stop_it_as_pflag_does() {
+    let dir = tempdir("flags");
+    let (sock, _listener) = setup(&dir, "success");
+    for flag in [
+        "--foo",
+        "--container-runtime=remote",
+        "--network-plugin=cni",
+    ] {
+        let (code, err) = run_quick(&dir, &sock, &[flag]);
+        assert_eq!(code, Some(1), "{flag}");
+        let name = flag.split('=').next().unwrap();
+        assert!(
+            err.contains(&format!(
+                "\"command failed\" err=\"failed to parse kubelet flag: unknown flag: {name}\""
+            )),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn an_invalid_config_value_is_fatal_and_an_unknown_field_is_not() {
+    let dir = tempdir("cfg");
+    let (sock, _listener) = setup(&dir, "success");
+    let cfg = dir.join("config.yaml");
+    let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    std::fs::write(&cfg, format!("{head}maxPods: -3\n")).unwrap();
+    let (code, err) = run_quick(&dir, &sock, &[]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("failed to validate kubelet configuration, error: invalid configuration: maxPods (--max-pods) -3 must not be a negative number"), "{err}");
+    std::fs::write(&cfg, format!("{head}maxPods: many\n")).unwrap();
+    let (code, err) = run_quick(&dir, &sock, &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("failed to load kubelet config file, path: "),
+        "{err}"
+    );
+    assert!(
+        err.contains("failed to decode: json: invalid type: string"),
+        "{err}"
+    );
+    // An unknown field: logged, then kubelet goes on and joins.
+    std::fs::write(&cfg, format!("{head}cgroupDriver: systemd\nmaxPodz: 3\n")).unwrap();
+    let mut child = kubelet(&dir, &sock, free_port())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let cert = dir.join("var-lib-kubelet/pki/kubelet-client-current.pem");
+    let until = Instant::now() + Duration::from_secs(20);
+    while !cert.exists() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(cert.exists(), "{err}");
+    assert!(err.contains("\"Using lenient decoding as strict decoding failed\" err=\"strict decoding error: unknown field \\\"maxPodz\\\"\""), "{err}");
+    // The kubeconfig kubelet wrote points at the current client certificate.
+    let kc = std::fs::read_to_string(dir.join("kubeconfig")).unwrap();
+    assert!(
+        kc.contains("client-certificate: ") && kc.contains("kubelet-client-current.pem"),
+        "{kc}"
+    );
+    assert!(std::fs::symlink_metadata(&cert)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+}
+
+#[test]
+fn without_a_kubeconfig_it_is_standalone_and_never_joins() {
+    let dir = tempdir("standalone");
+    let (sock, _listener) = setup(&dir, "x509");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kubelet"));
+    c.arg(format!("--config={}", dir.join("config.yaml").display()))
+        .arg(format!(
+            "--root-dir={}",
+            dir.join("var-lib-kubelet").display()
+        ))
+        .arg(format!(
+            "--cert-dir={}",
+            dir.join("var-lib-kubelet/pki").display()
+        ))
+        .arg(format!(
+            "--container-runtime-endpoint=unix://{}",
+            sock.display()
+        ))
+        .arg(format!("--healthz-port={}", free_port()))
+        .env("STANDIN_KUBELET_CONFIG", dir.join("standin.env"))
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    // Still running (the x509 failure needs an API client), and no certificate.
+    assert!(child.try_wait().unwrap().is_none());
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("\"Standalone mode, no API client\""), "{err}");
+    assert!(!dir
+        .join("var-lib-kubelet/pki/kubelet-client-current.pem")
+        .exists());
 }
