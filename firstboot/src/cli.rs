@@ -22,6 +22,12 @@ pub enum Command {
         /// Print nothing when there is nothing to report (kiln-report.timer's checks).
         quiet: bool,
     },
+    /// `doctor`: the offline checks that break joins.
+    Doctor {
+        root: PathBuf,
+        metadata_url: Option<String>,
+        json: bool,
+    },
     Help,
     Version,
 }
@@ -75,6 +81,7 @@ USAGE:
   kiln-firstboot status [--root DIR] [--json]
   kiln-firstboot report [--root DIR] [--journalctl PATH] [--systemctl PATH]
                         [--console PATH] [--healthz-url URL] [--quiet]
+  kiln-firstboot doctor [--root DIR] [--metadata-url URL] [--json]
   kiln-firstboot --help | --version
 
 RUN FLAGS:
@@ -96,7 +103,13 @@ RUN FLAGS:
 REPORT FLAGS (and --root, --journalctl, --systemctl, --console, --healthz-url):
   --quiet               print nothing when there is nothing to report or record
 
-Exit codes: 0 ok, 1 internal, 2 usage, 3 config, 4 metadata, 5 write, 6 start, 7 join.
+DOCTOR (and --root, --metadata-url):
+  checks what breaks joins (clock, swap, cgroups, netfilter, proxy, API server TLS and CA,
+  credentials, containerd's CRI status, disk) and prints a table, a remedy under each
+  problem; it changes nothing
+  --json                one JSON object instead of the table
+
+Exit codes: 0 ok, 9 doctor found a failure, 1 internal, 2 usage, 3 config, 4 metadata, 5 write, 6 start, 7 join.
 See docs/contract.md and docs/firstboot.md.
 ";
 
@@ -104,7 +117,7 @@ See docs/contract.md and docs/firstboot.md.
 pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut it = args.iter().map(String::as_str).peekable();
     let sub = match it.peek() {
-        Some(&("run" | "status" | "report")) => it.next().unwrap_or("run"),
+        Some(&("run" | "status" | "report" | "doctor")) => it.next().unwrap_or("run"),
         _ => "run",
     };
     let mut opts = Options::default();
@@ -137,6 +150,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         };
         let allowed: &[&str] = match sub {
             "status" => &["--root", "--json"],
+            "doctor" => &["--root", "--json", "--metadata-url"],
             "report" => &[
                 "--root",
                 "--journalctl",
@@ -204,6 +218,11 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     Ok(match sub {
         "status" => Command::Status {
             root: opts.root,
+            json,
+        },
+        "doctor" => Command::Doctor {
+            root: opts.root,
+            metadata_url: opts.metadata_url,
             json,
         },
         "report" => Command::Report {

@@ -13,6 +13,7 @@ pub mod clock;
 pub mod config;
 pub mod console;
 pub mod diagnose;
+pub mod doctor;
 pub mod error;
 pub mod fsutil;
 pub mod http;

@@ -24,6 +24,15 @@ fn main() -> ExitCode {
             redact::print(&Redactor::shapes_only().redact(v));
             0
         }
+        Ok(Command::Doctor {
+            root,
+            metadata_url,
+            json,
+        }) => {
+            let mut opts = kiln_firstboot::doctor::Options::new(root);
+            opts.metadata_url = metadata_url;
+            kiln_firstboot::doctor::cmd_doctor(&opts, json)
+        }
         Ok(Command::Status { root, json }) => kiln_firstboot::report::cmd_status(&root, json),
         Ok(Command::Report {
             root,

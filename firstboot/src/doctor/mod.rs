@@ -1,0 +1,329 @@
+//! `kiln-firstboot doctor`: the checks that break joins, run before kubelet logs them, each
+//! with a verdict and a remedy. It reads only what firstboot may read (the contract files,
+//! `/proc`, `/sys`, the metadata service, the API server's TLS greeting, containerd's CRI
+//! socket) under `--root`, changes nothing, and is bounded in time: every network check has
+//! its own short timeout. `run` calls it when a boot fails, so its findings reach
+//! status.json and the serial console (docs/contract.md, "kiln-firstboot doctor").
+
+mod certs;
+mod cri;
+mod host;
+pub mod net;
+pub mod tls;
+pub mod x509;
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::contract::envfile::{self, EnvFile};
+use crate::contract::image_env::{
+    CONTAINER_RUNTIME_ENDPOINT, DEFAULT_RUNTIME_ENDPOINT, KUBELET_CONFIG,
+};
+use crate::contract::paths::{self, NodePaths};
+use crate::fsutil;
+use crate::json;
+
+/// The verdict of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verdict {
+    /// Nothing wrong found.
+    Ok,
+    /// Could not be checked (no input for it on this node); never a failure.
+    Skip,
+    /// Works now but is likely to break, or is unusual.
+    Warn,
+    /// Breaks the join or kubelet.
+    Fail,
+}
+
+impl Verdict {
+    /// The word in the table and the JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Skip => "skip",
+            Verdict::Warn => "warn",
+            Verdict::Fail => "fail",
+        }
+    }
+}
+
+/// One check's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// A stable, short name: `swap`, `cgroup-v2`, `api-server-tls`, …
+    pub name: &'static str,
+    pub verdict: Verdict,
+    /// What was found, naming the file, URL or value.
+    pub detail: String,
+    /// What to do about a warn or fail; empty otherwise.
+    pub remedy: String,
+}
+
+impl Check {
+    fn new(name: &'static str, verdict: Verdict, detail: impl Into<String>) -> Check {
+        Check {
+            name,
+            verdict,
+            detail: detail.into(),
+            remedy: String::new(),
+        }
+    }
+
+    fn ok(name: &'static str, detail: impl Into<String>) -> Check {
+        Check::new(name, Verdict::Ok, detail)
+    }
+
+    fn skip(name: &'static str, detail: impl Into<String>) -> Check {
+        Check::new(name, Verdict::Skip, detail)
+    }
+
+    fn warn(name: &'static str, detail: impl Into<String>, remedy: impl Into<String>) -> Check {
+        Check::new(name, Verdict::Warn, detail).remedy(remedy)
+    }
+
+    fn fail(name: &'static str, detail: impl Into<String>, remedy: impl Into<String>) -> Check {
+        Check::new(name, Verdict::Fail, detail).remedy(remedy)
+    }
+
+    fn remedy(mut self, r: impl Into<String>) -> Check {
+        self.remedy = r.into();
+        self
+    }
+}
+
+/// What `doctor` is told.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub root: PathBuf,
+    /// The metadata service to read the clock from; node.env's `METADATA_URL` otherwise.
+    /// No metadata URL at all skips the clock check: doctor never guesses one.
+    pub metadata_url: Option<String>,
+    /// Per network check.
+    pub timeout: Duration,
+}
+
+impl Options {
+    /// Defaults for `root`: 3 s per network check.
+    pub fn new(root: impl Into<PathBuf>) -> Options {
+        Options {
+            root: root.into(),
+            metadata_url: None,
+            timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+/// What the checks read once: the contract's paths and its env files, as far as they parse.
+pub(crate) struct Node {
+    pub paths: NodePaths,
+    pub node_env: Option<EnvFile>,
+    pub image_env: Option<EnvFile>,
+    pub opts: Options,
+    /// Seconds since the epoch, read once so every date check agrees.
+    pub now: i64,
+}
+
+impl Node {
+    fn load(opts: &Options) -> Node {
+        let paths = NodePaths::under(&opts.root);
+        let read = |p: &std::path::Path| {
+            fsutil::read_capped(p, envfile::MAX_LEN as u64)
+                .ok()
+                .flatten()
+                .and_then(|t| envfile::parse(&t).ok())
+        };
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        Node {
+            node_env: read(&paths.node_env),
+            image_env: read(&paths.image_env),
+            paths,
+            opts: opts.clone(),
+            now,
+        }
+    }
+
+    /// A node.env value, when set and not empty.
+    pub fn node(&self, key: &str) -> Option<&str> {
+        self.node_env.as_ref()?.non_empty(key)
+    }
+
+    /// A node path under `--root`.
+    pub fn at(&self, node_path: &str) -> PathBuf {
+        paths::under(&self.opts.root, node_path)
+    }
+
+    /// Reads a small text file under `--root`; `None` when missing or unreadable.
+    pub fn read(&self, node_path: &str) -> Option<String> {
+        fsutil::read_capped(&self.at(node_path), 1 << 20)
+            .ok()
+            .flatten()
+    }
+
+    /// The kubelet config kubelet reads: the node's override, else image.env's.
+    pub fn kubelet_config(&self) -> String {
+        if self.paths.kubelet_config_override.is_file() {
+            return paths::KUBELET_CONFIG_OVERRIDE.to_string();
+        }
+        self.image_env
+            .as_ref()
+            .and_then(|e| e.non_empty(KUBELET_CONFIG))
+            .unwrap_or(paths::DEFAULT_KUBELET_CONFIG)
+            .to_string()
+    }
+
+    /// The CRI socket's node path.
+    pub fn runtime_socket(&self) -> String {
+        let ep = self
+            .image_env
+            .as_ref()
+            .and_then(|e| e.non_empty(CONTAINER_RUNTIME_ENDPOINT))
+            .unwrap_or(DEFAULT_RUNTIME_ENDPOINT);
+        ep.strip_prefix("unix://").unwrap_or(ep).to_string()
+    }
+}
+
+/// Runs every check, in the table's order.
+pub fn run(opts: &Options) -> Vec<Check> {
+    let node = Node::load(opts);
+    let mut out = Vec::with_capacity(16);
+    out.push(net::clock(&node));
+    out.push(host::swap(&node));
+    out.push(host::cgroup_v2(&node));
+    out.push(host::cgroup_driver(&node));
+    out.extend(host::netfilter(&node));
+    out.push(net::proxy(&node));
+    out.extend(net::api_server(&node));
+    out.push(certs::bootstrap_credential(&node));
+    out.push(certs::kubelet_client(&node));
+    out.push(host::cri(&node));
+    out.push(host::disk(&node));
+    out
+}
+
+/// The worst verdict of `checks`.
+pub fn worst(checks: &[Check]) -> Verdict {
+    checks
+        .iter()
+        .map(|c| c.verdict)
+        .max()
+        .unwrap_or(Verdict::Ok)
+}
+
+/// The table `doctor` prints: one line a check, the remedy under each warn or fail.
+pub fn table(checks: &[Check]) -> String {
+    let w = checks
+        .iter()
+        .map(|c| c.name.len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    let mut out = format!("{:<w$}  {:<7} DETAIL\n", "CHECK", "VERDICT");
+    for c in checks {
+        out.push_str(&format!(
+            "{:<w$}  {:<7} {}\n",
+            c.name,
+            c.verdict.name(),
+            c.detail
+        ));
+        if !c.remedy.is_empty() {
+            out.push_str(&format!("{:<w$}  {:<7} remedy: {}\n", "", "", c.remedy));
+        }
+    }
+    let count = |v| checks.iter().filter(|c| c.verdict == v).count();
+    out.push_str(&format!(
+        "doctor: {} ok, {} warn, {} fail, {} skipped\n",
+        count(Verdict::Ok),
+        count(Verdict::Warn),
+        count(Verdict::Fail),
+        count(Verdict::Skip)
+    ));
+    out
+}
+
+/// The checks as one JSON object: `{"result":…,"checks":[{"name","verdict","detail","remedy"}]}`.
+pub fn to_json(checks: &[Check], only_problems: bool) -> String {
+    let mut out = String::from("{\"result\":\"");
+    out.push_str(worst(checks).name());
+    out.push_str("\",\"checks\":[");
+    let mut first = true;
+    for c in checks {
+        if only_problems && c.verdict < Verdict::Warn {
+            continue;
+        }
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        out.push_str("{\"name\":\"");
+        out.push_str(c.name);
+        out.push_str("\",\"verdict\":\"");
+        out.push_str(c.verdict.name());
+        out.push_str("\",\"detail\":");
+        json::write_str(&mut out, &c.detail);
+        out.push_str(",\"remedy\":");
+        json::write_str(&mut out, &c.remedy);
+        out.push('}');
+    }
+    out.push_str("]}");
+    out
+}
+
+/// Exit code of `doctor` when a check failed (0 otherwise); docs/contract.md, "Exit codes".
+pub const EXIT_FAILED: u8 = 9;
+
+/// `kiln-firstboot doctor [--json]`: prints the table (or the JSON) and returns the exit code.
+pub fn cmd_doctor(opts: &Options, as_json: bool) -> u8 {
+    let checks = run(opts);
+    let secrets = crate::config::node_secrets(&NodePaths::under(&opts.root));
+    let mut redactor = crate::redact::Redactor::shapes_only();
+    redactor.add_all(secrets.values());
+    let text = if as_json {
+        let mut j = to_json(&checks, false);
+        j.push('\n');
+        j
+    } else {
+        table(&checks)
+    };
+    crate::redact::print(&redactor.redact(&text));
+    if worst(&checks) == Verdict::Fail {
+        EXIT_FAILED
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_and_json_carry_every_field() {
+        let checks = vec![
+            Check::ok("swap", "no swap"),
+            Check::fail(
+                "api-server",
+                "cannot connect to 10.0.0.1:6443",
+                "open the port",
+            ),
+        ];
+        let t = table(&checks);
+        assert!(t.contains("swap        ok      no swap"), "{t}");
+        assert!(t.contains("remedy: open the port"), "{t}");
+        assert!(
+            t.ends_with("doctor: 1 ok, 0 warn, 1 fail, 0 skipped\n"),
+            "{t}"
+        );
+        let j = to_json(&checks, true);
+        let v = json::parse(&j).unwrap();
+        assert_eq!(v.get("result").and_then(json::Value::as_text), Some("fail"));
+        let a = v.get("checks").and_then(json::Value::as_array).unwrap();
+        assert_eq!(a.len(), 1);
+        assert_eq!(
+            a[0].get("remedy").and_then(json::Value::as_text),
+            Some("open the port")
+        );
+    }
+}
