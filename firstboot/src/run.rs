@@ -30,6 +30,16 @@ pub fn run(opts: &Options) -> u8 {
     let paths = NodePaths::under(&opts.root);
     let mut rep = Reporter::new(&paths, opts.console.clone());
     let result = boot(opts, &paths, &mut rep, started);
+    if let Err(e) = &result {
+        if e.reason() != Reason::Usage {
+            // What broke is often visible before kubelet says so: the doctor's findings go
+            // into status.json and onto the console (bounded: 2 s per network check).
+            let mut d = crate::doctor::Options::new(&opts.root);
+            d.metadata_url = opts.metadata_url.clone();
+            d.timeout = Duration::from_secs(2);
+            rep.doctor(&crate::doctor::run(&d));
+        }
+    }
     rep.finish();
     match result {
         Ok(()) => 0,

@@ -243,8 +243,9 @@ pub fn table(checks: &[Check]) -> String {
     out
 }
 
-/// The checks as one JSON object: `{"result":…,"checks":[{"name","verdict","detail","remedy"}]}`.
-pub fn to_json(checks: &[Check], only_problems: bool) -> String {
+/// The checks as one JSON object: `{"result":…,"checks":[{"name","verdict","detail","remedy"}]}`;
+/// only the warn and fail ones with `only_problems`, each text cut at `cap` bytes.
+pub fn to_json(checks: &[Check], only_problems: bool, cap: usize) -> String {
     let mut out = String::from("{\"result\":\"");
     out.push_str(worst(checks).name());
     out.push_str("\",\"checks\":[");
@@ -262,9 +263,13 @@ pub fn to_json(checks: &[Check], only_problems: bool) -> String {
         out.push_str("\",\"verdict\":\"");
         out.push_str(c.verdict.name());
         out.push_str("\",\"detail\":");
-        json::write_str(&mut out, &c.detail);
+        let mut t = String::new();
+        crate::text::push_capped(&mut t, &c.detail, cap);
+        json::write_str(&mut out, &t);
         out.push_str(",\"remedy\":");
-        json::write_str(&mut out, &c.remedy);
+        t.clear();
+        crate::text::push_capped(&mut t, &c.remedy, cap);
+        json::write_str(&mut out, &t);
         out.push('}');
     }
     out.push_str("]}");
@@ -281,7 +286,7 @@ pub fn cmd_doctor(opts: &Options, as_json: bool) -> u8 {
     let mut redactor = crate::redact::Redactor::shapes_only();
     redactor.add_all(secrets.values());
     let text = if as_json {
-        let mut j = to_json(&checks, false);
+        let mut j = to_json(&checks, false, usize::MAX);
         j.push('\n');
         j
     } else {
@@ -316,7 +321,7 @@ mod tests {
             t.ends_with("doctor: 1 ok, 0 warn, 1 fail, 0 skipped\n"),
             "{t}"
         );
-        let j = to_json(&checks, true);
+        let j = to_json(&checks, true, 512);
         let v = json::parse(&j).unwrap();
         assert_eq!(v.get("result").and_then(json::Value::as_text), Some("fail"));
         let a = v.get("checks").and_then(json::Value::as_array).unwrap();

@@ -67,7 +67,7 @@ fn unix_now_ms() -> i64 {
 }
 
 /// The node's clock against the metadata service's `Date` header.
-pub fn clock(node: &Node) -> Check {
+pub(crate) fn clock(node: &Node) -> Check {
     const NAME: &str = "clock";
     let url = node
         .opts
@@ -229,7 +229,7 @@ fn in_cidr(ip: std::net::IpAddr, net: std::net::IpAddr, bits: u32) -> bool {
 
 /// A proxy in node.env must not catch the API server (kubelet would reach it through the
 /// proxy) nor the metadata address (agents that read it would get the proxy's answer).
-pub fn proxy(node: &Node) -> Check {
+pub(crate) fn proxy(node: &Node) -> Check {
     const NAME: &str = "proxy";
     let https = node.node(HTTPS_PROXY).or(node.node(HTTP_PROXY));
     let Some(_) = https else {
@@ -263,7 +263,7 @@ pub fn proxy(node: &Node) -> Check {
 }
 
 /// The API server: a TCP connection, then its certificate: names, dates, issuer.
-pub fn api_server(node: &Node) -> Vec<Check> {
+pub(crate) fn api_server(node: &Node) -> Vec<Check> {
     let Some(url) = node.node(API_SERVER) else {
         return vec![Check::skip("api-server", "node.env has no API_SERVER")];
     };

@@ -56,6 +56,8 @@ pub struct Reporter {
     warnings: Vec<String>,
     /// Warnings beyond [`MAX_WARNINGS`], counted, not kept or printed.
     warnings_dropped: usize,
+    /// The `"doctor"` object (its warn and fail checks), rendered, when a failed run ran it.
+    doctor: String,
     /// The status JSON as last written (redacted).
     buf: String,
     write_warned: bool,
@@ -88,6 +90,7 @@ impl Reporter {
             sizing: String::new(),
             warnings: Vec::new(),
             warnings_dropped: 0,
+            doctor: String::new(),
             buf: String::with_capacity(2048),
             write_warned: false,
             redactor: Redactor::shapes_only(),
@@ -219,6 +222,23 @@ impl Reporter {
         self.set_log(&diagnosis.log);
         self.units.clone_from(&diagnosis.units);
         self.failure(phase, diagnosis.reason, &diagnosis.message);
+    }
+
+    /// Records what `doctor` found after a failure: its warn and fail checks go into
+    /// status.json's `"doctor"` and one console line each, so the serial console carries them.
+    pub fn doctor(&mut self, checks: &[crate::doctor::Check]) {
+        self.doctor = crate::doctor::to_json(checks, true, MESSAGE_CAP);
+        for c in checks.iter().filter(|c| c.verdict >= crate::doctor::Verdict::Warn) {
+            let mut line = format!("kiln-firstboot: doctor: {} {}: ", c.verdict.name(), c.name);
+            push_capped(&mut line, &c.detail, MESSAGE_CAP);
+            if !c.remedy.is_empty() {
+                line.push_str(" (remedy: ");
+                push_capped(&mut line, &c.remedy, MESSAGE_CAP);
+                line.push(')');
+            }
+            let line = self.redactor.redact(&line);
+            self.console.line(&line);
+        }
     }
 
     /// Publishes the final outcome: status.json, the success sentinel or the failure files, the
@@ -547,6 +567,10 @@ impl Reporter {
                 json::write_str(out, line);
             }
             out.push(']');
+        }
+        if !self.doctor.is_empty() {
+            out.push_str(",\"doctor\":");
+            out.push_str(&self.doctor);
         }
         if !self.units.is_empty() {
             out.push_str(",\"units\":[");
