@@ -608,18 +608,49 @@ fn a_nearly_full_var_lib_fails_the_disk_check() {
 fn a_failed_run_carries_the_doctors_findings_to_status_json_and_the_console() {
     let root = Root::node("");
     // Swap on, and a metadata service that refuses connections: the run fails in metadata.
-    root.write("proc/swaps", "Filename\tType\tSize\tUsed\tPriority\n/dev/vda3  partition  1048572  0  -2\n");
+    root.write(
+        "proc/swaps",
+        "Filename\tType\tSize\tUsed\tPriority\n/dev/vda3  partition  1048572  0  -2\n",
+    );
     let closed = format!("http://127.0.0.1:{}", free_port());
-    let o = common::firstboot(&root, &["--provider", "aws", "--metadata-url", &closed, "--deadline", "3", "--no-start"]);
+    let o = common::firstboot(
+        &root,
+        &[
+            "--provider",
+            "aws",
+            "--metadata-url",
+            &closed,
+            "--deadline",
+            "3",
+            "--no-start",
+        ],
+    );
     assert_eq!(o.code, 4, "{o:?}");
     let status = json::parse(&root.read("run/kiln/status.json")).unwrap();
-    let doctor = status.get("doctor").unwrap_or_else(|| panic!("no doctor in {status:?}"));
+    let doctor = status
+        .get("doctor")
+        .unwrap_or_else(|| panic!("no doctor in {status:?}"));
     assert_eq!(doctor.get("result").and_then(Value::as_text), Some("fail"));
     let checks = doctor.get("checks").and_then(Value::as_array).unwrap();
-    assert!(checks.iter().all(|c| c.get("verdict").and_then(Value::as_text) != Some("ok")), "only problems: {checks:?}");
-    let swap = checks.iter().find(|c| c.get("name").and_then(Value::as_text) == Some("swap")).expect("the swap finding");
-    assert!(swap.get("detail").and_then(Value::as_text).unwrap().contains("/dev/vda3"));
+    assert!(
+        checks
+            .iter()
+            .all(|c| c.get("verdict").and_then(Value::as_text) != Some("ok")),
+        "only problems: {checks:?}"
+    );
+    let swap = checks
+        .iter()
+        .find(|c| c.get("name").and_then(Value::as_text) == Some("swap"))
+        .expect("the swap finding");
+    assert!(swap
+        .get("detail")
+        .and_then(Value::as_text)
+        .unwrap()
+        .contains("/dev/vda3"));
     let console = root.read("console.log");
-    assert!(console.contains("kiln-firstboot: doctor: fail swap: swap is on (/dev/vda3)"), "{console}");
+    assert!(
+        console.contains("kiln-firstboot: doctor: fail swap: swap is on (/dev/vda3)"),
+        "{console}"
+    );
     assert!(console.contains("(remedy: disable swap"), "{console}");
 }

@@ -99,6 +99,11 @@ pub fn rootfs_root(tools: &Tools, assets: &Assets, work: &Path, node: &NodeConfi
     let root = Root::from_base(&assets.base, work)?;
     scenario::install(tools, &layer, &root.dir)?;
     let node_toml = scenario::node_toml(&work.join("node"), node)?;
+    root.write(
+        scenario::SIGNED_CLIENT,
+        scenario::signed_client(&work.join("node"))?,
+        0o600,
+    )?;
     scenario::render_files(tools, &node_toml, &root.dir)?;
     Ok(root)
 }
@@ -345,6 +350,11 @@ pub fn boot_sysext_node(spec: &NodeBoot) -> Result<(Booted, String)> {
     std::fs::create_dir_all(dest.parent().unwrap_or(&root.dir)).map_err(io_err(&dest))?;
     std::fs::copy(&raw, &dest).map_err(io_err(&dest))?;
     let node_toml = scenario::node_toml(&work.path().join("node"), &spec.node)?;
+    root.write(
+        scenario::SIGNED_CLIENT,
+        scenario::signed_client(&work.path().join("node"))?,
+        0o600,
+    )?;
     scenario::render_files(tools, &node_toml, &root.dir)?;
     finish_root(&root, &spec.kubelet_mode)?;
     crate::pod::install(&root, "flatcar")?;
@@ -411,6 +421,11 @@ pub fn boot_cloudinit_node(spec: &NodeBoot) -> Result<(Booted, String)> {
     finish_root(&root, &spec.kubelet_mode)?;
     crate::pod::install(&root, "ubuntu")?;
     let node_toml = scenario::node_toml(&work.path().join("node"), &spec.node)?;
+    root.write(
+        scenario::SIGNED_CLIENT,
+        scenario::signed_client(&work.path().join("node"))?,
+        0o600,
+    )?;
     let user_data = scenario::render_cloud_init(tools, &node_toml)?;
     let seed = nocloud_seed(work.path(), &user_data, "i-kiln-cloudinit")?;
     let disk = root.into_disk(&work.path().join("root.ext4"), 512)?;

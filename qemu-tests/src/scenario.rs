@@ -307,6 +307,51 @@ pub fn make_ca(dir: &Path) -> Result<PathBuf> {
     Ok(crt)
 }
 
+/// The client certificate the cluster's CSR signer would issue to this node after its TLS
+/// bootstrap: `CN=system:node:kiln-boot-test`, `O=system:nodes`, signed by the CA in `dir`
+/// ([`make_ca`]), certificate and key in one PEM as kubelet keeps them. The stand-in kubelet
+/// writes it as `kubelet-client-current.pem` (tools/standin-kubelet/README.md).
+pub fn signed_client(dir: &Path) -> Result<String> {
+    let (key, csr, crt) = (
+        dir.join("client.key"),
+        dir.join("client.csr"),
+        dir.join("client.crt"),
+    );
+    run(Command::new("openssl")
+        .args([
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+        ])
+        .args([
+            "-subj",
+            "/O=system:nodes/CN=system:node:kiln-boot-test",
+            "-keyout",
+        ])
+        .arg(&key)
+        .arg("-out")
+        .arg(&csr))?;
+    run(Command::new("openssl")
+        .args(["x509", "-req", "-days", "2", "-in"])
+        .arg(&csr)
+        .arg("-CA")
+        .arg(dir.join("ca.crt"))
+        .arg("-CAkey")
+        .arg(dir.join("ca.key"))
+        .arg("-CAcreateserial")
+        .arg("-out")
+        .arg(&crt))?;
+    let mut pem = std::fs::read_to_string(&crt).map_err(io_err(&crt))?;
+    pem.push_str(&std::fs::read_to_string(&key).map_err(io_err(&key))?);
+    Ok(pem)
+}
+
+/// Where the stand-in kubelet finds the certificate "the cluster signed" for it.
+pub const SIGNED_CLIENT: &str = "etc/kubernetes/standin-signed-client.pem";
+
 /// Writes `node.toml` (and its CA) into `dir` and returns its path.
 pub fn node_toml(dir: &Path, cfg: &NodeConfig) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
@@ -362,6 +407,8 @@ pub fn report_script() -> String {
         "for i in $(seq 600); do grep -Eq '\"result\": ?\"(success|failure)\"' /run/kiln/status.json 2>/dev/null && break; sleep 1; done
 for f in {files}; do [ -f \"$f\" ] && sed \"s|^|KILN-TEST-FILE $f |\" \"$f\" && echo; done
 for u in containerd kubelet kiln-firstboot; do echo \"KILN-TEST-UNIT $u $(systemctl is-active $u.service)\"; done
+kiln-firstboot doctor >/run/kiln-test-doctor.txt 2>&1; echo \"KILN-TEST-DOCTOR-EXIT $?\"
+sed 's/^/KILN-TEST-DOCTOR /' /run/kiln-test-doctor.txt
 echo KILN-TEST-DONE"
     )
 }
@@ -377,6 +424,11 @@ pub struct Outcome {
     pub files: BTreeMap<String, Vec<String>>,
     /// Unit → `systemctl is-active` answer.
     pub units: BTreeMap<String, String>,
+    /// `kiln-firstboot doctor`'s table, run on the node after firstboot: check → (verdict,
+    /// detail).
+    pub doctor: BTreeMap<String, (String, String)>,
+    /// Its exit code.
+    pub doctor_exit: Option<i32>,
     /// kiln-firstboot's per-phase console lines.
     pub phase_lines: Vec<Line>,
 }
@@ -402,7 +454,26 @@ impl Outcome {
             })?;
         let mut files: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut units = BTreeMap::new();
+        let mut doctor = BTreeMap::new();
+        let mut doctor_exit = None;
         for l in lines {
+            if let Some(code) = l.text.strip_prefix("KILN-TEST-DOCTOR-EXIT ") {
+                doctor_exit = code.trim().parse().ok();
+            } else if let Some(row) = l.text.strip_prefix("KILN-TEST-DOCTOR ") {
+                // `NAME  VERDICT DETAIL`; the header, remedy lines and the summary are skipped.
+                let mut parts = row.splitn(2, char::is_whitespace);
+                let (name, rest) = (
+                    parts.next().unwrap_or(""),
+                    parts.next().unwrap_or("").trim_start(),
+                );
+                let (verdict, detail) = rest.split_once(' ').unwrap_or((rest, ""));
+                if matches!(verdict, "ok" | "warn" | "fail" | "skip") && !name.is_empty() {
+                    doctor.insert(
+                        name.to_string(),
+                        (verdict.to_string(), detail.trim().to_string()),
+                    );
+                }
+            }
             if let Some(rest) = l.text.strip_prefix("KILN-TEST-FILE ") {
                 let (path, line) = rest.split_once(' ').unwrap_or((rest, ""));
                 files
@@ -425,6 +496,8 @@ impl Outcome {
             status_line,
             files,
             units,
+            doctor,
+            doctor_exit,
             phase_lines,
         })
     }
@@ -517,6 +590,12 @@ mod tests {
             "KILN-TEST-FILE /run/kiln/kubelet.env NODE_IP=10.0.3.7",
             "KILN-TEST-FILE /run/kiln/kubelet.env KUBELET_ARGS=\"--max-pods=29\"",
             "KILN-TEST-UNIT containerd active",
+            "KILN-TEST-DOCTOR-EXIT 9",
+            "KILN-TEST-DOCTOR CHECK                 VERDICT DETAIL",
+            "KILN-TEST-DOCTOR swap                  ok      no swap in /proc/swaps",
+            "KILN-TEST-DOCTOR api-server            fail    https://10.0.0.10:6443: cannot connect",
+            "KILN-TEST-DOCTOR                               remedy: check the route",
+            "KILN-TEST-DOCTOR doctor: 1 ok, 0 warn, 1 fail, 0 skipped",
             r#"KILN-STATUS {"result":"success","reason":"OK","phases":[{"name":"config","start_ms":10,"end_ms":12,"result":"success"},{"name":"wait-joined","start_ms":12,"end_ms":900,"result":"success"}]}"#,
         ]
         .iter()
@@ -525,6 +604,13 @@ mod tests {
         .collect();
         let o = Outcome::parse(&lines).unwrap();
         assert_eq!(o.result(), "success");
+        assert_eq!(o.doctor_exit, Some(9));
+        assert_eq!(o.doctor.len(), 2, "{:?}", o.doctor);
+        assert_eq!(
+            o.doctor["swap"],
+            ("ok".to_string(), "no swap in /proc/swaps".to_string())
+        );
+        assert_eq!(o.doctor["api-server"].0, "fail");
         assert_eq!(o.kubelet_env("NODE_IP").as_deref(), Some("10.0.3.7"));
         assert_eq!(
             o.kubelet_env("KUBELET_ARGS").as_deref(),

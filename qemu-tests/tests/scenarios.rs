@@ -35,6 +35,33 @@ fn assert_pod_ran(o: &kiln_qemu_tests::scenario::Outcome, image: &str) {
     }
 }
 
+/// `kiln-firstboot doctor` ran on the joined node and its table reached the console: the
+/// node's own checks pass (the real containerd answered CRI Status, the stand-in kubelet holds
+/// a certificate signed by the node config's CA), and the API server, which the boot world
+/// does not have, is reported unreachable by name.
+fn assert_doctor(o: &kiln_qemu_tests::scenario::Outcome) {
+    eprintln!("doctor on the node: {:#?}", o.doctor);
+    for name in [
+        "swap",
+        "cgroup-v2",
+        "cgroup-driver",
+        "ip-forward",
+        "cri",
+        "bootstrap-credential",
+        "kubelet-client-cert",
+    ] {
+        let (verdict, detail) = o
+            .doctor
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} row in {:?}", o.doctor));
+        assert_eq!(verdict, "ok", "{name}: {detail}");
+    }
+    let (verdict, detail) = &o.doctor["api-server"];
+    assert_eq!(verdict, "fail", "{detail}");
+    assert!(detail.starts_with("https://10.0.0.10:6443: "), "{detail}");
+    assert_eq!(o.doctor_exit, Some(9), "{:?}", o.doctor);
+}
+
 #[test]
 fn ubuntu_aws() {
     let b = expect_ok(boot_rootfs_node(&spec(
@@ -54,6 +81,7 @@ fn ubuntu_aws() {
     assert_eq!(o.result(), "success", "status: {}", o.status);
     assert_pod_ran(o, "ubuntu");
     assert_eq!(o.status["provider"], "aws", "auto detection from DMI");
+    assert_doctor(o);
     // kubelet's environment, from IMDSv2 and the baked max-pods table.
     assert_eq!(
         o.kubelet_env("NODE_IP").as_deref(),

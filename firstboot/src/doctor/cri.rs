@@ -161,14 +161,31 @@ pub fn exchange(conn: &mut (impl Read + Write)) -> Result<Vec<Condition>, String
     status_response(&data[5..5 + n])
 }
 
-/// One protobuf field: number, wire type and (for length-delimited) bytes or (varint) value.
-fn field(buf: &[u8]) -> Result<(u64, u8, &[u8], u64, &[u8]), String> {
+/// One protobuf field and what follows it.
+struct Field<'a> {
+    num: u64,
+    wire: u8,
+    /// The bytes of a length-delimited field.
+    bytes: &'a [u8],
+    /// The value of a varint field.
+    value: u64,
+    rest: &'a [u8],
+}
+
+fn field(buf: &[u8]) -> Result<Field<'_>, String> {
     let (key, rest) = varint(buf)?;
     let wire = (key & 7) as u8;
+    let f = |bytes, value, rest| Field {
+        num: key >> 3,
+        wire,
+        bytes,
+        value,
+        rest,
+    };
     match wire {
         0 => {
             let (v, rest) = varint(rest)?;
-            Ok((key >> 3, 0, &[], v, rest))
+            Ok(f(&[], v, rest))
         }
         2 => {
             let (n, rest) = varint(rest)?;
@@ -176,10 +193,10 @@ fn field(buf: &[u8]) -> Result<(u64, u8, &[u8], u64, &[u8]), String> {
             if rest.len() < n {
                 return Err("truncated protobuf field".into());
             }
-            Ok((key >> 3, 2, &rest[..n], 0, &rest[n..]))
+            Ok(f(&rest[..n], 0, &rest[n..]))
         }
-        1 if rest.len() >= 8 => Ok((key >> 3, 1, &[], 0, &rest[8..])),
-        5 if rest.len() >= 4 => Ok((key >> 3, 5, &[], 0, &rest[4..])),
+        1 if rest.len() >= 8 => Ok(f(&[], 0, &rest[8..])),
+        5 if rest.len() >= 4 => Ok(f(&[], 0, &rest[4..])),
         w => Err(format!("unsupported protobuf wire type {w}")),
     }
 }
@@ -201,18 +218,18 @@ fn varint(buf: &[u8]) -> Result<(u64, &[u8]), String> {
 fn status_response(mut buf: &[u8]) -> Result<Vec<Condition>, String> {
     let mut out = Vec::new();
     while !buf.is_empty() {
-        let (num, wire, bytes, _, rest) = field(buf)?;
-        if num == 1 && wire == 2 {
-            let mut rs = bytes;
+        let top = field(buf)?;
+        if top.num == 1 && top.wire == 2 {
+            let mut rs = top.bytes;
             while !rs.is_empty() {
-                let (n, w, cond, _, more) = field(rs)?;
-                if n == 1 && w == 2 {
-                    out.push(condition(cond)?);
+                let c = field(rs)?;
+                if c.num == 1 && c.wire == 2 {
+                    out.push(condition(c.bytes)?);
                 }
-                rs = more;
+                rs = c.rest;
             }
         }
-        buf = rest;
+        buf = top.rest;
     }
     Ok(out)
 }
@@ -225,16 +242,16 @@ fn condition(mut buf: &[u8]) -> Result<Condition, String> {
         message: String::new(),
     };
     while !buf.is_empty() {
-        let (n, _, bytes, v, rest) = field(buf)?;
-        let text = || String::from_utf8_lossy(bytes).into_owned();
-        match n {
+        let f = field(buf)?;
+        let text = || String::from_utf8_lossy(f.bytes).into_owned();
+        match f.num {
             1 => c.kind = text(),
-            2 => c.status = v != 0,
+            2 => c.status = f.value != 0,
             3 => c.reason = text(),
             4 => c.message = text(),
             _ => {}
         }
-        buf = rest;
+        buf = f.rest;
     }
     Ok(c)
 }

@@ -423,7 +423,7 @@ mod tests {
                 format!("KILN_CONTRACT=1\nAPI_SERVER=https://api.corp.example:6443\nHTTPS_PROXY=http://p:3128\nNO_PROXY={np}\n"),
             )
             .unwrap();
-            super::super::Node::load(&super::super::Options::new(&dir))
+            Node::load(&super::super::Options::new(&dir))
         };
         let c = proxy(&write(".svc"));
         assert_eq!(c.verdict, super::super::Verdict::Fail);

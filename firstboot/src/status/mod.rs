@@ -228,7 +228,10 @@ impl Reporter {
     /// status.json's `"doctor"` and one console line each, so the serial console carries them.
     pub fn doctor(&mut self, checks: &[crate::doctor::Check]) {
         self.doctor = crate::doctor::to_json(checks, true, MESSAGE_CAP);
-        for c in checks.iter().filter(|c| c.verdict >= crate::doctor::Verdict::Warn) {
+        for c in checks
+            .iter()
+            .filter(|c| c.verdict >= crate::doctor::Verdict::Warn)
+        {
             let mut line = format!("kiln-firstboot: doctor: {} {}: ", c.verdict.name(), c.name);
             push_capped(&mut line, &c.detail, MESSAGE_CAP);
             if !c.remedy.is_empty() {

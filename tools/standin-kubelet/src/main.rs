@@ -306,13 +306,20 @@ fn main() -> ExitCode {
             return command_failed(&format!("failed to run Kubelet: stand-in pod check: {e}"));
         }
     }
-    // PEM-framed like the real file, because kiln-firstboot checks for a certificate block;
-    // the block's payload is only the base64 of "kiln stand-in kubelet: not a real certificate".
-    let pem = format!(
-        "# kiln stand-in kubelet: not a real certificate; written to act out a completed TLS bootstrap against {}\n\
-         -----BEGIN CERTIFICATE-----\na2lsbiBzdGFuZC1pbiBrdWJlbGV0OiBub3QgYSByZWFsIGNlcnRpZmljYXRl\n-----END CERTIFICATE-----\n",
-        cluster.server
-    );
+    // The certificate the cluster's CSR signer issued: the boot tests place one signed by the
+    // node config's CA (qemu-tests/src/scenario.rs, signed_client), so the node holds a real
+    // certificate and key as kubelet would. Without it, a PEM-framed placeholder (whose
+    // payload is only the base64 of "kiln stand-in kubelet: not a real certificate").
+    let signed = conf
+        .get("STANDIN_SIGNED_CLIENT")
+        .map_or("/etc/kubernetes/standin-signed-client.pem", String::as_str);
+    let pem = std::fs::read_to_string(signed).unwrap_or_else(|_| {
+        format!(
+            "# kiln stand-in kubelet: not a real certificate; written to act out a completed TLS bootstrap against {}\n\
+             -----BEGIN CERTIFICATE-----\na2lsbiBzdGFuZC1pbiBrdWJlbGV0OiBub3QgYSByZWFsIGNlcnRpZmljYXRl\n-----END CERTIFICATE-----\n",
+            cluster.server
+        )
+    });
     let cert_dir = PathBuf::from(flags.get("cert-dir").unwrap_or("/var/lib/kubelet/pki"));
     let kubeconfig = PathBuf::from(flags.get("kubeconfig").unwrap_or_default());
     if let Err(e) = bootstrap::write_client(&cert_dir, &kubeconfig, &cluster, &pem) {
