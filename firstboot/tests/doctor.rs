@@ -654,3 +654,30 @@ fn a_failed_run_carries_the_doctors_findings_to_status_json_and_the_console() {
     );
     assert!(console.contains("(remedy: disable swap"), "{console}");
 }
+
+#[test]
+fn a_server_that_trickles_its_handshake_is_cut_off() {
+    // A record header, then one byte a second for ever: each read succeeds, the whole
+    // handshake never ends. doctor gives up at twice its 3 s timeout and says so.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::Write;
+        if let Ok((mut s, _)) = l.accept() {
+            let _ = s.write_all(&[22, 3, 3, 0x40, 0]);
+            while s.write_all(&[2]).is_ok() {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+    });
+    let root = Root::node("");
+    root.node_env("");
+    let env = root
+        .read("etc/kiln/node.env")
+        .replace("127.0.0.1:6443", &format!("127.0.0.1:{port}"));
+    root.write("etc/kiln/node.env", &env);
+    let (_, v) = doctor(&root, "http://127.0.0.1:1");
+    let (verdict, detail, _) = check(&v, "api-server");
+    assert_eq!(verdict, "fail", "{detail}");
+    assert!(detail.contains("the handshake took too long"), "{detail}");
+}

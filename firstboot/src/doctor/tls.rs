@@ -28,10 +28,7 @@ pub enum TlsError {
 /// leaf first.
 pub fn server_chain(host: &str, port: u16, timeout: Duration) -> Result<Vec<Cert>, TlsError> {
     let bare = host.trim_matches(['[', ']']);
-    let addrs: Vec<_> = (bare, port)
-        .to_socket_addrs()
-        .map_err(|e| TlsError::Connect(format!("cannot resolve {bare}: {e}")))?
-        .collect();
+    let addrs = resolve(bare, port, timeout)?;
     let mut last = format!("{bare} resolves to no address");
     let mut stream = None;
     for addr in addrs {
@@ -53,7 +50,57 @@ pub fn server_chain(host: &str, port: u16, timeout: Duration) -> Result<Vec<Cert
         Some(bare)
     };
     stream.write_all(&client_hello(sni)).map_err(hs)?;
-    read_chain(&mut stream)
+    // A server that trickles bytes must not hold doctor longer than twice its timeout.
+    read_chain(&mut Deadline {
+        inner: stream,
+        until: std::time::Instant::now() + timeout * 2,
+    })
+}
+
+/// Resolves `host` within `timeout`: the system resolver has no timeout of its own to set.
+fn resolve(
+    host: &str,
+    port: u16,
+    timeout: Duration,
+) -> Result<Vec<std::net::SocketAddr>, TlsError> {
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return Ok(vec![(ip, port).into()]);
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let name = host.to_string();
+    std::thread::spawn(move || {
+        let _ = tx.send(
+            (name.as_str(), port)
+                .to_socket_addrs()
+                .map(Iterator::collect::<Vec<_>>),
+        );
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(Ok(a)) => Ok(a),
+        Ok(Err(e)) => Err(TlsError::Connect(format!("cannot resolve {host}: {e}"))),
+        Err(_) => Err(TlsError::Connect(format!(
+            "cannot resolve {host}: no answer within {} s",
+            timeout.as_secs()
+        ))),
+    }
+}
+
+/// A reader that fails once `until` has passed.
+struct Deadline<R> {
+    inner: R,
+    until: std::time::Instant,
+}
+
+impl<R: Read> Read for Deadline<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if std::time::Instant::now() > self.until {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the handshake took too long",
+            ));
+        }
+        self.inner.read(buf)
+    }
 }
 
 /// Reads records until the `Certificate` handshake message and parses it.
