@@ -45,6 +45,7 @@ fn assert_doctor(o: &kiln_qemu_tests::scenario::Outcome) {
         "swap",
         "cgroup-v2",
         "cgroup-driver",
+        "br-netfilter",
         "ip-forward",
         "cri",
         "bootstrap-credential",
