@@ -25,6 +25,7 @@ pub mod redact;
 pub mod report;
 pub mod run;
 pub mod service;
+pub mod signatures;
 pub mod sizing;
 pub mod standin;
 pub mod status;

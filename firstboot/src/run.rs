@@ -37,6 +37,12 @@ pub fn run(opts: &Options) -> u8 {
             let mut d = crate::doctor::Options::new(&opts.root);
             d.metadata_url = opts.metadata_url.clone();
             d.timeout = Duration::from_secs(2);
+            // The clock is read from the metadata service only when this run already talked
+            // to it: a run that stopped before (an unknown platform, a broken config) must
+            // not reach out to an address it never chose.
+            d.clock = rep.phases().iter().any(|p| {
+                p.phase == Phase::Metadata && p.result == crate::status::PhaseResult::Success
+            });
             rep.doctor(&crate::doctor::run(&d));
         }
     }
@@ -168,6 +174,13 @@ fn wait_joined(
         }
     };
     for phase in [Phase::WaitHealthy, Phase::WaitJoined] {
+        if phase == Phase::WaitJoined {
+            // kubelet is up: what it said about its own config without stopping goes into
+            // the status as warnings.
+            for w in kubelet_config_warnings(&ropts, &cfg.kubelet_config) {
+                rep.warn(&w);
+            }
+        }
         rep.begin(phase);
         let waited = if phase == Phase::WaitHealthy {
             wait::wait_healthy(&wopts, deadline, &mut alive)
@@ -190,6 +203,45 @@ fn wait_joined(
         }
     }
     Ok(())
+}
+
+/// What kubelet logged about its config file without refusing it: a config with fields it
+/// does not know is decoded leniently and those fields are ignored (k8s.io/kubelet's codec,
+/// pkg/kubelet/kubeletconfig/util/codec: "Using lenient decoding as strict decoding
+/// failed"). One journal read of kubelet's unit; a journal that cannot be read adds nothing.
+fn kubelet_config_warnings(opts: &ReportOptions, config: &str) -> Vec<String> {
+    const LENIENT: &str = "Using lenient decoding as strict decoding failed";
+    let Some(journalctl) = &opts.journalctl else {
+        return Vec::new();
+    };
+    let args = [
+        "-u",
+        opts.kubelet_unit.as_str(),
+        "-b",
+        "--no-pager",
+        "-o",
+        "cat",
+        "-n",
+        "200",
+    ];
+    let Ok(out) = service::output(journalctl, &args, Instant::now() + opts.command_timeout) else {
+        return Vec::new();
+    };
+    let text = out.stdout_text();
+    let Some(line) = text.lines().rev().find(|l| l.contains(LENIENT)) else {
+        return Vec::new();
+    };
+    // The error is klog's `err="…"`; the whole line when it has none.
+    let err = line
+        .split_once("err=\"")
+        .map_or(line, |(_, e)| e.strip_suffix('"').unwrap_or(e));
+    let redacted = opts.redactor.redact(err);
+    vec![format!(
+        "kubelet ignored what it did not understand in its config file ({}): {}; check the spelling of those fields in {}",
+        LENIENT.to_lowercase(),
+        redacted.as_str().replace("\\\"", "\""),
+        config
+    )]
 }
 
 /// The provider `PROVIDER=auto` stands for, from DMI. Finding none is a warning, never

@@ -167,6 +167,18 @@ fn each_named_failure_is_diagnosed_from_real_wording() {
             7,
             "running with swap on is not supported",
         ),
+        (
+            "kubelet-config-invalid",
+            "KUBELET_CONFIG_INVALID",
+            7,
+            "maxPods (--max-pods) -1 must not be a negative number",
+        ),
+        (
+            "kubelet-flag-unknown",
+            "KUBELET_CONFIG_INVALID",
+            7,
+            "unknown flag: --container-runtime",
+        ),
     ];
     let unhealthy = Server::start(|_| status(503));
     for (case, code, exit, needle) in cases {

@@ -441,3 +441,50 @@ fn no_start_succeeds_without_claiming_a_join() {
     );
     assert!(!root.exists("run/cluster-api/bootstrap-success.complete"));
 }
+
+#[test]
+fn a_config_kubelet_decoded_leniently_is_a_warning_in_the_status() {
+    // kubelet 1.36 with a config field it does not know: it logs the strict decoding error,
+    // goes on with the lenient result (k8s.io/kubelet codec) and joins. The run succeeds and
+    // says so in status.json's warnings and on the console.
+    let root = Root::node("Amazon EC2");
+    let srv = imds();
+    let systemctl = root.stub("systemctl", "exit 0");
+    let journalctl = root.stub(
+        "journalctl",
+        r#"case "$*" in *kubelet.service*) echo 'I0115 10:12:01.104223    1234 codec.go:82] "Using lenient decoding as strict decoding failed" err="strict decoding error: unknown field \"maxPod\""';; esac"#,
+    );
+    let out = common::firstboot(
+        &root,
+        &[
+            "--provider",
+            "aws",
+            "--metadata-url",
+            &srv.url,
+            "--systemctl",
+            &systemctl,
+            "--journalctl",
+            &journalctl,
+            "--deadline",
+            "20",
+        ],
+    );
+    assert_eq!(out.code, 0, "{out:#?}");
+    let doc = kiln_firstboot::json::parse(&root.read("run/kiln/status.json")).unwrap();
+    assert_eq!(doc.get("result").and_then(|v| v.as_text()), Some("success"));
+    let warnings: Vec<&str> = doc
+        .get("warnings")
+        .and_then(|w| w.as_array())
+        .map(|a| a.iter().filter_map(|v| v.as_text()).collect())
+        .unwrap_or_default();
+    let w = warnings
+        .iter()
+        .find(|w| w.contains("lenient decoding"))
+        .unwrap_or_else(|| panic!("no lenient-decoding warning in {warnings:?}"));
+    assert!(w.contains("unknown field \"maxPod\""), "{w}");
+    assert!(w.contains("/usr/lib/kiln/kubelet-config.yaml"), "{w}");
+    assert!(
+        root.read("console.log").contains("unknown field"),
+        "the console lacks it"
+    );
+}

@@ -18,6 +18,7 @@ pub enum Reason {
     StartFailed,
     KubeadmFailed,
     KubeletExited,
+    KubeletConfigInvalid,
     ApiDns,
     ApiX509,
     ApiUnauthorized,
@@ -32,7 +33,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in the order of the contract's table.
-    pub const ALL: [Reason; 24] = [
+    pub const ALL: [Reason; 25] = [
         Reason::Ok,
         Reason::Usage,
         Reason::ContractVersion,
@@ -47,6 +48,7 @@ impl Reason {
         Reason::StartFailed,
         Reason::KubeadmFailed,
         Reason::KubeletExited,
+        Reason::KubeletConfigInvalid,
         Reason::ApiDns,
         Reason::ApiX509,
         Reason::ApiUnauthorized,
@@ -76,6 +78,7 @@ impl Reason {
             Reason::StartFailed => "START_FAILED",
             Reason::KubeadmFailed => "KUBEADM_FAILED",
             Reason::KubeletExited => "KUBELET_EXITED",
+            Reason::KubeletConfigInvalid => "KUBELET_CONFIG_INVALID",
             Reason::ApiDns => "API_DNS",
             Reason::ApiX509 => "API_X509",
             Reason::ApiUnauthorized => "API_UNAUTHORIZED",
@@ -106,6 +109,7 @@ impl Reason {
             Reason::WriteFailed => 5,
             Reason::StartFailed | Reason::KubeadmFailed => 6,
             Reason::KubeletExited
+            | Reason::KubeletConfigInvalid
             | Reason::ApiDns
             | Reason::ApiX509
             | Reason::ApiUnauthorized
@@ -143,6 +147,9 @@ impl Reason {
             Reason::StartFailed => "run `systemctl status kubelet` on the node",
             Reason::KubeadmFailed => "read the kubeadm output in /run/kiln/status.json",
             Reason::KubeletExited => "read the kubelet log lines in /run/kiln/status.json",
+            Reason::KubeletConfigInvalid => {
+                "kubelet refused its flags or config file: the log line names the flag or field; fix KUBELET_EXTRA_ARGS or /etc/kiln/kubelet-config.yaml"
+            }
             Reason::ApiDns => "the API server name does not resolve: check the node's DNS and API_SERVER",
             Reason::ApiX509 => "the CA in /etc/kiln/ca.crt does not match the API server's certificate",
             Reason::ApiUnauthorized => "the bootstrap token is wrong or expired: issue a new one",

@@ -2,9 +2,9 @@
 //! certificate kubelet got for it. Secret values are never printed: only their shape,
 //! dates and names.
 
+use super::model::{Check, Node};
 use super::net::{dates, remaining};
 use super::x509::{self, format_time};
-use super::{Check, Node};
 use crate::contract::paths;
 
 /// The certificate in a kubeconfig's `client-certificate-data`, if it has one.

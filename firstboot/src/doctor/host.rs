@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use super::{cri, Check, Node};
+use super::cri;
+use super::model::{Check, Node};
 use crate::contract::paths;
 
 /// A `key: value` line of kubelet's YAML config, top level only (kiln writes it flat).

@@ -3,8 +3,9 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::model::{Check, Node};
+use super::tls;
 use super::x509::{self, format_time, Cert};
-use super::{tls, Check, Node};
 use crate::contract::node_env::{
     API_SERVER, HTTPS_PROXY, HTTP_PROXY, METADATA_URL, NO_PROXY, PROVIDER,
 };
@@ -69,6 +70,12 @@ fn unix_now_ms() -> i64 {
 /// The node's clock against the metadata service's `Date` header.
 pub(crate) fn clock(node: &Node) -> Check {
     const NAME: &str = "clock";
+    if !node.opts.clock {
+        return Check::skip(
+            NAME,
+            "the run did not reach the metadata service, so doctor does not either",
+        );
+    }
     let url = node
         .opts
         .metadata_url
@@ -423,17 +430,17 @@ mod tests {
                 format!("KILN_CONTRACT=1\nAPI_SERVER=https://api.corp.example:6443\nHTTPS_PROXY=http://p:3128\nNO_PROXY={np}\n"),
             )
             .unwrap();
-            Node::load(&super::super::Options::new(&dir))
+            Node::load(&super::super::model::Options::new(&dir))
         };
         let c = proxy(&write(".svc"));
-        assert_eq!(c.verdict, super::super::Verdict::Fail);
+        assert_eq!(c.verdict, super::super::model::Verdict::Fail);
         assert!(
             c.detail.contains("API server api.corp.example"),
             "{}",
             c.detail
         );
         let c = proxy(&write("corp.example,169.254.169.254"));
-        assert_eq!(c.verdict, super::super::Verdict::Ok, "{}", c.detail);
+        assert_eq!(c.verdict, super::super::model::Verdict::Ok, "{}", c.detail);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

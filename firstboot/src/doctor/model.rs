@@ -1,0 +1,185 @@
+//! What the doctor's checks share: a check's result, the options, and the node they read
+//! (the leaf every check module imports).
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::contract::envfile::{self, EnvFile};
+use crate::contract::image_env::{
+    CONTAINER_RUNTIME_ENDPOINT, DEFAULT_RUNTIME_ENDPOINT, KUBELET_CONFIG,
+};
+use crate::contract::paths::{self, NodePaths};
+use crate::fsutil;
+
+/// The verdict of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verdict {
+    /// Nothing wrong found.
+    Ok,
+    /// Could not be checked (no input for it on this node); never a failure.
+    Skip,
+    /// Works now but is likely to break, or is unusual.
+    Warn,
+    /// Breaks the join or kubelet.
+    Fail,
+}
+
+impl Verdict {
+    /// The word in the table and the JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Skip => "skip",
+            Verdict::Warn => "warn",
+            Verdict::Fail => "fail",
+        }
+    }
+}
+
+/// One check's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// A stable, short name: `swap`, `cgroup-v2`, `api-server-tls`, …
+    pub name: &'static str,
+    pub verdict: Verdict,
+    /// What was found, naming the file, URL or value.
+    pub detail: String,
+    /// What to do about a warn or fail; empty otherwise.
+    pub remedy: String,
+}
+
+impl Check {
+    pub(crate) fn new(name: &'static str, verdict: Verdict, detail: impl Into<String>) -> Check {
+        Check {
+            name,
+            verdict,
+            detail: detail.into(),
+            remedy: String::new(),
+        }
+    }
+
+    pub(crate) fn ok(name: &'static str, detail: impl Into<String>) -> Check {
+        Check::new(name, Verdict::Ok, detail)
+    }
+
+    pub(crate) fn skip(name: &'static str, detail: impl Into<String>) -> Check {
+        Check::new(name, Verdict::Skip, detail)
+    }
+
+    pub(crate) fn warn(
+        name: &'static str,
+        detail: impl Into<String>,
+        remedy: impl Into<String>,
+    ) -> Check {
+        Check::new(name, Verdict::Warn, detail).remedy(remedy)
+    }
+
+    pub(crate) fn fail(
+        name: &'static str,
+        detail: impl Into<String>,
+        remedy: impl Into<String>,
+    ) -> Check {
+        Check::new(name, Verdict::Fail, detail).remedy(remedy)
+    }
+
+    pub(crate) fn remedy(mut self, r: impl Into<String>) -> Check {
+        self.remedy = r.into();
+        self
+    }
+}
+
+/// What `doctor` is told.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub root: PathBuf,
+    /// The metadata service to read the clock from; node.env's `METADATA_URL` otherwise.
+    /// No metadata URL at all skips the clock check: doctor never guesses one.
+    pub metadata_url: Option<String>,
+    /// Per network check.
+    pub timeout: Duration,
+    /// Whether the clock check may contact the metadata service at all.
+    pub clock: bool,
+}
+
+impl Options {
+    /// Defaults for `root`: 3 s per network check.
+    pub fn new(root: impl Into<PathBuf>) -> Options {
+        Options {
+            root: root.into(),
+            metadata_url: None,
+            timeout: Duration::from_secs(3),
+            clock: true,
+        }
+    }
+}
+
+/// What the checks read once: the contract's paths and its env files, as far as they parse.
+pub(crate) struct Node {
+    pub paths: NodePaths,
+    pub node_env: Option<EnvFile>,
+    pub image_env: Option<EnvFile>,
+    pub opts: Options,
+    /// Seconds since the epoch, read once so every date check agrees.
+    pub now: i64,
+}
+
+impl Node {
+    pub(crate) fn load(opts: &Options) -> Node {
+        let paths = NodePaths::under(&opts.root);
+        let read = |p: &std::path::Path| {
+            fsutil::read_capped(p, envfile::MAX_LEN as u64)
+                .ok()
+                .flatten()
+                .and_then(|t| envfile::parse(&t).ok())
+        };
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        Node {
+            node_env: read(&paths.node_env),
+            image_env: read(&paths.image_env),
+            paths,
+            opts: opts.clone(),
+            now,
+        }
+    }
+
+    /// A node.env value, when set and not empty.
+    pub fn node(&self, key: &str) -> Option<&str> {
+        self.node_env.as_ref()?.non_empty(key)
+    }
+
+    /// A node path under `--root`.
+    pub fn at(&self, node_path: &str) -> PathBuf {
+        paths::under(&self.opts.root, node_path)
+    }
+
+    /// Reads a small text file under `--root`; `None` when missing or unreadable.
+    pub fn read(&self, node_path: &str) -> Option<String> {
+        fsutil::read_capped(&self.at(node_path), 1 << 20)
+            .ok()
+            .flatten()
+    }
+
+    /// The kubelet config kubelet reads: the node's override, else image.env's.
+    pub fn kubelet_config(&self) -> String {
+        if self.paths.kubelet_config_override.is_file() {
+            return paths::KUBELET_CONFIG_OVERRIDE.to_string();
+        }
+        self.image_env
+            .as_ref()
+            .and_then(|e| e.non_empty(KUBELET_CONFIG))
+            .unwrap_or(paths::DEFAULT_KUBELET_CONFIG)
+            .to_string()
+    }
+
+    /// The CRI socket's node path.
+    pub fn runtime_socket(&self) -> String {
+        let ep = self
+            .image_env
+            .as_ref()
+            .and_then(|e| e.non_empty(CONTAINER_RUNTIME_ENDPOINT))
+            .unwrap_or(DEFAULT_RUNTIME_ENDPOINT);
+        ep.strip_prefix("unix://").unwrap_or(ep).to_string()
+    }
+}
