@@ -12,48 +12,8 @@ mod bake_support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use bake_support::fixture_mirror::*;
 use bake_support::*;
-
-fn build_fixture(out: &Path) {
-    let root = repo();
-    let kubelet = root.join("target/release/kubelet");
-    let kubelet = if kubelet.is_file() {
-        kubelet
-    } else {
-        PathBuf::from("/bin/true")
-    };
-    let o = Command::new(root.join("scripts/fixture-mirror.sh"))
-        .arg(out)
-        .env("KILN_BIN", env!("CARGO_BIN_EXE_kiln"))
-        .env("KUBELET_BIN", kubelet)
-        .output()
-        .unwrap();
-    ok(&o, "scripts/fixture-mirror.sh");
-}
-
-/// The stand-in kubelet's version in the fixture lock (scripts/fixture-mirror.sh derives it
-/// the same way from the images' `kubernetes.version`).
-fn standin() -> String {
-    format!("{}-standin", kube_version().trim_start_matches('v'))
-}
-
-/// A copy of `images/<name>` adapted to the fixture lock.
-fn adapt(name: &str, dir: &Path) -> PathBuf {
-    let text = std::fs::read_to_string(repo().join("images").join(name)).unwrap();
-    let text = text
-        .replace(
-            &format!("version = \"{}\"", kube_version()),
-            &format!("version = \"{}\"", standin()),
-        )
-        // The pinned AWS table stays where the definition names it.
-        .replace(
-            "aws_table = \"data/",
-            &format!("aws_table = \"{}/data/", repo().join("images").display()),
-        );
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p
-}
 
 #[test]
 fn flatcar_ubuntu_and_windows_bake_from_the_fixture_mirror() {

@@ -237,9 +237,11 @@ pub fn bake(tools: &Tools, image: &str, format: &str, out: &Path) -> Result<Vec<
         .arg(&tools.firstboot)
         .env("SOURCE_DATE_EPOCH", "1700000000"))?;
     let stdout = String::from_utf8_lossy(&o.stdout);
+    // The phase events come first (docs/bake.md); the result object is the line with `files`.
     let v: serde_json::Value = stdout
         .lines()
-        .find_map(|l| serde_json::from_str(l).ok())
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v.get("files").is_some())
         .ok_or_else(|| Error::Command {
             command: "kiln --json bake".into(),
             detail: format!("no JSON line in its output:\n{stdout}"),

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use crate::bake::error::{io_err, BakeError};
 use crate::bake::layer::*;
 use crate::bake::prepare;
+use crate::bake::progress::{self, Phase, Tracker};
 use crate::bake::render;
 use crate::digest::{self, Sums};
 use crate::image_def::{Format, Os};
@@ -14,6 +15,15 @@ use sha2::{Digest, Sha256};
 impl Layer {
     /// Builds the layer for one definition, arch and format.
     pub fn assemble(req: &BakeRequest<'_>) -> Result<Layer, BakeError> {
+        Layer::assemble_with(req, &progress::Silent)
+    }
+
+    /// [`Layer::assemble`], reporting the `extract` phase (every artifact prepared, then
+    /// kiln-firstboot hashed and inspected) to `rep`.
+    pub fn assemble_with(
+        req: &BakeRequest<'_>,
+        rep: &dyn progress::Reporter,
+    ) -> Result<Layer, BakeError> {
         let def = req.def;
         if !def.formats.contains(&req.format) {
             return Err(BakeError::Format {
@@ -89,6 +99,13 @@ impl Layer {
             });
         }
 
+        // The extract phase's bytes: every download, then kiln-firstboot. A file that cannot
+        // be read counts 0 here; reading it fails below with the error that names it.
+        let blob_size = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |m| m.len());
+        let sizes: Vec<u64> = planned.iter().map(|(a, _, _)| blob_size(&a.blob)).collect();
+        let fb_total = blob_size(req.firstboot);
+        let extract = Tracker::start(rep, Phase::Extract, sizes.iter().sum::<u64>() + fb_total);
+        let tracker = &extract;
         // The gate reads a whole binary into memory; one at a time keeps peak memory at about
         // the largest binary while extraction and hashing run in parallel.
         let gate_turn = std::sync::Mutex::new(());
@@ -97,7 +114,8 @@ impl Layer {
             let handles: Vec<_> = planned
                 .iter()
                 .enumerate()
-                .map(|(ai, (a, members, _))| {
+                .zip(&sizes)
+                .map(|((ai, (a, members, _)), &size)| {
                     sc.spawn(move || {
                         let work = req.work.join(format!("extract-{ai}"));
                         let files = prepare::prepare(a, members, req.cache, &work)?;
@@ -110,6 +128,7 @@ impl Layer {
                                 why: Box::new(why),
                             })?;
                         }
+                        tracker.add(size);
                         Ok(files)
                     })
                 })
@@ -148,6 +167,8 @@ impl Layer {
             path: req.firstboot.to_path_buf(),
             why: Box::new(why),
         })?;
+        tracker.add(fb_total);
+        extract.finish();
         let (fb_path, kiln_dir) = match def.os {
             Os::Linux => ("usr/bin/kiln-firstboot", "usr/lib/kiln"),
             Os::Windows => ("k/kiln-firstboot.exe", "k/kiln"),

@@ -13,6 +13,7 @@ pub mod manifest;
 pub mod options;
 pub mod os_files;
 pub mod prepare;
+pub mod progress;
 pub mod render;
 pub mod rootfs;
 pub mod sbom;
@@ -60,17 +61,28 @@ pub fn target_of(format: Format) -> &'static dyn target::Target {
 
 /// Bakes one layer into `out_dir`: the format's main output, `<base>.spdx.json`, and
 /// `<base>.manifest.json`, plus `SHA256SUMS` for sysext and rootfs (and the sysupdate
-/// transfer file for sysext).
+/// transfer file for sysext). Reports nothing; [`bake_with`] reports its phases.
 pub fn bake(
     req: &BakeRequest<'_>,
     out_dir: &Path,
     opts: &WriteOptions,
 ) -> Result<BakeOutput, BakeError> {
+    bake_with(req, out_dir, opts, &progress::Silent)
+}
+
+/// [`bake`], reporting its [phases](progress::Phase) to `progress` as they start, advance
+/// and finish. The bytes written do not depend on the reporter.
+pub fn bake_with(
+    req: &BakeRequest<'_>,
+    out_dir: &Path,
+    opts: &WriteOptions,
+    progress: &dyn progress::Reporter,
+) -> Result<BakeOutput, BakeError> {
     std::fs::create_dir_all(out_dir).map_err(io_err(out_dir))?;
-    let layer = Layer::assemble(req)?;
+    let layer = Layer::assemble_with(req, progress)?;
     let base = layer.base_name();
     let mut files = Vec::new();
-    // The SBOM reads every file again for SHA1; it runs beside the format writer.
+    // The SBOM is rendered beside the format writer.
     let (main, sbom) = std::thread::scope(|s| {
         let sbom = s.spawn(|| sbom::spdx_json(&layer));
         let cx = target::TargetContext {
@@ -79,13 +91,14 @@ pub fn bake(
             work: req.work,
             cache: req.cache,
             opts,
+            progress,
         };
         let main = target_of(req.format).write(&layer, &cx);
         (main, sbom.join().expect("sbom thread panicked"))
     });
     let main = main?;
-    // The SBOM pass re-hashes every file; a mismatch means an input changed under the bake,
-    // so the image just written is not what the manifest says: take it back.
+    // The SBOM could not be rendered: take back the image just written, so no image is
+    // published without its SBOM.
     let sbom = match sbom {
         Ok(s) => s,
         Err(e) => {

@@ -25,6 +25,7 @@ use std::sync::Mutex;
 use crate::bake::chunk_cache::{ChunkCache, ChunkKey, Codec, Source, Stats};
 use crate::bake::error::{io_err, BakeError};
 use crate::bake::layer::{Data, Layer, Node};
+use crate::bake::progress::{checksum, file_bytes, Phase, Tracker};
 use crate::bake::sums::publish_sums;
 use crate::bake::target::{base_name, Target, TargetContext};
 use crate::image_def::{Arch, ImageDef};
@@ -125,8 +126,9 @@ pub fn write_tar(layer: &Layer, w: impl Write) -> Result<(), BakeError> {
 
 /// The uncompressed bytes of one frame.
 enum Job<'a> {
-    /// Tar headers, small files and padding, in memory.
-    Batch(Vec<u8>),
+    /// Tar headers, small files and padding, in memory, and the bytes of file data among
+    /// them (for progress).
+    Batch(Vec<u8>, u64),
     /// `len` bytes at `offset` of a big file, then `pad` zero bytes.
     Slice {
         path: &'a Path,
@@ -149,10 +151,16 @@ fn plan<'a>(
         source: e,
     };
     let mut tar = tar::Builder::new(Vec::new());
+    // File data in the batch so far.
+    let mut batch_data = 0u64;
     // Hands the batch so far to `emit`; false when the writer has stopped.
-    fn flush<'a>(tar: &mut tar::Builder<Vec<u8>>, emit: &mut impl FnMut(Job<'a>) -> bool) -> bool {
+    fn flush<'a>(
+        tar: &mut tar::Builder<Vec<u8>>,
+        data: &mut u64,
+        emit: &mut impl FnMut(Job<'a>) -> bool,
+    ) -> bool {
         let bytes = std::mem::take(tar.get_mut());
-        bytes.is_empty() || emit(Job::Batch(bytes))
+        bytes.is_empty() || emit(Job::Batch(bytes, std::mem::take(data)))
     }
     for (path, e) in &layer.entries {
         match &e.node {
@@ -177,7 +185,7 @@ fn plan<'a>(
                 let mut h = header(layer, *mode, tar::EntryType::Regular, *size);
                 tar.append_data(&mut h, path, std::io::empty())
                     .map_err(io)?;
-                if !flush(&mut tar, &mut emit) {
+                if !flush(&mut tar, &mut batch_data, &mut emit) {
                     return Ok(());
                 }
                 let mut offset = 0;
@@ -212,14 +220,17 @@ fn plan<'a>(
                 }
                 let mut h = header(layer, *mode, tar::EntryType::Regular, *size);
                 tar.append_data(&mut h, path, &bytes[..]).map_err(io)?;
+                batch_data += size;
             }
         }
-        if tar.get_ref().len() as u64 >= framing.chunk && !flush(&mut tar, &mut emit) {
+        if tar.get_ref().len() as u64 >= framing.chunk
+            && !flush(&mut tar, &mut batch_data, &mut emit)
+        {
             return Ok(());
         }
     }
     let end = tar.into_inner().map_err(io)?;
-    emit(Job::Batch(end));
+    emit(Job::Batch(end, batch_data));
     Ok(())
 }
 
@@ -252,7 +263,7 @@ fn run(
     cache: Option<&ChunkCache>,
 ) -> Result<Vec<u8>, BakeError> {
     match job {
-        Job::Batch(bytes) => zc
+        Job::Batch(bytes, _) => zc
             .compress(&bytes)
             .map_err(|e| io_err(Path::new("(zstd frame)"))(e)),
         Job::Slice {
@@ -304,6 +315,17 @@ pub fn write(
     out: &Path,
     opts: &RootfsOptions<'_>,
 ) -> Result<RootfsReport, BakeError> {
+    write_with(layer, out, opts, &|_| {})
+}
+
+/// [`write()`], calling `on_data` with the bytes of file data in each frame once the frame is
+/// in the file (in total, every file's size once).
+pub fn write_with(
+    layer: &Layer,
+    out: &Path,
+    opts: &RootfsOptions<'_>,
+    on_data: &(dyn Fn(u64) + Sync),
+) -> Result<RootfsReport, BakeError> {
     let threads = match opts.threads {
         0 => std::thread::available_parallelism()
             .map(|n| n.get() as u32)
@@ -329,7 +351,7 @@ pub fn write(
         // A token per frame between planning and writing bounds the frames in flight.
         let (slot_tx, slot_rx) = mpsc::sync_channel::<()>(in_flight as usize);
         let (job_tx, job_rx) = mpsc::channel::<(u64, Job<'_>)>();
-        let (done_tx, done_rx) = mpsc::channel::<(u64, Result<Vec<u8>, BakeError>)>();
+        let (done_tx, done_rx) = mpsc::channel::<(u64, Result<Vec<u8>, BakeError>, u64)>();
         let job_rx = Mutex::new(job_rx);
         let result = std::thread::scope(|s| {
             let planner = s.spawn(move || {
@@ -352,22 +374,27 @@ pub fn write(
                     let mut zc = match compressor() {
                         Ok(zc) => zc,
                         Err(e) => {
-                            let _ = done_tx.send((u64::MAX, Err(io_err(Path::new("zstd"))(e))));
+                            let err = Err(io_err(Path::new("zstd"))(e));
+                            let _ = done_tx.send((u64::MAX, err, 0));
                             return;
                         }
                     };
                     loop {
                         let next = job_rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
                         let Ok((seq, job)) = next else { return };
+                        let data = match &job {
+                            Job::Batch(_, data) => *data,
+                            Job::Slice { len, .. } => *len,
+                        };
                         let r = run(job, &mut zc, codec, opts.cache);
-                        if done_tx.send((seq, r)).is_err() {
+                        if done_tx.send((seq, r, data)).is_err() {
                             return;
                         }
                     }
                 });
             }
             drop(done_tx);
-            let written = write_in_order(&mut w, out, done_rx, slot_rx);
+            let written = write_in_order(&mut w, out, done_rx, slot_rx, on_data);
             let planned = planner.join().expect("rootfs planner panicked");
             let written = written?;
             let (frames, chunks) = planned?;
@@ -417,15 +444,17 @@ pub fn write(
 fn write_in_order(
     w: &mut impl Write,
     out: &Path,
-    done: mpsc::Receiver<(u64, Result<Vec<u8>, BakeError>)>,
+    done: mpsc::Receiver<(u64, Result<Vec<u8>, BakeError>, u64)>,
     slots: mpsc::Receiver<()>,
+    on_data: &(dyn Fn(u64) + Sync),
 ) -> Result<u64, BakeError> {
     let mut pending = BTreeMap::new();
     let mut next = 0u64;
-    for (seq, r) in done {
-        pending.insert(seq, r?);
-        while let Some(frame) = pending.remove(&next) {
+    for (seq, r, data) in done {
+        pending.insert(seq, (r?, data));
+        while let Some((frame, data)) = pending.remove(&next) {
             w.write_all(&frame).map_err(io_err(out))?;
+            on_data(data);
             let _ = slots.recv();
             next += 1;
         }
@@ -454,11 +483,11 @@ impl Target for Rootfs {
             cache: cache.as_ref(),
             framing: FRAMING,
         };
-        write(layer, &p, &ro)?;
+        let compress = Tracker::start(cx.progress, Phase::Compress, file_bytes(layer));
+        write_with(layer, &p, &ro, &|n| compress.add(n))?;
+        compress.finish();
         // SHA256SUMS is written only once the layer is on disk whole.
-        let sha = crate::digest::hash_file(&p, crate::digest::Sums::Sha256)
-            .map_err(io_err(&p))?
-            .sha256;
+        let sha = checksum(cx.progress, &p)?;
         let (sums, sig) = publish_sums(cx.out_dir, &name, &sha, cx.opts.sign.as_ref())?;
         Ok([p, sums].into_iter().chain(sig).collect())
     }

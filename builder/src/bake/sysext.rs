@@ -16,10 +16,10 @@ use crate::atomic_file::AtomicFile;
 use crate::bake::error::{io_err, BakeError};
 use crate::bake::layer::{write_atomic, Data, Layer, Node};
 use crate::bake::options::WriteOptions;
+use crate::bake::progress::{checksum, file_bytes, Phase, Reporter, Tracker};
 use crate::bake::render;
 use crate::bake::squashfs::{self, Codec};
 use crate::bake::target::{Target, TargetContext};
-use crate::digest::{self, Sums};
 use crate::image_def::{Arch, Compression, ImageDef};
 
 /// Memory cap passed to `mksquashfs -mem`.
@@ -80,7 +80,8 @@ fn stage(layer: &Layer, root: &Path) -> Result<String, BakeError> {
 }
 
 /// Packs `layer` into a squashfs image at `out`, atomically: kiln's writer for zstd and
-/// gzip, `mksquashfs` for xz. `cache` is the bake cache (compressed blocks).
+/// gzip, `mksquashfs` for xz. `cache` is the bake cache (compressed blocks). `on_data` hears
+/// bytes of file data as they are packed (from `mksquashfs`, all of them at the end).
 pub fn pack(
     layer: &Layer,
     def: &ImageDef,
@@ -88,6 +89,7 @@ pub fn pack(
     work: &Path,
     cache: Option<&Path>,
     opts: &WriteOptions,
+    on_data: &dyn Fn(u64),
 ) -> Result<(), BakeError> {
     let comp = def
         .sysext
@@ -97,7 +99,11 @@ pub fn pack(
     let codec = match comp {
         Compression::Zstd => Codec::zstd(squashfs::ZSTD_DEFAULT_LEVEL),
         Compression::Gzip => Codec::gzip(squashfs::GZIP_DEFAULT_LEVEL),
-        Compression::Xz => return pack_mksquashfs(layer, def, out, work, opts),
+        Compression::Xz => {
+            pack_mksquashfs(layer, def, out, work, opts)?;
+            on_data(file_bytes(layer));
+            return Ok(());
+        }
     };
     if let Some((path, e)) = layer
         .entries
@@ -106,7 +112,7 @@ pub fn pack(
     {
         return Err(only_usr(path, e));
     }
-    let summary = squashfs::write_file(
+    let summary = squashfs::write_file_with(
         layer.entries.iter().map(|(p, e)| (p.as_str(), &e.node)),
         layer.epoch,
         out,
@@ -115,6 +121,7 @@ pub fn pack(
             threads: opts.threads as usize,
             cache: cache.map(Path::to_path_buf),
         },
+        on_data,
     )?;
     tracing::debug!(
         image = %out.display(),
@@ -197,7 +204,8 @@ fn pack_mksquashfs(
     Ok(())
 }
 
-/// Writes the image, the transfer file and `SHA256SUMS` into `out_dir`.
+/// Writes the image, the transfer file and `SHA256SUMS` into `out_dir`, reporting the
+/// `compress` and `checksum` phases to `progress`.
 pub fn write(
     layer: &Layer,
     def: &ImageDef,
@@ -205,6 +213,7 @@ pub fn write(
     work: &Path,
     cache: Option<&Path>,
     opts: &WriteOptions,
+    progress: &dyn Reporter,
 ) -> Result<Vec<PathBuf>, BakeError> {
     let sx = def.sysext.as_ref().ok_or_else(|| BakeError::Format {
         image: def.name.clone(),
@@ -213,10 +222,10 @@ pub fn write(
     })?;
     let name = render::sysext_file_name(def, layer.arch).unwrap_or_default();
     let raw = out_dir.join(&name);
-    pack(layer, def, &raw, work, cache, opts)?;
-    let sha = digest::hash_file(&raw, Sums::Sha256)
-        .map_err(io_err(&raw))?
-        .sha256;
+    let compress = Tracker::start(progress, Phase::Compress, file_bytes(layer));
+    pack(layer, def, &raw, work, cache, opts, &|n| compress.add(n))?;
+    compress.finish();
+    let sha = checksum(progress, &raw)?;
     let conf = out_dir.join(format!("{}.conf", sx.name));
     write_atomic(
         &conf,
@@ -243,7 +252,15 @@ impl Target for Sysext {
     }
 
     fn write(&self, layer: &Layer, cx: &TargetContext<'_>) -> Result<Vec<PathBuf>, BakeError> {
-        write(layer, cx.def, cx.out_dir, cx.work, cx.cache, cx.opts)
+        write(
+            layer,
+            cx.def,
+            cx.out_dir,
+            cx.work,
+            cx.cache,
+            cx.opts,
+            cx.progress,
+        )
     }
 }
 

@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use crate::bake::error::BakeError;
 use crate::bake::layer::Layer;
 use crate::bake::options::WriteOptions;
+use crate::bake::progress::Reporter;
 use crate::image_def::{Arch, ImageDef};
 
 /// What a target's writer may use besides the layer.
-#[derive(Debug)]
 pub struct TargetContext<'a> {
     /// The image definition.
     pub def: &'a ImageDef,
@@ -22,6 +22,20 @@ pub struct TargetContext<'a> {
     pub cache: Option<&'a Path>,
     /// How to write (threads, signer, mksquashfs).
     pub opts: &'a WriteOptions,
+    /// Where the `compress` and `checksum` phases are reported.
+    pub progress: &'a dyn Reporter,
+}
+
+impl std::fmt::Debug for TargetContext<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TargetContext")
+            .field("def", &self.def.name)
+            .field("out_dir", &self.out_dir)
+            .field("work", &self.work)
+            .field("cache", &self.cache)
+            .field("opts", &self.opts)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One output format of a bake.

@@ -7,11 +7,17 @@ use zip::write::SimpleFileOptions;
 
 use crate::bake::error::BakeError;
 use crate::bake::layer::{civil, Layer, Node};
+use crate::bake::progress::{file_bytes, Phase, Tracker};
 use crate::bake::target::{base_name, Target, TargetContext};
 use crate::image_def::{Arch, ImageDef};
 
 /// Writes `layer` as a zip at `out`, atomically.
 pub fn write(layer: &Layer, out: &Path) -> Result<(), BakeError> {
+    write_with(layer, out, &|_| {})
+}
+
+/// [`write()`], calling `on_data` with each file's size once it is in the zip.
+pub fn write_with(layer: &Layer, out: &Path, on_data: &dyn Fn(u64)) -> Result<(), BakeError> {
     // DOS time cannot express dates before 1980.
     let (y, mo, d, h, mi, s) = civil(layer.epoch.max(315_532_800));
     let time =
@@ -49,6 +55,7 @@ pub fn write(layer: &Layer, out: &Path) -> Result<(), BakeError> {
                         }
                     };
                     std::io::copy(&mut r, &mut z)?;
+                    on_data(*size);
                 }
                 Node::Symlink(t) => z
                     .add_symlink(path.as_str(), t.as_str(), base)
@@ -72,7 +79,9 @@ impl Target for Windows {
 
     fn write(&self, layer: &Layer, cx: &TargetContext<'_>) -> Result<Vec<PathBuf>, BakeError> {
         let p = cx.out_dir.join(format!("{}.zip", layer.base_name()));
-        write(layer, &p)?;
+        let compress = Tracker::start(cx.progress, Phase::Compress, file_bytes(layer));
+        write_with(layer, &p, &|n| compress.add(n))?;
+        compress.finish();
         Ok(vec![p])
     }
 }

@@ -10,6 +10,7 @@ use crate::bake::{self, manifest, BakeRequest, WriteOptions};
 use crate::cli::common::{default_cache, load_lock, Global, NetArgs, TrustArgs, DEFAULT_LOCK};
 use crate::cli::fail::classify;
 use crate::cli::fetch::{report_summary, run_fetch_all};
+use crate::cli::phases::PhaseDisplay;
 use crate::image_def::{Arch, Format, ImageDef, Os};
 use crate::supply::store::Store;
 
@@ -206,8 +207,10 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
         mksquashfs: a.mksquashfs.clone(),
         sign,
     };
-    let out = bake::bake(&req, &a.out, &opts)
-        .with_context(|| format!("baking {} ({format}, {arch})", a.image.display()))?;
+    let phases = PhaseDisplay::new(global);
+    let out = bake::bake_with(&req, &a.out, &opts, &phases);
+    phases.finish();
+    let out = out.with_context(|| format!("baking {} ({format}, {arch})", a.image.display()))?;
     if global.json {
         let files: Vec<String> = out.files.iter().map(|p| p.display().to_string()).collect();
         println!(

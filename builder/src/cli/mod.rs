@@ -17,6 +17,7 @@ pub mod lock_file;
 pub mod lock_move;
 pub mod mirror;
 pub mod outdated;
+pub mod phases;
 pub mod plan;
 pub mod progress;
 pub mod render;

@@ -9,6 +9,7 @@
 //! machine's package versions.
 #![allow(dead_code)]
 
+pub mod fixture_mirror;
 pub mod gpg;
 #[path = "../../../testkit/optout.rs"]
 pub mod optout;

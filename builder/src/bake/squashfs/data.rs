@@ -103,6 +103,8 @@ pub struct FileSpec<'a> {
     pub sha256: &'a str,
     /// The layer path, for messages.
     pub path: &'a str,
+    /// How many layer files hold this content (for progress).
+    pub copies: u64,
 }
 
 /// Where a file's data ended up.
@@ -218,7 +220,9 @@ enum Event {
     Fragment(Stored),
 }
 
-/// Writes the data area of `files` at `pos` of `out`.
+/// Writes the data area of `files` at `pos` of `out`, calling `on_data` with the bytes of
+/// every layer file holding a content once that content is read.
+#[allow(clippy::too_many_arguments)]
 pub fn write(
     files: &[FileSpec<'_>],
     codec: &Codec,
@@ -227,6 +231,7 @@ pub fn write(
     cache: Option<&BlockCache<'_>>,
     out: &mut BufWriter<&mut File>,
     pos: u64,
+    on_data: &dyn Fn(u64),
 ) -> Result<DataArea, SquashError> {
     let threads = threads.max(1);
     let in_flight = 4 * threads + 4;
@@ -291,7 +296,7 @@ pub fn write(
             };
             w.run(ev_rx, tok_tx).map(|_| w.area)
         });
-        let read = read_all(files, block_size, cache, &task_tx, &ev_tx, &tok_rx);
+        let read = read_all(files, block_size, cache, &task_tx, &ev_tx, &tok_rx, on_data);
         drop(task_tx);
         drop(ev_tx);
         let written = writer.join().expect("squashfs writer thread panicked");
@@ -333,6 +338,7 @@ fn read_all(
     task_tx: &std::sync::mpsc::SyncSender<Task>,
     ev_tx: &Sender<(u64, Event)>,
     tok_rx: &Receiver<()>,
+    on_data: &dyn Fn(u64),
 ) -> Result<Vec<Option<(u32, u32)>>, ReadError> {
     let bs = block_size as u64;
     let mut seq = 0u64;
@@ -454,6 +460,7 @@ fn read_all(
             tails[id] = Some((frag_count, frag.len() as u32));
             frag.extend_from_slice(&tail_buf);
         }
+        on_data(f.size * f.copies);
     }
     if !frag.is_empty() {
         send!(task_tx, Task::Fragment(seq, frag));

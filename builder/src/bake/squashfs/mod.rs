@@ -170,9 +170,11 @@ impl<'a> Tree<'a> {
                                     size: *size,
                                     sha256,
                                     path,
+                                    copies: 0,
                                 });
                                 t.contents.len() - 1
                             });
+                    t.contents[content].copies += 1;
                     Kind::File {
                         mode: (*mode & 0o7777) as u16,
                         content,
@@ -417,13 +419,15 @@ fn listing(ents: &[DirEnt<'_>]) -> (Vec<u8>, Vec<(u32, usize)>) {
 
 /// Writes a squashfs image of `entries` (paths relative to the root, parents before
 /// children, as a [`super::Layer`] holds them) into `out`, an empty file; `path` names it
-/// in errors. Every inode gets `mtime`, owner and group 0.
+/// in errors. Every inode gets `mtime`, owner and group 0. `on_data` hears, once a distinct
+/// file content is read, the bytes of every file holding it (in total, every file's size).
 pub fn write_image<'a>(
     entries: impl IntoIterator<Item = (&'a str, &'a Node)>,
     mtime: u64,
     out: &mut File,
     path: &Path,
     opts: &Options,
+    on_data: &dyn Fn(u64),
 ) -> Result<Summary, SquashError> {
     opts.codec
         .check()
@@ -470,6 +474,7 @@ pub fn write_image<'a>(
         cache.as_ref(),
         &mut w,
         pos,
+        on_data,
     )?;
     let mut tables = Tables {
         inodes: MetaWriter::new(&opts.codec),
@@ -549,8 +554,19 @@ pub fn write_file<'a>(
     out: &Path,
     opts: &Options,
 ) -> Result<Summary, SquashError> {
+    write_file_with(entries, mtime, out, opts, &|_| {})
+}
+
+/// [`write_file`], calling `on_data` as [`write_image`] does.
+pub fn write_file_with<'a>(
+    entries: impl IntoIterator<Item = (&'a str, &'a Node)>,
+    mtime: u64,
+    out: &Path,
+    opts: &Options,
+    on_data: &dyn Fn(u64),
+) -> Result<Summary, SquashError> {
     let mut tmp = AtomicFile::create(out, ".kiln-", ".raw.tmp")?;
-    let summary = write_image(entries, mtime, tmp.file_mut(), out, opts)?;
+    let summary = write_image(entries, mtime, tmp.file_mut(), out, opts, on_data)?;
     tmp.commit(0o644)?;
     Ok(summary)
 }
