@@ -36,7 +36,7 @@ deps-windows: ## install Debian's Rust with std sources, mingw-w64 and Wine
 build: firstboot man ## build kiln (release), the static kiln-firstboot and the man pages
 	$(CARGO) build --release -p kiln
 
-man: ## kiln's man pages, generated from its command line definition, into target/man/
+man: ## kiln's man pages (from its command line definition) and kiln-firstboot.8 (from its --help), into target/man/
 	$(CARGO) run --locked -q -p kiln -- --quiet man --out target/man
 
 firstboot: ## build the static, size-optimised kiln-firstboot (amd64 and arm64) into target/firstboot/

@@ -9,6 +9,7 @@ pub mod bake;
 pub mod cli;
 pub mod digest;
 pub mod exit;
+pub mod firstboot_man;
 pub mod image_def;
 pub mod install;
 pub mod plan;

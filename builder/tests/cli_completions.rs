@@ -130,6 +130,64 @@ fn man_pages_for_every_command_render_cleanly() {
     // Nothing but the pages: no temporary files left behind.
     for e in std::fs::read_dir(&out).unwrap() {
         let name = e.unwrap().file_name().into_string().unwrap();
-        assert!(name.ends_with(".1"), "{name}");
+        assert!(name.ends_with(".1") || name == "kiln-firstboot.8", "{name}");
+    }
+}
+
+/// The words of `text` for comparison: lowercase, without the punctuation a page turns
+/// into layout (a heading's colon, a parenthesised note's brackets).
+fn words(text: &str) -> Vec<String> {
+    text.split_whitespace()
+        .map(|w| w.trim_end_matches(':').to_lowercase())
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+#[test]
+fn kiln_firstboot_has_a_man_page_that_says_what_its_help_says() {
+    let d = tempfile::tempdir().unwrap();
+    let o = kiln()
+        .arg("man")
+        .arg("--out")
+        .arg(d.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let page = d.path().join("kiln-firstboot.8");
+    assert!(page.is_file(), "kiln man wrote no kiln-firstboot.8");
+    assert_eq!(groff_warnings(&page), "", "kiln-firstboot.8");
+    // What `man` shows: no wrapping (so no hyphenation), no bold or underline.
+    let o = Command::new("groff")
+        .args(["-k", "-man", "-Tutf8", "-rLL=1000n", "-P-cbou"])
+        .arg(&page)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let shown = words(&String::from_utf8(o.stdout).unwrap());
+    // Every word of kiln-firstboot's --help (its USAGE), in its order, is on the page (the
+    // page only adds its own headings and references, and calls USAGE by man's name).
+    let help = kiln_firstboot::cli::USAGE.replacen("\nUSAGE:\n", "\nSYNOPSIS:\n", 1);
+    assert_ne!(
+        help,
+        kiln_firstboot::cli::USAGE,
+        "USAGE has no USAGE: heading"
+    );
+    let mut at = 0;
+    for w in words(&help) {
+        match shown[at..].iter().position(|s| *s == w) {
+            Some(i) => at += i + 1,
+            None => panic!(
+                "kiln-firstboot.8: expected {w:?} (from kiln-firstboot --help) after word {at} \
+                 of the rendered page, found it missing:\n{}",
+                shown.join(" ")
+            ),
+        }
+    }
+    for flag in help.split_whitespace().filter(|w| w.starts_with("--")) {
+        let flag = flag.trim_matches(|c: char| !(c.is_alphanumeric() || c == '-'));
+        assert!(
+            shown.iter().any(|s| s.contains(flag)),
+            "kiln-firstboot.8 lacks {flag}"
+        );
     }
 }

@@ -210,6 +210,31 @@ impl Layer {
             }
             self.add_text(&format!("{units_dir}/{name}"), text, origin)?;
         }
+        if req.format == Format::Rootfs {
+            // kiln-firstboot's man page, from its --help text, for `man kiln-firstboot` on
+            // the node. A sysext (Flatcar) ships no usr/share and no man.
+            let page = crate::firstboot_man::page().map_err(|detail| BakeError::Tool {
+                tool: "kiln-firstboot.8".into(),
+                detail,
+            })?;
+            let gz = crate::firstboot_man::gzip(page.as_bytes());
+            let (sha256, sha1) = (
+                hex::encode(Sha256::digest(&gz)),
+                hex::encode(sha1::Sha1::digest(&gz)),
+            );
+            let size = gz.len() as u64;
+            self.add(
+                crate::firstboot_man::LAYER_PATH,
+                Node::File {
+                    data: Data::Inline(gz),
+                    mode: 0o644,
+                    size,
+                    sha256,
+                    sha1,
+                },
+                Origin::Kiln("man page of kiln-firstboot (from its --help)".into()),
+            )?;
+        }
         if req.format == Format::Sysext {
             let sx = def.sysext.as_ref().ok_or_else(|| BakeError::Format {
                 image: def.name.clone(),

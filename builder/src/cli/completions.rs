@@ -1,5 +1,6 @@
 //! `kiln completions SHELL` and `kiln man --out DIR`: shell completions and man pages made
 //! from the clap definition itself, so neither can drift from what the parser accepts.
+//! kiln-firstboot's page comes from its own `--help` text ([`crate::firstboot_man`]).
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -20,8 +21,9 @@ pub struct CompletionsArgs {
 /// `kiln man --out DIR`
 #[derive(Debug, Args)]
 pub struct ManArgs {
-    /// Directory for the pages: `kiln.1`, and `kiln-<command>.1` for every subcommand
-    /// (`kiln-mirror-sync.1`, …). Created when missing.
+    /// Directory for the pages: `kiln.1`, `kiln-<command>.1` for every subcommand
+    /// (`kiln-mirror-sync.1`, …) and kiln-firstboot's `kiln-firstboot.8`. Created when
+    /// missing.
     #[arg(long, short, value_name = "DIR")]
     pub out: PathBuf,
 }
@@ -47,6 +49,12 @@ pub fn run_man(a: ManArgs, mut cmd: clap::Command, global: &Global) -> anyhow::R
     cmd.build();
     let mut written = Vec::new();
     write_pages(&cmd, "kiln", &a.out, &mut written)?;
+    // kiln-firstboot's page, from its --help text (the one the rootfs layer installs).
+    let page = crate::firstboot_man::page().map_err(anyhow::Error::msg)?;
+    let path = a.out.join(crate::firstboot_man::PAGE);
+    crate::atomic_file::write(&path, ".kiln-man-", page.as_bytes(), 0o644)
+        .with_context(|| format!("writing {}", path.display()))?;
+    written.push(crate::firstboot_man::PAGE.to_string());
     if global.json {
         println!("{}", serde_json::json!({ "man_pages": written }));
     } else if !global.quiet {
