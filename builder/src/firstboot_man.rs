@@ -6,10 +6,11 @@
 //!
 //! The help's shape, which [`render`] relies on and refuses to guess past: a first line
 //! `kiln-firstboot: DESCRIPTION`; sections opened by an unindented line ending in `:`
-//! (`USAGE:` holds the synopsis, `… FLAGS:` or `… FLAGS (NOTE):` hold flags); a flag line
-//! `  --flag [METAVAR] description` with its description continued on more deeply indented
-//! lines; and unindented paragraphs after the sections (`Label: text` becomes a section
-//! `LABEL`, `See …` the SEE ALSO section).
+//! (`USAGE:` holds the synopsis; any other, e.g. `RUN FLAGS:` or `DOCTOR (NOTE):`, is a
+//! section of text and flags); a flag line `  --flag [METAVAR] description` with its
+//! description continued on more deeply indented lines, and section text as lines indented
+//! like flags that are not flags; and unindented paragraphs after the sections
+//! (`Label: text` becomes a section `LABEL`, `See …` the SEE ALSO section).
 
 use std::io::Write as _;
 
@@ -121,6 +122,8 @@ pub fn render(usage: &str, version: &str) -> Result<String, String> {
         Text,
     }
     let mut state = In::Nothing;
+    // Whether section text is open (a paragraph that following text lines continue).
+    let mut para = false;
     let mut flags: Vec<Flag> = Vec::new();
     let flush = |page: &mut String, flags: &mut Vec<Flag>| {
         for f in flags.drain(..) {
@@ -167,14 +170,13 @@ pub fn render(usage: &str, version: &str) -> Result<String, String> {
                 if title == "USAGE" {
                     page.push_str(".SH SYNOPSIS\n.nf\n");
                     state = In::Synopsis;
-                } else if title.ends_with("FLAGS") {
+                } else {
                     page.push_str(&format!(".SH \"{}\"\n", esc(title)));
                     if let Some(note) = note {
                         page.push_str(&format!(".PP\n{}\n", esc(&note)));
                     }
                     state = In::Flags;
-                } else {
-                    return Err(bad(n, line, "`USAGE:` or a `… FLAGS:` heading"));
+                    para = false;
                 }
                 continue;
             }
@@ -209,17 +211,18 @@ pub fn render(usage: &str, version: &str) -> Result<String, String> {
             In::Flags => {
                 if line.starts_with("  -") {
                     flags.push(flag_line(line));
-                } else if line.starts_with("   ") {
-                    let Some(f) = flags.last_mut() else {
-                        return Err(bad(n, line, "a flag line (`  --flag …`) first"));
-                    };
+                    para = false;
+                } else if let Some(f) = flags.last_mut().filter(|_| line.starts_with("   ")) {
                     f.text.push(line.trim().to_string());
                 } else {
-                    return Err(bad(
-                        n,
-                        line,
-                        "a flag line (`  --flag …`) or its continuation",
-                    ));
+                    // Text of the section (what a subcommand does), before its flags.
+                    flush(&mut page, &mut flags);
+                    if !para {
+                        page.push_str(".PP\n");
+                        para = true;
+                    }
+                    page.push_str(&esc(line.trim()));
+                    page.push('\n');
                 }
             }
             In::Nothing | In::Text => {
@@ -283,8 +286,8 @@ mod tests {
         assert!(e.contains("line 6") && e.contains("stray"), "{e}");
         let e = render("firstboot does things\n", "1").unwrap_err();
         assert!(e.contains("line 1"), "{e}");
-        let e = render("kiln-firstboot: x\n\nOPTIONS:\n  --a  b\n", "1").unwrap_err();
-        assert!(e.contains("OPTIONS"), "{e}");
+        let e = render("kiln-firstboot: x\n  --a  b\n", "1").unwrap_err();
+        assert!(e.contains("line 2") && e.contains("heading"), "{e}");
     }
 
     #[test]
