@@ -363,3 +363,88 @@ fn cgroup_driver_mismatch() {
         .files
         .contains_key("/run/cluster-api/bootstrap-success.complete"));
 }
+
+/// The node's kubelet config override (`/etc/kiln/kubelet-config.yaml`) is the baked config
+/// with `extra` appended, as an operator's edit would make it.
+fn with_kubelet_config(
+    extra: &'static str,
+) -> impl FnOnce(&kiln_qemu_tests::guest::Root) -> kiln_qemu_tests::Result<()> {
+    move |root| {
+        let baked = root.dir.join("usr/lib/kiln/kubelet-config.yaml");
+        let text = std::fs::read_to_string(&baked).expect("the baked kubelet config");
+        assert!(
+            !text.contains(extra.split(':').next().unwrap_or("")),
+            "{text}"
+        );
+        root.write(
+            "etc/kiln/kubelet-config.yaml",
+            format!("{text}{extra}"),
+            0o644,
+        )
+        .map(drop)
+    }
+}
+
+/// A kubelet config with a value kubelet's validation refuses: the strict kubelet double exits
+/// as kubelet does (`failed to validate kubelet configuration`), systemd restarts it, and
+/// firstboot names the field with its own reason; the doctor's findings ride along.
+#[test]
+fn kubelet_config_invalid() {
+    let b = expect_ok(kiln_qemu_tests::node::boot_rootfs_node_edited(
+        &spec("kubelet_config_invalid", "success", Metadata::Aws, 120),
+        with_kubelet_config("imageGCHighThresholdPercent: 101\n"),
+    ));
+    eprintln!(
+        "kubelet-config-invalid timeline ({}):\n{}",
+        b.log.display(),
+        timeline(&b)
+    );
+    let o = &b.outcome;
+    assert_eq!(o.result(), "failure", "status: {}", o.status);
+    assert_eq!(o.reason(), "KUBELET_CONFIG_INVALID", "status: {}", o.status);
+    let message = o.status["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains(
+            "imageGCHighThresholdPercent (--image-gc-high-threshold) 101 must be between 0 and 100"
+        ),
+        "{message}"
+    );
+    // doctor ran after the failure: its problems are in the status.
+    let doctor = &o.status["doctor"];
+    assert!(
+        doctor["checks"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["name"] == "api-server")),
+        "no doctor findings in {}",
+        o.status
+    );
+}
+
+/// A kubelet config with a field kubelet does not know: kubelet logs its strict decoding error,
+/// decodes leniently and runs; the node joins and status.json says which field was ignored.
+#[test]
+fn kubelet_config_unknown_field() {
+    let b = expect_ok(kiln_qemu_tests::node::boot_rootfs_node_edited(
+        &spec(
+            "kubelet_config_unknown_field",
+            "success",
+            Metadata::Aws,
+            240,
+        ),
+        with_kubelet_config("maxPodz: 64\n"),
+    ));
+    eprintln!(
+        "kubelet-config-unknown-field timeline ({}):\n{}",
+        b.log.display(),
+        timeline(&b)
+    );
+    let o = &b.outcome;
+    assert_eq!(o.result(), "success", "status: {}", o.status);
+    let warnings = o.status["warnings"].to_string();
+    assert!(
+        warnings.contains("unknown field")
+            && warnings.contains("maxPodz")
+            && warnings.contains("/etc/kiln/kubelet-config.yaml"),
+        "{warnings}"
+    );
+}
