@@ -570,3 +570,25 @@ proptest! {
         prop_assert_eq!(content_range_start(&format!("bytes +{start}-{end}/*")), None);
     }
 }
+
+/// Found by `multipart_round_trips`: with boundary `E`, the CA's `-----END CERTIFICATE-----`
+/// line contains `--E`; only a whole delimiter line ends a part (RFC 2046 §5.1.1), so the
+/// certificate and the files after it stay whole.
+#[test]
+fn a_boundary_inside_a_content_line_is_not_a_delimiter() {
+    let files = example_files();
+    let render = |fs: &[kiln::render::NodeFile]| {
+        String::from_utf8(
+            render_payload(fs, Provisioner::CloudInit, RenderOptions::default()).unwrap(),
+        )
+        .unwrap()
+    };
+    let (first, rest) = (render(&files[..1]), render(&files[1..]));
+    assert!(
+        rest.contains("-----END"),
+        "the example must carry a PEM block"
+    );
+    let text = multipart(&[(first, false), (rest, false)], "bOUNdaRY", "E", false);
+    let got = check_payload(text.as_bytes(), "u").unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(got.files, files);
+}

@@ -280,15 +280,9 @@ fn mime_parts(text: &str) -> Result<Vec<MimePart>, String> {
     let boundary = mime_param(&ctype, "boundary")
         .filter(|b| !b.is_empty())
         .ok_or("multipart Content-Type has no boundary")?;
-    let delimiter = format!("--{boundary}");
     let mut parts = Vec::new();
-    let mut chunks = body.split(&delimiter);
-    chunks.next(); // the preamble
-    for chunk in chunks {
-        if chunk.starts_with("--") {
-            break;
-        }
-        let chunk = chunk.strip_prefix('\n').unwrap_or(chunk);
+    for chunk in mime_chunks(body, &boundary) {
+        let chunk = chunk.as_str();
         let (head, body) = chunk.split_once("\n\n").unwrap_or((chunk, ""));
         let h = mime_headers(head);
         let content_type = h
@@ -330,6 +324,38 @@ fn mime_parts(text: &str) -> Result<Vec<MimePart>, String> {
         });
     }
     Ok(parts)
+}
+
+/// The bodies between the delimiter lines of a multipart body. A delimiter is a whole line,
+/// `--BOUNDARY` with optional trailing blanks, and `--BOUNDARY--` closes (RFC 2046 §5.1.1;
+/// Python's email parser, which cloud-init uses, matches them the same way), so text that
+/// merely contains `--BOUNDARY` (a PEM `-----END` line with boundary `E`) stays content. The
+/// line break before a delimiter belongs to the delimiter.
+fn mime_chunks(body: &str, boundary: &str) -> Vec<String> {
+    let delimiter = format!("--{boundary}");
+    let mut out: Vec<String> = Vec::new();
+    let mut current: Option<String> = None;
+    for raw in body.split_inclusive('\n') {
+        let line = raw.strip_suffix('\n').unwrap_or(raw);
+        if let Some(rest) = line.strip_prefix(&delimiter) {
+            let closing = rest.starts_with("--");
+            let tail = if closing { &rest[2..] } else { rest };
+            if tail.chars().all(|c| c == ' ' || c == '\t') {
+                out.extend(current.take());
+                if closing {
+                    return out;
+                }
+                current = Some(String::new());
+                continue;
+            }
+        }
+        // Lines before the first delimiter are the preamble.
+        if let Some(c) = current.as_mut() {
+            c.push_str(raw);
+        }
+    }
+    out.extend(current);
+    out
 }
 
 /// The value of parameter `name` of a header value (`type; name=value`). Parameter names
