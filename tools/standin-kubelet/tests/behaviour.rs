@@ -80,7 +80,9 @@ fn success_serves_healthz_and_writes_the_client_cert() {
         .unwrap();
     let cert = dir.join("var-lib-kubelet/pki/kubelet-client-current.pem");
     let until = Instant::now() + Duration::from_secs(20);
-    while !cert.exists() && Instant::now() < until {
+    // The certificate comes first, the kubeconfig pointing at it right after: wait for both
+    // (a loaded machine once read the kubeconfig in between).
+    while !(cert.exists() && dir.join("kubeconfig").exists()) && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(cert.exists(), "client certificate never appeared");
@@ -190,7 +192,9 @@ fn an_invalid_config_value_is_fatal_and_an_unknown_field_is_not() {
         .unwrap();
     let cert = dir.join("var-lib-kubelet/pki/kubelet-client-current.pem");
     let until = Instant::now() + Duration::from_secs(20);
-    while !cert.exists() && Instant::now() < until {
+    // The certificate comes first, the kubeconfig pointing at it right after: wait for both
+    // (a loaded machine once read the kubeconfig in between).
+    while !(cert.exists() && dir.join("kubeconfig").exists()) && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(20));
     }
     child.kill().unwrap();
