@@ -5,6 +5,7 @@ use crate::config::{Config, Credential};
 use crate::contract::envfile::{write_line, write_quoted_line};
 use crate::contract::kubelet_env as key;
 use crate::contract::{paths, JoinMode, Provider, VERSION_TEXT};
+use crate::json;
 use crate::sizing::Sizing;
 
 /// What the node is, after overrides: the values `kubelet.env` is made of.
@@ -30,18 +31,15 @@ pub fn bootstrap_kubeconfig_path(cfg: &Config) -> Option<&'static str> {
     }
 }
 
-/// The complete kubelet command line, operator's extra args last so they win.
+/// The complete kubelet command line, operator's extra args last so they win. In kubeadm mode,
+/// the part of the command line kiln owns beside kubeadm's `$KUBELET_KUBEADM_ARGS`
+/// ([`kubeadm_kubelet_args`]).
 pub fn kubelet_args(cfg: &Config, node: &Node, sizing: &Sizing) -> String {
+    if cfg.node.join_mode == JoinMode::Kubeadm {
+        return kubeadm_kubelet_args(cfg, node);
+    }
     let mut a = String::with_capacity(512);
-    let mut flag = |name: &str, value: &str| {
-        if !a.is_empty() {
-            a.push(' ');
-        }
-        a.push_str("--");
-        a.push_str(name);
-        a.push('=');
-        a.push_str(value);
-    };
+    let mut flag = |name: &str, value: &str| push_flag(&mut a, name, value);
     flag("config", &cfg.kubelet_config);
     flag("kubeconfig", paths::KUBELET_KUBECONFIG);
     if let Some(p) = bootstrap_kubeconfig_path(cfg) {
@@ -67,12 +65,119 @@ pub fn kubelet_args(cfg: &Config, node: &Node, sizing: &Sizing) -> String {
     if !n.cluster_dns.is_empty() {
         flag("cluster-dns", &n.cluster_dns);
     }
-    let extra = n.kubelet_extra_args.trim();
-    if !extra.is_empty() {
+    push_extra(&mut a, &n.kubelet_extra_args);
+    a
+}
+
+fn push_flag(a: &mut String, name: &str, value: &str) {
+    if !a.is_empty() {
         a.push(' ');
+    }
+    a.push_str("--");
+    a.push_str(name);
+    a.push('=');
+    a.push_str(value);
+}
+
+fn push_extra(a: &mut String, extra: &str) {
+    let extra = extra.trim();
+    if !extra.is_empty() {
+        if !a.is_empty() {
+            a.push(' ');
+        }
         a.push_str(extra);
     }
+}
+
+/// kubelet's flags in kubeadm mode. kubelet.service runs
+/// `kubelet $KUBELET_KUBEADM_ARGS $KUBELET_ARGS`, which is kubeadm's systemd drop-in
+/// (10-kubeadm.conf) with kiln's flags in the place of its `$KUBELET_EXTRA_ARGS`: the
+/// drop-in's kubeconfig, bootstrap kubeconfig and config file, then the node facts that only
+/// a flag can carry and that kiln learns at boot (kubeadm's `kubeletExtraArgs` were rendered
+/// before the node existed), then node.env's extra args. The facts kubelet takes from its
+/// config file go through kubeadm's patch ([`kubeadm_kubelet_patch`]) instead.
+pub fn kubeadm_kubelet_args(cfg: &Config, node: &Node) -> String {
+    let mut a = String::with_capacity(256);
+    push_flag(
+        &mut a,
+        "bootstrap-kubeconfig",
+        paths::KUBEADM_BOOTSTRAP_KUBECONFIG,
+    );
+    push_flag(&mut a, "kubeconfig", paths::KUBEADM_KUBELET_CONF);
+    push_flag(&mut a, "config", paths::KUBEADM_KUBELET_CONFIG);
+    push_flag(&mut a, "hostname-override", &node.node_name);
+    push_flag(&mut a, "node-ip", &node.node_ip);
+    if !cfg.node.node_labels.is_empty() {
+        push_flag(&mut a, "node-labels", &cfg.node.node_labels);
+    }
+    push_extra(&mut a, &cfg.node.kubelet_extra_args);
     a
+}
+
+/// The KubeletConfiguration patch `kubeadm join` applies to the cluster's kubelet-config
+/// before writing `/var/lib/kubelet/config.yaml` (`patches.directory` of kiln's
+/// JoinConfiguration; kubeadm's `kubeletconfiguration+strategic` target). Holds the node facts
+/// that are KubeletConfiguration fields: the image's runtime endpoint, provider ID, max pods,
+/// reservations, eviction thresholds and cluster DNS.
+pub fn kubeadm_kubelet_patch(cfg: &Config, node: &Node, sizing: &Sizing) -> String {
+    let mut o = String::with_capacity(512);
+    o.push_str(
+        "{\"apiVersion\":\"kubelet.config.k8s.io/v1beta1\",\"kind\":\"KubeletConfiguration\"",
+    );
+    let field = |o: &mut String, name: &str| {
+        o.push_str(",\"");
+        o.push_str(name);
+        o.push_str("\":");
+    };
+    field(&mut o, "containerRuntimeEndpoint");
+    json::write_str(&mut o, &cfg.image.runtime_endpoint);
+    if !node.provider_id.is_empty() {
+        field(&mut o, "providerID");
+        json::write_str(&mut o, &node.provider_id);
+    }
+    field(&mut o, "maxPods");
+    o.push_str(&sizing.max_pods.value.to_string());
+    let r = &sizing.reserved;
+    for (name, pairs) in [
+        ("kubeReserved", &r.kube),
+        ("systemReserved", &r.system),
+        ("evictionHard", &r.eviction),
+    ] {
+        if pairs.0.is_empty() {
+            continue;
+        }
+        field(&mut o, name);
+        o.push('{');
+        for (i, (k, v)) in pairs.0.iter().enumerate() {
+            if i > 0 {
+                o.push(',');
+            }
+            json::write_str(&mut o, k);
+            o.push(':');
+            json::write_str(&mut o, v);
+        }
+        o.push('}');
+    }
+    let dns: Vec<&str> = cfg
+        .node
+        .cluster_dns
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if !dns.is_empty() {
+        field(&mut o, "clusterDNS");
+        o.push('[');
+        for (i, d) in dns.iter().enumerate() {
+            if i > 0 {
+                o.push(',');
+            }
+            json::write_str(&mut o, d);
+        }
+        o.push(']');
+    }
+    o.push_str("}\n");
+    o
 }
 
 /// The reservations that are set, as `(flag, kubelet.env key, value)`, in the contract's order.

@@ -7,6 +7,7 @@ pub mod assets;
 pub mod console;
 pub mod disk;
 pub mod guest;
+pub mod kubeadm;
 pub mod metadata;
 pub mod node;
 pub mod pod;

@@ -287,6 +287,8 @@ pub struct NodeConfig {
     pub provider: String,
     /// `deadline`, seconds.
     pub deadline: u32,
+    /// `join_mode`: `kubelet` or `kubeadm`.
+    pub join_mode: String,
 }
 
 /// A throwaway CA certificate, as the cluster would hand out (made with openssl).
@@ -360,10 +362,10 @@ pub fn node_toml(dir: &Path, cfg: &NodeConfig) -> Result<PathBuf> {
     make_ca(dir)?;
     let text = format!(
         "api_server = \"https://10.0.0.10:6443\"\ncluster_name = \"boot-test\"\n\
-         join_mode = \"kubelet\"\nprovider = \"{}\"\ndeadline = {}\n\n\
+         join_mode = \"{}\"\nprovider = \"{}\"\ndeadline = {}\n\n\
          [ca]\nfile = \"ca.crt\"\n\n[bootstrap]\ntoken = \"07401b.f395accd246ae52d\"\n\n\
          [node]\nlabels = {{ \"node.kubernetes.io/role\" = \"worker\" }}\n",
-        cfg.provider, cfg.deadline
+        cfg.join_mode, cfg.provider, cfg.deadline
     );
     let p = dir.join("node.toml");
     std::fs::write(&p, text).map_err(io_err(&p))?;
@@ -397,6 +399,10 @@ pub const REPORTED_FILES: &[&str] = &[
     "/run/cluster-api/bootstrap-success.complete",
     "/run/cluster-api/bootstrap-failure.reason",
     crate::pod::REPORT,
+    "/var/lib/kubelet/kubeadm-flags.env",
+    "/var/lib/kubelet/config.yaml",
+    "/etc/kubernetes/kubelet.conf",
+    "/run/kiln/kubeadm-patches/kubeletconfiguration+strategic.json",
 ];
 
 /// The bash script of the report unit: after kiln-firstboot has finished, print the node's

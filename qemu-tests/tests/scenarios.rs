@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use kiln_qemu_tests::expect_ok;
 use kiln_qemu_tests::metadata::IMDS_TOKEN;
-use kiln_qemu_tests::node::{boot_rootfs_node, test_instance, timeline, Metadata, NodeBoot};
+use kiln_qemu_tests::node::{
+    boot_rootfs_node, boot_rootfs_node_edited, test_instance, timeline, Metadata, NodeBoot,
+};
 use kiln_qemu_tests::scenario::NodeConfig;
 
 fn spec(name: &str, kubelet_mode: &str, metadata: Metadata, deadline: u32) -> NodeBoot {
@@ -19,6 +21,7 @@ fn spec(name: &str, kubelet_mode: &str, metadata: Metadata, deadline: u32) -> No
         node: NodeConfig {
             provider: "auto".into(),
             deadline,
+            join_mode: "kubelet".into(),
         },
         metadata,
         timeout: Duration::from_secs(420),
@@ -331,7 +334,7 @@ fn cloud_init() {
 /// refuses it. The real runc error must reach kiln-firstboot's diagnosis.
 #[test]
 fn cgroup_driver_mismatch() {
-    let b = expect_ok(kiln_qemu_tests::node::boot_rootfs_node_edited(
+    let b = expect_ok(boot_rootfs_node_edited(
         &spec("cgroup_driver_mismatch", "success", Metadata::Aws, 120),
         |root| {
             let path = root.dir.join("usr/lib/kiln/kubelet-config.yaml");
@@ -390,7 +393,7 @@ fn with_kubelet_config(
 /// firstboot names the field with its own reason; the doctor's findings ride along.
 #[test]
 fn kubelet_config_invalid() {
-    let b = expect_ok(kiln_qemu_tests::node::boot_rootfs_node_edited(
+    let b = expect_ok(boot_rootfs_node_edited(
         &spec("kubelet_config_invalid", "success", Metadata::Aws, 120),
         with_kubelet_config("imageGCHighThresholdPercent: 101\n"),
     ));
@@ -424,7 +427,7 @@ fn kubelet_config_invalid() {
 /// decodes leniently and runs; the node joins and status.json says which field was ignored.
 #[test]
 fn kubelet_config_unknown_field() {
-    let b = expect_ok(kiln_qemu_tests::node::boot_rootfs_node_edited(
+    let b = expect_ok(boot_rootfs_node_edited(
         &spec(
             "kubelet_config_unknown_field",
             "success",
@@ -447,4 +450,89 @@ fn kubelet_config_unknown_field() {
             && warnings.contains("/etc/kiln/kubelet-config.yaml"),
         "{warnings}"
     );
+}
+
+/// JOIN_MODE=kubeadm: kiln-firstboot runs `kubeadm join --config` (the kubeadm double, with a
+/// file standing in for the cluster), kubeadm writes its kubelet files and restarts kubelet
+/// through systemd, and the strict kubelet stand-in TLS-bootstraps into
+/// /etc/kubernetes/kubelet.conf with kubeadm's drop-in command line.
+#[test]
+fn kubeadm_join() {
+    let mut s = spec("kubeadm_join", "success", Metadata::Aws, 300);
+    s.node.join_mode = "kubeadm".into();
+    let b = expect_ok(boot_rootfs_node_edited(
+        &s,
+        kiln_qemu_tests::kubeadm::install,
+    ));
+    eprintln!(
+        "kubeadm-join timeline ({}):\n{}",
+        b.log.display(),
+        timeline(&b)
+    );
+    let o = &b.outcome;
+    let i = test_instance();
+    assert_eq!(o.result(), "success", "status: {}", o.status);
+    assert_pod_ran(o, "ubuntu");
+    // kubeadm's drop-in command line: its kubeconfig, bootstrap kubeconfig, config file and
+    // flags env file, then kiln's node flags.
+    let args = o.kubelet_args();
+    for want in [
+        "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf".to_string(),
+        "--kubeconfig=/etc/kubernetes/kubelet.conf".to_string(),
+        "--config=/var/lib/kubelet/config.yaml".to_string(),
+        "--container-runtime-endpoint=unix:///run/containerd/containerd.sock".to_string(),
+        format!("--node-ip={}", i.local_ipv4),
+    ] {
+        assert!(
+            args.iter().any(|a| a == &want),
+            "kubelet args lack {want}: {args:?}"
+        );
+    }
+    assert!(
+        !args
+            .iter()
+            .any(|a| a.starts_with("--max-pods") || a.starts_with("--provider-id")),
+        "config-file facts go through kubeadm's patch: {args:?}"
+    );
+    let flags = o
+        .files
+        .get("/var/lib/kubelet/kubeadm-flags.env")
+        .expect("kubeadm-flags.env");
+    assert!(
+        flags
+            .iter()
+            .any(|l| l.starts_with("KUBELET_KUBEADM_ARGS=\"")),
+        "{flags:?}"
+    );
+    // kiln-firstboot's patch reached the config kubeadm wrote, over the cluster's.
+    let config = o
+        .files
+        .get("/var/lib/kubelet/config.yaml")
+        .expect("config.yaml")
+        .join("\n");
+    let provider_id = format!("aws:///{}/{}", i.zone, i.instance_id);
+    for want in [
+        "maxPods: 29",
+        &format!("providerID: {provider_id}"),
+        "cgroupDriver: systemd",
+        "cpu: 60m",
+    ] {
+        assert!(config.contains(want), "config.yaml lacks {want}:\n{config}");
+    }
+    // kubelet's TLS bootstrap wrote the kubeconfig kubeadm waited for.
+    let conf = o
+        .files
+        .get("/etc/kubernetes/kubelet.conf")
+        .expect("kubelet.conf")
+        .join("\n");
+    assert!(conf.contains("kubelet-client-current.pem"), "{conf}");
+    assert_eq!(
+        o.units.get("kubelet").map(String::as_str),
+        Some("active"),
+        "{:?}",
+        o.units
+    );
+    assert!(o
+        .files
+        .contains_key("/run/cluster-api/bootstrap-success.complete"));
 }

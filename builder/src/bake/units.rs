@@ -41,6 +41,12 @@ WantedBy=multi-user.target
 /// which reads `$SERVICE_RESULT`/`$EXIT_CODE`/`$EXIT_STATUS` (systemd.exec(5)) and ignores a
 /// clean stop; `kiln-report.timer` sees hangs and recovery (docs/contract.md, "Post-boot
 /// reporting").
+///
+/// In `JOIN_MODE=kubeadm`, `kubeadm join` writes `/var/lib/kubelet/kubeadm-flags.env`
+/// (`KUBELET_KUBEADM_ARGS`) and restarts this unit: the command line is then kubeadm's
+/// drop-in (10-kubeadm.conf) with kiln's `$KUBELET_ARGS` in the place of its
+/// `$KUBELET_EXTRA_ARGS`, last so they win. In kubelet mode the file does not exist and the
+/// variable expands to no words (systemd.service(5), "Command lines").
 pub const KUBELET: &str = "\
 [Unit]
 Description=Kubernetes kubelet (started by kiln-firstboot)
@@ -51,7 +57,8 @@ OnFailure=kiln-report.service
 
 [Service]
 EnvironmentFile=/run/kiln/kubelet.env
-ExecStart=/usr/bin/kubelet $KUBELET_ARGS
+EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
+ExecStart=/usr/bin/kubelet $KUBELET_KUBEADM_ARGS $KUBELET_ARGS
 ExecStopPost=-/usr/bin/kiln-firstboot report
 Restart=always
 RestartSec=5
@@ -171,7 +178,8 @@ mod tests {
     fn kubelet_unit_honours_the_contract() {
         for needle in [
             "EnvironmentFile=/run/kiln/kubelet.env",
-            "ExecStart=/usr/bin/kubelet $KUBELET_ARGS",
+            "EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env",
+            "ExecStart=/usr/bin/kubelet $KUBELET_KUBEADM_ARGS $KUBELET_ARGS",
             "OnFailure=kiln-report.service",
             "ExecStopPost=-/usr/bin/kiln-firstboot report",
             "Restart=always",

@@ -7,6 +7,10 @@ pub use crate::render::pki::{pem_certificates, spki_sha256};
 /// The kubeadm configuration API version kiln writes (current since Kubernetes 1.31).
 pub const API_VERSION: &str = "kubeadm.k8s.io/v1beta4";
 
+/// The directory kiln-firstboot writes its KubeletConfiguration patch into
+/// (`docs/contract.md`, kubeadm mode): the JoinConfiguration's `patches.directory`.
+pub const PATCHES_DIR: &str = kiln_firstboot::contract::paths::KUBEADM_PATCHES_DIR;
+
 /// The CRI socket kiln images run containerd on (`docs/contract.md`, image.env default).
 pub const CRI_SOCKET: &str = "unix:///run/containerd/containerd.sock";
 
@@ -67,10 +71,18 @@ pub fn join_configuration(node: &NodeConfig, token: &str) -> String {
             ));
         }
     }
+    // kiln-firstboot writes the node's KubeletConfiguration facts (provider ID, max pods,
+    // reservations, cluster DNS, the image's runtime endpoint) there at boot; kubeadm applies
+    // them to the cluster's kubelet-config when it writes /var/lib/kubelet/config.yaml.
+    // `kubeadm join` refuses `--patches` beside `--config`, so the file names the directory.
+    y.push_str(&format!("patches:\n  directory: {}\n", q(PATCHES_DIR)));
     y
 }
 
-/// The kubelet flags kubeadm must pass for the settings node.toml carries.
+/// The kubelet flags kubeadm must pass for the settings node.toml carries that only a flag can
+/// carry (`--node-labels`, `--node-ip`) and the operator's extra args. Max pods is a
+/// KubeletConfiguration field: it reaches kubelet through kiln-firstboot's patch
+/// ([`PATCHES_DIR`]), from node.env's `MAX_PODS`, like the sizing kiln decides at boot.
 fn kubelet_args(node: &NodeConfig) -> Vec<(String, String)> {
     let mut args = Vec::new();
     if !node.labels.is_empty() {
@@ -83,9 +95,6 @@ fn kubelet_args(node: &NodeConfig) -> Vec<(String, String)> {
     }
     if let Some(ip) = &node.node_ip {
         args.push(("node-ip".to_string(), ip.clone()));
-    }
-    if let Some(n) = node.max_pods {
-        args.push(("max-pods".to_string(), n.to_string()));
     }
     for arg in &node.kubelet_extra_args {
         let flag = arg.trim_start_matches('-');

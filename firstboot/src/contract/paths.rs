@@ -81,8 +81,20 @@ pub const CAPI_FAILURE: &str = "/run/cluster-api/bootstrap-failure.reason";
 pub const KUBELET_KUBECONFIG: &str = "/var/lib/kubelet/kubeconfig";
 /// Where kubelet keeps its client certificate once the bootstrap completed.
 pub const KUBELET_PKI_DIR: &str = "/var/lib/kubelet/pki";
-/// Present once `kubeadm join` has run: a later boot must not join again.
+/// Present once `kubeadm join` has run: a later boot must not join again. In kubeadm mode
+/// kubelet's `--kubeconfig`, as in kubeadm's systemd drop-in (10-kubeadm.conf).
 pub const KUBEADM_KUBELET_CONF: &str = "/etc/kubernetes/kubelet.conf";
+/// The bootstrap kubeconfig `kubeadm join` writes: kubelet's `--bootstrap-kubeconfig` in
+/// kubeadm mode (kubeadm's drop-in).
+pub const KUBEADM_BOOTSTRAP_KUBECONFIG: &str = "/etc/kubernetes/bootstrap-kubelet.conf";
+/// The KubeletConfiguration `kubeadm join` writes: kubelet's `--config` in kubeadm mode.
+pub const KUBEADM_KUBELET_CONFIG: &str = "/var/lib/kubelet/config.yaml";
+/// The directory kiln's JoinConfiguration names as `patches.directory`.
+pub const KUBEADM_PATCHES_DIR: &str = "/run/kiln/kubeadm-patches";
+/// kiln-firstboot's KubeletConfiguration patch for `kubeadm join` (kubeadm's
+/// `target[suffix][+patchtype].extension` naming: target `kubeletconfiguration`, strategic).
+pub const KUBEADM_KUBELET_PATCH: &str =
+    "/run/kiln/kubeadm-patches/kubeletconfiguration+strategic.json";
 
 /// The contract's Linux directories and their Windows places, relative to the system drive
 /// (`docs/contract.md#windows-paths`). Longest prefix first.
@@ -169,6 +181,8 @@ pub struct NodePaths {
     pub kubelet_pki_dir: PathBuf,
     /// [`KUBEADM_KUBELET_CONF`].
     pub kubeadm_kubelet_conf: PathBuf,
+    /// [`KUBEADM_KUBELET_PATCH`].
+    pub kubeadm_kubelet_patch: PathBuf,
 }
 
 impl NodePaths {
@@ -195,6 +209,7 @@ impl NodePaths {
             capi_failure: at(CAPI_FAILURE),
             kubelet_pki_dir: at(KUBELET_PKI_DIR),
             kubeadm_kubelet_conf: at(KUBEADM_KUBELET_CONF),
+            kubeadm_kubelet_patch: at(KUBEADM_KUBELET_PATCH),
         }
     }
 }

@@ -15,6 +15,7 @@ fn main() -> ExitCode {
         node: NodeConfig {
             provider: "auto".into(),
             deadline: 240,
+            join_mode: "kubelet".into(),
         },
         metadata: Metadata::Aws,
         timeout: Duration::from_secs(600),
