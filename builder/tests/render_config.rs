@@ -232,7 +232,6 @@ fn kubeadm_mode_writes_a_v1beta4_join_configuration() {
     let want = [
         ("node-labels", "node.kubernetes.io/role=worker,tier=web"),
         ("node-ip", "10.0.3.7"),
-        ("max-pods", "58"),
         ("v", "2"),
         ("serialize-image-pulls", "false"),
     ];
@@ -241,6 +240,12 @@ fn kubeadm_mode_writes_a_v1beta4_join_configuration() {
         want.iter()
             .map(|(a, b)| (a.to_string(), b.to_string()))
             .collect::<Vec<_>>()
+    );
+    // Max pods is a KubeletConfiguration field: it goes through kiln-firstboot's patch in the
+    // directory the JoinConfiguration names (node.env's MAX_PODS), not a deprecated flag.
+    assert_eq!(
+        s(&["patches", "directory"]).as_str(),
+        Some("/run/kiln/kubeadm-patches")
     );
     let env = String::from_utf8(file(&files, "node.env").contents.clone()).unwrap();
     assert!(env.contains("\nJOIN_MODE=kubeadm\n"), "{env}");
