@@ -311,6 +311,7 @@ fn join_configuration_uses_only_v1beta4_fields() {
         ".caCertPath",
         ".skipPhases",
         ".patches",
+        ".patches.directory",
         ".timeouts",
         ".controlPlane",
         ".discovery",

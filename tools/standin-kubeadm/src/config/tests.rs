@@ -50,8 +50,8 @@ fn an_unknown_field_is_a_warning_and_a_wrong_type_is_fatal() {
     );
     // v1beta3's map form of kubeletExtraArgs is a type error in v1beta4.
     let e = load(&kiln().replace(
-        "  taints: []\n",
-        "  taints: []\n  kubeletExtraArgs:\n    node-ip: 1.2.3.4\n",
+        "  kubeletExtraArgs:\n    - name: \"node-labels\"\n      value: \"tier=web\"\n",
+        "  kubeletExtraArgs:\n    node-labels: tier=web\n",
     ))
     .unwrap_err();
     assert!(e.starts_with("json: "), "{e}");
