@@ -419,79 +419,6 @@ fn no_start_writes_but_does_not_start() {
 }
 
 #[test]
-fn kubeadm_join_mode() {
-    let root = Root::node("Amazon EC2");
-    root.node_env("JOIN_MODE=kubeadm\n");
-    std::fs::remove_file(root.path("etc/kiln/bootstrap-token")).unwrap();
-    root.write_mode(
-        "etc/kiln/kubeadm-join.yaml",
-        "kind: JoinConfiguration\n",
-        0o600,
-    );
-    // kubeadm join leaves kubelet.conf behind, as the real one does.
-    let kubeadm = root.stub(
-        "kubeadm",
-        &format!(
-            "mkdir -p '{0}/etc/kubernetes' && touch '{0}/etc/kubernetes/kubelet.conf'",
-            root.dir.display()
-        ),
-    );
-    let srv = imdsv2();
-    start_ok(&root, &["--kubeadm", &kubeadm], &srv.url);
-    let join = root.path("etc/kiln/kubeadm-join.yaml");
-    assert_eq!(
-        root.calls("kubeadm"),
-        [format!("join --config {}", join.display())]
-    );
-    assert!(
-        root.calls("systemctl").is_empty(),
-        "kubeadm starts kubelet itself"
-    );
-    let env = root.read("run/kiln/kubelet.env");
-    assert!(!env.contains("--bootstrap-kubeconfig"), "{env}");
-
-    // Already joined: the second run does not join again, it only starts kubelet.
-    start_ok(&root, &["--kubeadm", &kubeadm], &srv.url);
-    assert_eq!(root.calls("kubeadm").len(), 1);
-    assert_eq!(
-        root.calls("systemctl"),
-        ["start --no-block kubelet.service"]
-    );
-}
-
-#[test]
-fn kubeadm_failure_is_reported_with_its_output() {
-    let root = Root::node("Amazon EC2");
-    root.node_env("JOIN_MODE=kubeadm\n");
-    root.write_mode(
-        "etc/kiln/kubeadm-join.yaml",
-        "kind: JoinConfiguration\n",
-        0o600,
-    );
-    let kubeadm = root.stub("kubeadm", "echo \"error execution phase preflight: couldn't validate the identity of the API Server\" >&2; exit 1");
-    let srv = imdsv2();
-    let out = firstboot(
-        &root,
-        &[
-            "--metadata-url",
-            &srv.url,
-            "--kubeadm",
-            &kubeadm,
-            "--deadline",
-            "10",
-        ],
-    );
-    assert_eq!(out.code, 6, "{out:#?}");
-    assert!(out.stderr.contains("KUBEADM_FAILED"), "{}", out.stderr);
-    assert!(
-        out.stderr
-            .contains("exited with status 1: error execution phase preflight"),
-        "{}",
-        out.stderr
-    );
-}
-
-#[test]
 fn service_manager_failure() {
     let root = Root::node("Amazon EC2");
     let systemctl = root.stub(
@@ -549,42 +476,5 @@ fn kubelet_unit_and_runtime_endpoint_come_from_the_image() {
         env.contains("--container-runtime-endpoint=unix:///run/crio/crio.sock ")
             && env.contains("MAX_PODS=17\n"),
         "{env}"
-    );
-}
-
-#[test]
-fn a_kubeadm_that_outlives_the_deadline_is_stopped() {
-    let root = Root::node("Amazon EC2");
-    root.node_env("JOIN_MODE=kubeadm\n");
-    std::fs::remove_file(root.path("etc/kiln/bootstrap-token")).unwrap();
-    root.write_mode(
-        "etc/kiln/kubeadm-join.yaml",
-        "kind: JoinConfiguration\n",
-        0o600,
-    );
-    let kubeadm = root.stub("kubeadm", "exec sleep 30");
-    let srv = imdsv2();
-    let out = firstboot(
-        &root,
-        &[
-            "--metadata-url",
-            &srv.url,
-            "--kubeadm",
-            &kubeadm,
-            "--deadline",
-            "2",
-        ],
-    );
-    assert_eq!(out.code, 6, "{out:#?}");
-    assert!(
-        out.stderr.contains("KUBEADM_FAILED")
-            && out.stderr.contains("still running at the deadline"),
-        "{}",
-        out.stderr
-    );
-    assert!(
-        out.elapsed < std::time::Duration::from_secs(6),
-        "{:?}",
-        out.elapsed
     );
 }

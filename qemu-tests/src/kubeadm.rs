@@ -34,6 +34,15 @@ rotateCertificates: true
 staticPodPath: /etc/kubernetes/manifests
 ";
 
+/// The files kubeadm mode adds to the report unit's list ([`crate::scenario::REPORTED_FILES`]):
+/// what `kubeadm join` wrote, kubelet's TLS bootstrap result and kiln-firstboot's patch.
+pub const REPORTED_FILES: &[&str] = &[
+    "/var/lib/kubelet/kubeadm-flags.env",
+    "/var/lib/kubelet/config.yaml",
+    "/etc/kubernetes/kubelet.conf",
+    "/run/kiln/kubeadm-patches/kubeletconfiguration+strategic.json",
+];
+
 /// The kubeadm double (`KILN_STANDIN_KUBEADM_BIN`, default `target/debug/kubeadm`).
 pub fn bin() -> Result<PathBuf> {
     let p = std::env::var_os("KILN_STANDIN_KUBEADM_BIN")

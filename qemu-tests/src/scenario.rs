@@ -399,16 +399,14 @@ pub const REPORTED_FILES: &[&str] = &[
     "/run/cluster-api/bootstrap-success.complete",
     "/run/cluster-api/bootstrap-failure.reason",
     crate::pod::REPORT,
-    "/var/lib/kubelet/kubeadm-flags.env",
-    "/var/lib/kubelet/config.yaml",
-    "/etc/kubernetes/kubelet.conf",
-    "/run/kiln/kubeadm-patches/kubeletconfiguration+strategic.json",
 ];
 
 /// The bash script of the report unit: after kiln-firstboot has finished, print the node's
 /// files and unit states on the console, then `KILN-TEST-DONE`.
 pub fn report_script() -> String {
-    let files = REPORTED_FILES.join(" ");
+    let files = [REPORTED_FILES, crate::kubeadm::REPORTED_FILES]
+        .concat()
+        .join(" ");
     // Ordering alone is not enough when the kiln units arrive in a sysext merged after
     // systemd loaded its units, so wait for firstboot's final result in status.json too.
     format!(

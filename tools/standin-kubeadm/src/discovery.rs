@@ -10,7 +10,8 @@
 //! refuses connections, retried until `timeouts.discovery` as kubeadm does.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use sha2::{Digest, Sha256};
@@ -122,6 +123,65 @@ pub fn spki_pin(der: &[u8]) -> Result<String, String> {
     Ok(format!("sha256:{hex}"))
 }
 
+/// `constants.DiscoveryRetryInterval`.
+const RETRY: Duration = Duration::from_secs(5);
+
+/// Token discovery (`discovery/token/token.go`, `getClusterInfo`: `wait.PollUntilContextTimeout`
+/// every [`RETRY`] until `timeouts.discovery`). While the API server cannot be reached, or its
+/// cluster-info has no JWS signature for the token's ID yet (the token may still be being
+/// created), kubeadm retries, logging only at `--v=1`, and on the timeout fails with the last
+/// error. A signature that does not verify and a CA that matches no pin fail at once
+/// ([`verify`]).
+pub fn discover(bt: &crate::config::BootstrapToken, timeout: Duration) -> Result<Cluster, String> {
+    let path = PathBuf::from(
+        std::env::var("STANDIN_KUBEADM_CLUSTER")
+            .unwrap_or_else(|_| "/etc/kubernetes/standin-cluster.env".into()),
+    );
+    let until = Instant::now() + timeout;
+    let url = format!(
+        "https://{}/api/v1/namespaces/kube-public/configmaps/cluster-info?timeout=10s",
+        bt.api_server_endpoint
+    );
+    let id = bt.token.split('.').next().unwrap_or_default();
+    loop {
+        let reached = Cluster::read(&path)
+            .ok()
+            .filter(|c| c.api_server == bt.api_server_endpoint);
+        let last = match reached {
+            Some(cluster) if signed_for(&cluster, id) => {
+                verify(
+                    &cluster,
+                    &bt.token,
+                    &bt.ca_cert_hashes,
+                    bt.unsafe_skip_ca_verification,
+                )?;
+                return Ok(cluster);
+            }
+            Some(_) => format!(
+                "could not find a JWS signature in the cluster-info ConfigMap for token ID {id:?}"
+            ),
+            None => format!(
+                "failed to request the cluster-info ConfigMap: Get {url:?}: dial tcp {}: connect: connection refused",
+                bt.api_server_endpoint
+            ),
+        };
+        if Instant::now() >= until {
+            return Err(format!(
+                "couldn't validate the identity of the API Server: {last}"
+            ));
+        }
+        std::thread::sleep(RETRY.min(until.saturating_duration_since(Instant::now())));
+    }
+}
+
+/// cluster-info carries a `jws-kubeconfig-<id>` signature for one of the cluster's tokens.
+fn signed_for(cluster: &Cluster, id: &str) -> bool {
+    cluster
+        .tokens
+        .iter()
+        .any(|t| t.split('.').next() == Some(id))
+}
+
 /// Discovery against the stand-in cluster: the token must be one the cluster holds (its JWS
 /// signature on cluster-info) and the CA must match a pin, with kubeadm's wording.
 pub fn verify(
@@ -141,9 +201,7 @@ pub fn verify(
         ));
     }
     if !cluster.tokens.iter().any(|t| t == token) {
-        return Err(format!(
-            "couldn't validate the identity of the API Server: failed to verify JWS signature of received cluster info object, can't trust this API Server"
-        ));
+        return Err("couldn't validate the identity of the API Server: failed to verify JWS signature of received cluster info object, can't trust this API Server".to_string());
     }
     if skip_ca {
         return Ok(());

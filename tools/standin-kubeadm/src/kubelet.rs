@@ -45,9 +45,12 @@ const TARGETS: [&str; 6] = [
     "corednsdeployment",
 ];
 
+/// The patches to apply, each `(patch type, patch)`, and the file names kubeadm ignored.
+type Patches = (Vec<(String, Value)>, Vec<String>);
+
 /// The kubeletconfiguration patch files of `dir` in the order kubeadm applies them, with
 /// what it prints; a file kubeadm would refuse is an error.
-pub fn patches(dir: &Path) -> Result<(Vec<(String, Value)>, Vec<String>), String> {
+pub fn patches(dir: &Path) -> Result<Patches, String> {
     let entries = std::fs::read_dir(dir).map_err(|e| {
         format!(
             "could not list patch files for path {:?}: {e}",

@@ -79,8 +79,11 @@ fn allowed_with_config(name: &str) -> bool {
         "kubeconfig",
         "node-name",
         "kubeconfig-dir",
+        "upload-certs",
+        "print-join-command",
         "rootfs",
         "v",
+        "log-file",
     ]
     .contains(&name)
         || name.starts_with("skip-")
@@ -173,13 +176,20 @@ fn join(node: &Node, args: &[String]) -> ExitCode {
     let Some((_, path)) = flags.iter().find(|(n, _)| n == "config") else {
         return fail("stand-in kubeadm: only `kubeadm join --config FILE` is modelled");
     };
-    let mixed: Vec<&str> = flags
+    // pflag's `Visit` goes through the set flags in lexical order, once each, and the error
+    // prints Go's `%v` of the []string: `[patches token]`.
+    let mut mixed: Vec<&str> = flags
         .iter()
         .map(|(n, _)| n.as_str())
         .filter(|n| !allowed_with_config(n))
         .collect();
+    mixed.sort_unstable();
+    mixed.dedup();
     if !mixed.is_empty() {
-        return fail(&format!("can not mix '--config' with arguments {mixed:?}"));
+        return fail(&format!(
+            "can not mix '--config' with arguments [{}]",
+            mixed.join(" ")
+        ));
     }
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
@@ -226,7 +236,7 @@ fn join(node: &Node, args: &[String]) -> ExitCode {
     let Some(bt) = cfg.discovery.bootstrap_token.as_ref() else {
         return fail("stand-in kubeadm: only token discovery is modelled");
     };
-    let cluster = match discover(bt, waits.discovery) {
+    let cluster = match discovery::discover(bt, waits.discovery) {
         Ok(c) => c,
         Err(e) => return phase_fail("preflight", &e),
     };
@@ -346,45 +356,6 @@ fn preflight(
         "[preflight] Some fatal errors occurred:\n{}[preflight] If you know what you are doing, you can make a check non-fatal with `--ignore-preflight-errors=...`",
         fatal.concat()
     ))
-}
-
-/// Token discovery, retried every 5 s until `timeouts.discovery` while the API server cannot
-/// be reached (`discovery/token/token.go`, `fetchKubeConfigWithTimeout`).
-fn discover(bt: &config::BootstrapToken, timeout: Duration) -> Result<discovery::Cluster, String> {
-    let path = PathBuf::from(
-        std::env::var("STANDIN_KUBEADM_CLUSTER")
-            .unwrap_or_else(|_| "/etc/kubernetes/standin-cluster.env".into()),
-    );
-    let until = Instant::now() + timeout;
-    let url = format!(
-        "https://{}/api/v1/namespaces/kube-public/configmaps/cluster-info?timeout=10s",
-        bt.api_server_endpoint
-    );
-    loop {
-        let reached = discovery::Cluster::read(&path)
-            .ok()
-            .filter(|c| c.api_server == bt.api_server_endpoint);
-        if let Some(cluster) = reached {
-            discovery::verify(
-                &cluster,
-                &bt.token,
-                &bt.ca_cert_hashes,
-                bt.unsafe_skip_ca_verification,
-            )?;
-            return Ok(cluster);
-        }
-        let refused = format!(
-            "Get {url:?}: dial tcp {}: connect: connection refused",
-            bt.api_server_endpoint
-        );
-        if Instant::now() >= until {
-            return Err(format!("couldn't validate the identity of the API Server: failed to request the cluster-info ConfigMap: {refused}"));
-        }
-        println!("[discovery] Failed to request cluster-info, will try again: {refused}");
-        std::thread::sleep(
-            Duration::from_secs(5).min(until.saturating_duration_since(Instant::now())),
-        );
-    }
 }
 
 fn write(path: &Path, data: &str, mode: u32) -> Result<(), String> {
