@@ -423,10 +423,12 @@ mod tests {
     #[test]
     fn a_proxy_that_catches_the_api_server_is_named_without_contacting_it() {
         let dir = std::env::temp_dir().join(format!("kiln-doctor-proxy-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join("etc/kiln")).unwrap();
+        // node.env where NodePaths puts it (on Windows, its C:\k place under the root).
+        let node_env = crate::contract::paths::NodePaths::under(&dir).node_env;
+        std::fs::create_dir_all(node_env.parent().unwrap()).unwrap();
         let write = |np: &str| {
             std::fs::write(
-                dir.join("etc/kiln/node.env"),
+                &node_env,
                 format!("KILN_CONTRACT=1\nAPI_SERVER=https://api.corp.example:6443\nHTTPS_PROXY=http://p:3128\nNO_PROXY={np}\n"),
             )
             .unwrap();
