@@ -177,13 +177,6 @@ fn wait_joined(
         }
     };
     for phase in [Phase::WaitHealthy, Phase::WaitJoined] {
-        if phase == Phase::WaitJoined {
-            // kubelet is up: what it said about its own config without stopping goes into
-            // the status as warnings.
-            for w in kubelet_config_warnings(&ropts, &cfg.kubelet_config) {
-                rep.warn(&w);
-            }
-        }
         rep.begin(phase);
         let waited = if phase == Phase::WaitHealthy {
             wait::wait_healthy(&wopts, deadline, &mut alive)
@@ -205,18 +198,23 @@ fn wait_joined(
             }
         }
     }
+    // The node has joined: only now, off the path to it, read what kubelet said about its
+    // own config without stopping, for the status.
+    if let Some(w) = kubelet_config_warning(&ropts, &cfg.kubelet_config) {
+        rep.warn(&w);
+    }
     Ok(())
 }
 
 /// What kubelet logged about its config file without refusing it: a config with fields it
 /// does not know is decoded leniently and those fields are ignored (k8s.io/kubelet's codec,
 /// pkg/kubelet/kubeletconfig/util/codec: "Using lenient decoding as strict decoding
-/// failed"). One journal read of kubelet's unit; a journal that cannot be read adds nothing.
-fn kubelet_config_warnings(opts: &ReportOptions, config: &str) -> Vec<String> {
+/// failed"). kubelet logs it as it starts, so the head of its journal for this boot holds it
+/// however much kubelet logged since (`service::output` keeps the head). One journal read;
+/// a journal that cannot be read adds nothing.
+fn kubelet_config_warning(opts: &ReportOptions, config: &str) -> Option<String> {
     const LENIENT: &str = "Using lenient decoding as strict decoding failed";
-    let Some(journalctl) = &opts.journalctl else {
-        return Vec::new();
-    };
+    let journalctl = opts.journalctl.as_ref()?;
     let args = [
         "-u",
         opts.kubelet_unit.as_str(),
@@ -224,27 +222,21 @@ fn kubelet_config_warnings(opts: &ReportOptions, config: &str) -> Vec<String> {
         "--no-pager",
         "-o",
         "cat",
-        "-n",
-        "200",
     ];
-    let Ok(out) = service::output(journalctl, &args, Instant::now() + opts.command_timeout) else {
-        return Vec::new();
-    };
+    let out = service::output(journalctl, &args, Instant::now() + opts.command_timeout).ok()?;
     let text = out.stdout_text();
-    let Some(line) = text.lines().rev().find(|l| l.contains(LENIENT)) else {
-        return Vec::new();
-    };
+    let line = text.lines().find(|l| l.contains(LENIENT))?;
     // The error is klog's `err="…"`; the whole line when it has none.
     let err = line
         .split_once("err=\"")
         .map_or(line, |(_, e)| e.strip_suffix('"').unwrap_or(e));
     let redacted = opts.redactor.redact(err);
-    vec![format!(
+    Some(format!(
         "kubelet ignored what it did not understand in its config file ({}): {}; check the spelling of those fields in {}",
         LENIENT.to_lowercase(),
         redacted.as_str().replace("\\\"", "\""),
         config
-    )]
+    ))
 }
 
 /// The provider `PROVIDER=auto` stands for, from DMI. Finding none is a warning, never
