@@ -79,6 +79,32 @@ pub fn monotonic_us() -> Option<u64> {
     sys::monotonic_us()
 }
 
+/// Epoch seconds to a proleptic Gregorian UTC date and time: (year, month, day, hour,
+/// minute, second), by Howard Hinnant's days-from-civil algorithm run backwards. Used for
+/// certificate dates here and for SPDX and zip times by the builder.
+pub fn civil(secs: i64) -> (i64, u32, u32, u32, u32, u32) {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = if m <= 2 { y + 1 } else { y };
+    (
+        y,
+        m,
+        d,
+        (rem / 3600) as u32,
+        ((rem % 3600) / 60) as u32,
+        (rem % 60) as u32,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -330,23 +330,8 @@ pub fn epoch_seconds(y: i64, mo: i64, d: i64, h: i64, mi: i64, s: i64) -> Option
 
 /// `YYYY-MM-DD HH:MM:SSZ` of epoch seconds, for messages.
 pub fn format_time(t: i64) -> String {
-    let days = t.div_euclid(86_400);
-    let secs = t.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}Z",
-        secs / 3600,
-        secs % 3600 / 60,
-        secs % 60
-    )
+    let (y, m, d, h, mi, s) = crate::clock::civil(t);
+    format!("{y:04}-{m:02}-{d:02} {h:02}:{mi:02}:{s:02}Z")
 }
 
 #[cfg(test)]
