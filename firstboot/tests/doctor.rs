@@ -223,6 +223,14 @@ fn containerd(root: &Root, cni: bool) -> Option<Proc> {
     Some(p)
 }
 
+/// Points node.env's `API_SERVER` (https://127.0.0.1:6443 from `Root::node_env`) at `port`.
+fn api_server_on(root: &Root, port: impl std::fmt::Display) {
+    let env = root
+        .read("etc/kiln/node.env")
+        .replace("127.0.0.1:6443", &format!("127.0.0.1:{port}"));
+    root.write("etc/kiln/node.env", &env);
+}
+
 /// A tmpfs of `size` mounted on `dir`, unmounted when dropped; `None` (after recording the
 /// opt-out, or failing the test) when this environment cannot mount.
 fn tmpfs(dir: &Path, size: &str) -> Option<Unmount> {
@@ -338,10 +346,7 @@ fn a_healthy_node_passes_every_check() {
     let (_srv, port) = tls_server(&cert, &key, &[]);
     root.node_env("HTTPS_PROXY=http://proxy.example:3128\nNO_PROXY=169.254.169.254,10.0.0.0/8\n");
     // node_env writes API_SERVER=https://127.0.0.1:6443; point it at the TLS server.
-    let env = root
-        .read("etc/kiln/node.env")
-        .replace("127.0.0.1:6443", &format!("127.0.0.1:{port}"));
-    root.write("etc/kiln/node.env", &env);
+    api_server_on(&root, port);
     let (client, _) = pki.leaf("kubelet", "system:node:n1", "DNS:n1", "365");
     root.write(
         "var/lib/kubelet/pki/kubelet-client-current.pem",
@@ -421,10 +426,7 @@ fn a_broken_node_fails_each_check_with_a_remedy() {
     // The API server is on loopback (which Go never proxies) so the test sends nothing off
     // the machine; the metadata address is only matched against NO_PROXY, never contacted.
     root.node_env("HTTPS_PROXY=http://proxy.example:3128\nNO_PROXY=.svc\n");
-    let env = root
-        .read("etc/kiln/node.env")
-        .replace("127.0.0.1:6443", &format!("127.0.0.1:{closed}"));
-    root.write("etc/kiln/node.env", &env);
+    api_server_on(&root, closed);
     let meta = metadata_clock(3600);
     std::thread::sleep(Duration::from_millis(1100)); // the 0-day certificate is now expired
     let (o, v) = doctor(&root, &meta.url);
@@ -516,10 +518,7 @@ fn api_server_certificate_faults_are_named() {
     for (name, cert, key, extra, needle) in cases {
         let (_srv, port) = tls_server(&cert, &key, extra);
         root.node_env("");
-        let env = root
-            .read("etc/kiln/node.env")
-            .replace("127.0.0.1:6443", &format!("127.0.0.1:{port}"));
-        root.write("etc/kiln/node.env", &env);
+        api_server_on(&root, port);
         let (_, v) = doctor(&root, "http://127.0.0.1:1");
         let (verdict, detail, remedy) = check(&v, name);
         assert_eq!(verdict, "fail", "{needle}: {detail}");
@@ -530,10 +529,7 @@ fn api_server_certificate_faults_are_named() {
     let http = Server::start(|_| common::ok("ok"));
     let port = http.url.rsplit(':').next().unwrap().to_string();
     root.node_env("");
-    let env = root
-        .read("etc/kiln/node.env")
-        .replace("127.0.0.1:6443", &format!("127.0.0.1:{port}"));
-    root.write("etc/kiln/node.env", &env);
+    api_server_on(&root, port);
     let (_, v) = doctor(&root, "http://127.0.0.1:1");
     let (verdict, detail, _) = check(&v, "api-server");
     assert_eq!(verdict, "fail");
@@ -685,10 +681,7 @@ fn a_server_that_trickles_its_handshake_is_cut_off() {
     });
     let root = Root::node("");
     root.node_env("");
-    let env = root
-        .read("etc/kiln/node.env")
-        .replace("127.0.0.1:6443", &format!("127.0.0.1:{port}"));
-    root.write("etc/kiln/node.env", &env);
+    api_server_on(&root, port);
     let (_, v) = doctor(&root, "http://127.0.0.1:1");
     let (verdict, detail, _) = check(&v, "api-server");
     assert_eq!(verdict, "fail", "{detail}");
