@@ -687,3 +687,20 @@ fn a_server_that_trickles_its_handshake_is_cut_off() {
     assert_eq!(verdict, "fail", "{detail}");
     assert!(detail.contains("the handshake took too long"), "{detail}");
 }
+
+#[test]
+fn an_unreadable_client_certificate_is_named_not_called_missing() {
+    // A link to an endless device: read up to the 1 MiB cap, then refused by name.
+    let root = Root::node("");
+    let pem = root.path("var/lib/kubelet/pki/kubelet-client-current.pem");
+    std::fs::create_dir_all(pem.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &pem).unwrap();
+    let (_, v) = doctor(&root, "http://127.0.0.1:1");
+    let (verdict, detail, remedy) = check(&v, "kubelet-client-cert");
+    assert_eq!(verdict, "fail", "{detail}");
+    assert!(
+        detail.contains("kubelet-client-current.pem") && detail.contains("at most 1048576 bytes"),
+        "{detail}"
+    );
+    assert!(remedy.contains("restart kubelet"), "{remedy}");
+}

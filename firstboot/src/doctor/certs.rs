@@ -124,11 +124,21 @@ pub fn bootstrap_credential(node: &Node) -> Check {
 pub fn kubelet_client(node: &Node) -> Check {
     const NAME: &str = "kubelet-client-cert";
     let rel = format!("{}/kubelet-client-current.pem", paths::KUBELET_PKI_DIR);
-    let Some(text) = node.read(&rel) else {
-        return Check::skip(
-            NAME,
-            format!("{rel} does not exist yet (kubelet has not bootstrapped)"),
-        );
+    let text = match node.read_checked(&rel) {
+        Ok(Some(t)) => t,
+        Ok(None) => {
+            return Check::skip(
+                NAME,
+                format!("{rel} does not exist yet (kubelet has not bootstrapped)"),
+            )
+        }
+        Err(e) => {
+            return Check::fail(
+                NAME,
+                e,
+                format!("remove {rel} and restart kubelet to bootstrap again"),
+            )
+        }
     };
     let cert = match x509::pem_certs(&text) {
         Ok(mut v) => v.remove(0),

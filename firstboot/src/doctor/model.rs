@@ -154,6 +154,12 @@ impl Node {
         paths::under(&self.opts.root, node_path)
     }
 
+    /// Like [`Node::read`], but a file that exists and cannot be read (over 1 MiB, not text,
+    /// not permitted) is an error naming it, not "missing".
+    pub fn read_checked(&self, node_path: &str) -> Result<Option<String>, String> {
+        fsutil::read_capped(&self.at(node_path), 1 << 20)
+    }
+
     /// Reads a small text file under `--root`; `None` when missing or unreadable.
     pub fn read(&self, node_path: &str) -> Option<String> {
         fsutil::read_capped(&self.at(node_path), 1 << 20)
