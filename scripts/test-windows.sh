@@ -2,12 +2,14 @@
 # Runs kiln-firstboot's test suite built for x86_64-pc-windows-gnu under Wine (`make
 # test-windows`). Extra arguments go to `cargo test` (e.g. a test name filter).
 #
-# Two Wine 8 traps are handled here (docs/windows.md):
+# Three Wine 8 traps are handled here (docs/windows.md):
 # - Rust's std needs ProcessPrng from bcryptprimitives.dll, which Wine 8.0 lacks: a small
 #   stand-in DLL (scripts/wine/bcryptprimitives.c) is built into the private prefix.
 # - A crash inside a test starts winedbg, which crashes as well, and Wine then exits 0 with no
 #   output: winedbg is disabled (WINEDLLOVERRIDES) so a crash fails, and this script fails
 #   unless every test binary cargo ran printed its own `test result: ok` line.
+# - Now and then Wine fails to start a binary at all (exit 1, no output): the runner
+#   (scripts/wine/run-test.sh) retries such a start once, and says so.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/windows-env.sh"
 cd "$kiln_root"
@@ -17,7 +19,7 @@ command -v wine >/dev/null || win_die "wine is missing: run \`make deps\` (insta
 # A prefix of our own under target/, so a developer's ~/.wine is never touched.
 export WINEPREFIX=${KILN_WINEPREFIX:-$kiln_root/target/wine-prefix}
 export WINEARCH=win64 WINEDEBUG=-all WINEDLLOVERRIDES="winedbg.exe=d;mscoree,mshtml="
-export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=wine
+export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER="$kiln_root/scripts/wine/run-test.sh"
 if [ ! -f "$WINEPREFIX/system.reg" ]; then
   echo "test-windows: creating the Wine prefix $WINEPREFIX"
   mkdir -p "$WINEPREFIX"
