@@ -115,15 +115,16 @@ render-examples: ## regenerate the golden user data in docs/examples/render/ aft
 # (docs/boot-tests.md); qemu-test exports their paths so each test skips the lookup.
 QEMU_ASSETS := qemu-tests/assets/assets.sh
 
-qemu-assets: deps-qemu ## build (once) and cache the boot tests' kernel, initramfs and Debian base
-	$(QEMU_ASSETS) all
+qemu-assets: deps-qemu ## build (once) and cache the boot tests' kernels, initramfs and Debian bases (amd64, arm64)
+	$(QEMU_ASSETS) all arm64
 
 FIXTURE_MIRROR := target/fixture-mirror
 
 qemu-test: deps-qemu firstboot ## boot tests: QEMU boots what kiln baked (docs/boot-tests.md)
 	$(CARGO) build --locked -p kiln -p cri-smoke
+	scripts/build-cri-smoke-arm64.sh target/cri-smoke/arm64/cri-smoke
 	qemu-tests/assets/fixture.sh $(FIXTURE_MIRROR)
-	assets=$$($(QEMU_ASSETS) all); set -a; eval "$$assets"; set +a; \
+	assets=$$($(QEMU_ASSETS) all arm64); set -a; eval "$$assets"; set +a; \
 	  KILN_FIXTURE_MIRROR=$(CURDIR)/$(FIXTURE_MIRROR) \
 	  $(CARGO) nextest run -p kiln-qemu-tests --all-targets --locked --no-fail-fast
 

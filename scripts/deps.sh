@@ -5,7 +5,9 @@
 #
 #   scripts/deps.sh            the base set (build, unit tests, bake tools, validators, and
 #                              the static kiln-firstboot: Debian's Rust with std sources + musl)
-#   scripts/deps.sh qemu       + QEMU, kernel tools, debootstrap (boot tests, demo)
+#   scripts/deps.sh qemu       + QEMU (x86-64 and aarch64), kernel tools, debootstrap (boot
+#                              tests, demo; the arm64 guest's base is debootstrapped through
+#                              qemu-user-static's binfmt entry)
 #   scripts/deps.sh windows    + mingw-w64 and Wine (kiln-firstboot.exe and its tests)
 set -euo pipefail
 
@@ -39,7 +41,7 @@ backports=()
 for set in "$@"; do
   case "$set" in
     base) ;;
-    qemu) want+=("${qemu[@]}"); backports+=(qemu-system-x86 qemu-utils) ;;
+    qemu) want+=("${qemu[@]}"); backports+=(qemu-system-x86 qemu-system-arm qemu-utils) ;;
     windows) want+=("${windows[@]}") ;;
     *) echo "deps.sh: unknown set '$set' (expected: qemu, windows)" >&2; exit 2 ;;
   esac
@@ -80,7 +82,8 @@ if [ "${#backports[@]}" -gt 0 ]; then
   # Debian 12's own qemu-system-x86 (7.2) cannot sit beside the qemu-utils 10.0 that these
   # machines ship, so QEMU comes from bookworm-backports (see docs/boot-tests.md).
   mapfile -t bneed < <(missing "${backports[@]}")
-  if [ "${#bneed[@]}" -gt 0 ] || ! command -v qemu-system-x86_64 >/dev/null; then
+  if [ "${#bneed[@]}" -gt 0 ] || ! command -v qemu-system-x86_64 >/dev/null ||
+    ! command -v qemu-system-aarch64 >/dev/null; then
     codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
     if [ "$codename" = bookworm ] && ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
       echo "deps: adding bookworm-backports for QEMU"

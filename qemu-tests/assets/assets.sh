@@ -5,7 +5,13 @@
 #
 #   assets.sh [all]        kernel, initramfs, base (what every scenario needs)
 #   assets.sh kernel | initramfs | base | base-cloudinit
+#   assets.sh arm64        the arm64 guest (qemu-system-aarch64 -M virt): Debian's arm64 cloud
+#                          kernel, an initramfs with arm64 busybox, a debootstrapped arm64 base
+#                          (assets-arm64.sh); prints the KILN_QEMU_ARM64_* paths too
 #   assets.sh env          print KILN_QEMU_* paths for the current versions (builds nothing)
+#   assets.sh env-arm64    print KILN_QEMU_ARM64_* paths (builds nothing)
+#
+# Several commands may be given (`assets.sh all arm64`); each prints its paths.
 #
 # Cache: $KILN_QEMU_CACHE, else ${XDG_CACHE_HOME:-$HOME/.cache}/kiln/qemu. Every asset is
 # built in a temporary directory next to its final place and renamed into it, so a killed
@@ -17,6 +23,9 @@ cache=${KILN_QEMU_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/qemu}
 suite=bookworm
 mirror=${KILN_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 flavour=cloud-amd64
+# apt's architecture qualifier of the kernel package: empty for the host's (amd64),
+# `:arm64` for the arm64 guest (select_arm64 in assets-arm64.sh switches).
+apt_arch=
 if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi
 
 log() { echo "qemu-assets: $*" >&2; }
@@ -31,14 +40,15 @@ key_of() { sha256sum | cut -c1-12; }
 kpkg=
 resolve_kernel() {
   [ -z "$kpkg" ] || return 0
-  local meta=linux-image-$flavour
+  local meta=linux-image-$flavour$apt_arch
   kpkg=$(apt-cache depends "$meta" 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
   if [ -z "$kpkg" ]; then
     "${SUDO[@]}" apt-get -o DPkg::Lock::Timeout=600 update -qq
     kpkg=$(apt-cache depends "$meta" | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
   fi
+  kpkg=${kpkg%"$apt_arch"}
   [ -n "$kpkg" ] || die "apt-cache depends $meta named no linux-image-<abi>-$flavour package"
-  kdeb_ver=$(apt-cache policy "$kpkg" | awk '/Candidate:/ {print $2; exit}')
+  kdeb_ver=$(apt-cache policy "$kpkg$apt_arch" | awk '/Candidate:/ {print $2; exit}')
   [ -n "$kdeb_ver" ] && [ "$kdeb_ver" != "(none)" ] || die "apt-cache policy $kpkg has no candidate"
   kver=${kpkg#linux-image-}
   kdir=$cache/kernel/${kpkg}_${kdeb_ver}
@@ -78,8 +88,8 @@ build_kernel() {
   log "kernel: $kpkg $kdeb_ver"
   local tmp=$kdir.tmp.$$
   rm -rf "$tmp"; mkdir -p "$tmp/dl" "$tmp/root"
-  (cd "$tmp/dl" && apt-get -o APT::Sandbox::User=root download -qq "$kpkg=$kdeb_ver") ||
-    die "apt-get download $kpkg=$kdeb_ver failed"
+  (cd "$tmp/dl" && apt-get -o APT::Sandbox::User=root download -qq "$kpkg$apt_arch=$kdeb_ver") ||
+    die "apt-get download $kpkg$apt_arch=$kdeb_ver failed"
   dpkg-deb -x "$tmp"/dl/*.deb "$tmp/root"
   # The package's postinst normally makes modules.dep; do it here for the extracted tree.
   depmod -b "$tmp/root" "$kver"
@@ -195,14 +205,21 @@ print_env() {
   echo "KILN_QEMU_BASE_CLOUDINIT=$bdir/root"
 }
 
-cmd=${1:-all}
-case "$cmd" in
-  env) print_env ;;
-  kernel) with_lock; clean_stale; build_kernel ;;
-  initramfs) with_lock; build_initramfs ;;
-  base) with_lock; build_base base "$base_packages" ;;
-  base-cloudinit) with_lock; clean_stale; build_base base-cloudinit "$cloudinit_packages" ;;
-  all) with_lock; clean_stale; build_kernel; build_initramfs; build_base base "$base_packages" ;;
-  *) die "unknown command '$cmd' (expected: all, kernel, initramfs, base, base-cloudinit, env)" ;;
-esac
-if [ "$cmd" != env ]; then print_env; fi
+# shellcheck source=assets-arm64.sh
+source "$here/assets-arm64.sh"
+
+[ "$#" -gt 0 ] || set -- all
+for cmd in "$@"; do
+  case "$cmd" in
+    env) print_env ;;
+    env-arm64) (select_arm64; print_env_arm64) ;;
+    kernel) with_lock; clean_stale; build_kernel ;;
+    initramfs) with_lock; build_initramfs ;;
+    base) with_lock; build_base base "$base_packages" ;;
+    base-cloudinit) with_lock; clean_stale; build_base base-cloudinit "$cloudinit_packages" ;;
+    all) with_lock; clean_stale; build_kernel; build_initramfs; build_base base "$base_packages" ;;
+    arm64) with_lock; clean_stale; (select_arm64; build_arm64; print_env_arm64) ;;
+    *) die "unknown command '$cmd' (expected: all, arm64, kernel, initramfs, base, base-cloudinit, env, env-arm64)" ;;
+  esac
+  case "$cmd" in env | env-arm64 | arm64) ;; *) print_env ;; esac
+done

@@ -90,12 +90,17 @@ impl Root {
     }
 }
 
-/// A oneshot unit that runs a bash script with its output on the serial console, then
-/// powers the guest off.
+/// A oneshot unit that runs a bash script with its output on the serial console (`ttyS0`),
+/// then powers the guest off.
 pub fn console_unit(description: &str, after: &str, script: &str) -> String {
+    console_unit_on("ttyS0", description, after, script)
+}
+
+/// [`console_unit`] on the serial console `tty` (`ttyAMA0` on arm64's virt board).
+pub fn console_unit_on(tty: &str, description: &str, after: &str, script: &str) -> String {
     format!(
         "[Unit]\nDescription={description}\nAfter={after}\nWants={after}\n\n\
-         [Service]\nType=oneshot\nStandardOutput=tty\nStandardError=tty\nTTYPath=/dev/ttyS0\n\
+         [Service]\nType=oneshot\nStandardOutput=tty\nStandardError=tty\nTTYPath=/dev/{tty}\n\
          ExecStart=/bin/bash -c {}\nExecStopPost=/bin/systemctl poweroff --no-block\n",
         systemd_quote(script)
     )

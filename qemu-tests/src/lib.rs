@@ -3,6 +3,8 @@
 //! console. See `docs/boot-tests.md` for what each scenario proves and how to run one.
 
 pub mod accel;
+pub mod arch;
+pub mod arm64;
 pub mod assets;
 pub mod console;
 pub mod disk;
@@ -10,6 +12,7 @@ pub mod guest;
 pub mod kubeadm;
 pub mod metadata;
 pub mod node;
+pub mod outcome;
 pub mod pod;
 pub mod relay;
 pub mod scenario;

@@ -5,9 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::arch::Arch;
 use crate::assets::Assets;
 use crate::console::Line;
-use crate::guest::{console_unit, log_path, Root};
+use crate::guest::{console_unit_on, log_path, Root};
 use crate::metadata::{aws_imdsv2, AwsInstance, MetadataServer, Request};
 use crate::scenario::{self, NodeConfig, Outcome, Tools};
 use crate::vm::{Vm, VmConfig};
@@ -40,6 +41,8 @@ pub fn aws_smbios() -> Vec<String> {
 pub enum Metadata {
     /// The IMDSv2 stand-in, reached through the guest forward.
     Aws,
+    /// The IMDSv2 stand-in answering as another instance (the arm64 node's Graviton type).
+    AwsAs(AwsInstance),
     /// A forward to a loopback port where nothing listens.
     Nowhere,
     /// No network; fw_cfg entries `opt/kiln/<key>` = value.
@@ -108,14 +111,16 @@ pub fn rootfs_root(tools: &Tools, assets: &Assets, work: &Path, node: &NodeConfi
     Ok(root)
 }
 
-/// Adds the stand-in kubelet's mode and the report unit to a root.
-pub fn finish_root(root: &Root, kubelet_mode: &str) -> Result<()> {
+/// Adds the stand-in kubelet's mode and the report unit (on `arch`'s serial console) to a
+/// root.
+pub fn finish_root(root: &Root, kubelet_mode: &str, arch: Arch) -> Result<()> {
     root.write(
         "etc/kubernetes/standin-kubelet.env",
         format!("STANDIN_MODE={kubelet_mode}\n"),
         0o644,
     )?;
-    let mut unit = console_unit(
+    let mut unit = console_unit_on(
+        arch.console(),
         "boot test: report the node's files on the console",
         "kiln-firstboot.service",
         &scenario::report_script(),
@@ -134,8 +139,9 @@ pub fn boot(
     prepare_ms: u64,
 ) -> Result<Booted> {
     let work = tempfile::tempdir()?;
-    let server = match spec.metadata {
+    let server = match &spec.metadata {
         Metadata::Aws => Some(MetadataServer::start(aws_imdsv2(test_instance()))?),
+        Metadata::AwsAs(i) => Some(MetadataServer::start(aws_imdsv2(i.clone()))?),
         _ => None,
     };
     let log = log_path(&spec.name)?;
@@ -146,6 +152,14 @@ pub fn boot(
         Metadata::Aws => {
             cfg.metadata_port = server.as_ref().map(MetadataServer::port);
             cfg.smbios = aws_smbios();
+        }
+        Metadata::AwsAs(_) => {
+            cfg.metadata_port = server.as_ref().map(MetadataServer::port);
+            // On arm64's virt board booted without firmware the kernel has no SMBIOS tables
+            // (they reach an arm64 kernel only through UEFI), so the node names its provider.
+            if cfg.arch == Arch::Amd64 {
+                cfg.smbios = aws_smbios();
+            }
         }
         Metadata::Nowhere => {
             // A port that was free a moment ago: the relay's connect is refused.
@@ -207,7 +221,7 @@ pub fn boot_rootfs_node_edited(
     let tools = scenario::tools()?;
     let work = tempfile::tempdir()?;
     let root = rootfs_root(tools, assets, work.path(), &spec.node)?;
-    finish_root(&root, &spec.kubelet_mode)?;
+    finish_root(&root, &spec.kubelet_mode, Arch::Amd64)?;
     crate::pod::install(&root, "ubuntu")?;
     edit(&root)?;
     let disk = root.into_disk(&work.path().join("root.ext4"), 512)?;
@@ -356,7 +370,7 @@ pub fn boot_sysext_node(spec: &NodeBoot) -> Result<(Booted, String)> {
         0o600,
     )?;
     scenario::render_files(tools, &node_toml, &root.dir)?;
-    finish_root(&root, &spec.kubelet_mode)?;
+    finish_root(&root, &spec.kubelet_mode, Arch::Amd64)?;
     crate::pod::install(&root, "flatcar")?;
     let disk = root.into_disk(&work.path().join("root.ext4"), 512)?;
     let b = boot(
@@ -418,7 +432,7 @@ pub fn boot_cloudinit_node(spec: &NodeBoot) -> Result<(Booted, String)> {
         "datasource_list: [ NoCloud, None ]\nnetwork: {config: disabled}\n",
         0o644,
     )?;
-    finish_root(&root, &spec.kubelet_mode)?;
+    finish_root(&root, &spec.kubelet_mode, Arch::Amd64)?;
     crate::pod::install(&root, "ubuntu")?;
     let node_toml = scenario::node_toml(&work.path().join("node"), &spec.node)?;
     root.write(

@@ -9,6 +9,7 @@ use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::process::Command;
 
+use crate::arch::Arch;
 use crate::guest::Root;
 use crate::scenario::{workspace, Outcome};
 use crate::{io_err, run, Error, Result};
@@ -28,17 +29,32 @@ pub const REPORT: &str = "/var/lib/kubelet/standin/pod-check";
 const GUEST_BIN: &str = "/opt/kiln-test/bin/cri-smoke";
 const GUEST_IMAGES: &str = "/opt/kiln-test/images.tar";
 
-/// The `cri-smoke` binary (`KILN_CRI_SMOKE_BIN`, default `target/debug/cri-smoke`).
-pub fn cri_smoke_bin() -> Result<PathBuf> {
-    let p = std::env::var_os("KILN_CRI_SMOKE_BIN")
+/// The `cri-smoke` binary for a guest of `arch`: amd64's is the host's build
+/// (`KILN_CRI_SMOKE_BIN`, default `target/debug/cri-smoke`); arm64's the cross build of
+/// `scripts/build-cri-smoke-arm64.sh` (`KILN_CRI_SMOKE_ARM64_BIN`, default
+/// `target/cri-smoke/arm64/cri-smoke`).
+pub fn cri_smoke_bin(arch: Arch) -> Result<PathBuf> {
+    let (var, default, hint) = match arch {
+        Arch::Amd64 => (
+            "KILN_CRI_SMOKE_BIN",
+            "target/debug/cri-smoke",
+            "build it with `cargo build -p cri-smoke` (make qemu-test does)",
+        ),
+        Arch::Arm64 => (
+            "KILN_CRI_SMOKE_ARM64_BIN",
+            "target/cri-smoke/arm64/cri-smoke",
+            "build it with `scripts/build-cri-smoke-arm64.sh` (make qemu-test does)",
+        ),
+    };
+    let p = std::env::var_os(var)
         .map(PathBuf::from)
-        .unwrap_or_else(|| workspace().join("target/debug/cri-smoke"));
+        .unwrap_or_else(|| workspace().join(default));
     if p.is_file() {
         Ok(p)
     } else {
         Err(Error::Missing {
-            what: format!("{} (KILN_CRI_SMOKE_BIN)", p.display()),
-            hint: "build it with `cargo build -p cri-smoke` (make qemu-test does)".into(),
+            what: format!("{} ({var})", p.display()),
+            hint: hint.into(),
         })
     }
 }
@@ -76,11 +92,14 @@ fn definition_string(image: &str, key: &str) -> Result<String> {
         })
 }
 
-/// The OCI archive (pause stand-in named `sandbox`, and [`TEST_IMAGE`]), built once and
-/// cached by `assets/cri-images.sh`.
-pub fn images_archive(sandbox: &str) -> Result<PathBuf> {
+/// The OCI archive (pause stand-in named `sandbox`, and [`TEST_IMAGE`]) for `arch`, built
+/// once and cached by `assets/cri-images.sh`.
+pub fn images_archive(sandbox: &str, arch: Arch) -> Result<PathBuf> {
     let script = workspace().join("qemu-tests/assets/cri-images.sh");
-    let out = run(Command::new(script).arg(sandbox).arg(TEST_IMAGE))?;
+    let out = run(Command::new(script)
+        .arg(sandbox)
+        .arg(TEST_IMAGE)
+        .arg(arch.name()))?;
     let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     if path.is_file() {
         Ok(path)
@@ -144,9 +163,14 @@ pub fn pod_check_command() -> String {
 /// ([`crate::node::finish_root`]): the stand-in kubelet of that root runs the pod.
 /// `image` names the definition whose sandbox image the pause stand-in is named after.
 pub fn install(root: &Root, image: &str) -> Result<()> {
+    install_for(root, image, Arch::Amd64)
+}
+
+/// [`install`] for a guest of `arch`: its `cri-smoke` build and images of its architecture.
+pub fn install_for(root: &Root, image: &str, arch: Arch) -> Result<()> {
     let sandbox = sandbox_image(image)?;
-    let archive = images_archive(&sandbox)?;
-    let bin = cri_smoke_bin()?;
+    let archive = images_archive(&sandbox, arch)?;
+    let bin = cri_smoke_bin(arch)?;
     let copy = |from: &PathBuf, to: &str, mode: u32| -> Result<()> {
         let bytes = std::fs::read(from).map_err(io_err(from))?;
         root.write(to, bytes, mode).map(drop)

@@ -1,6 +1,6 @@
-//! One QEMU guest: the command line (accelerator, kernel, disks, fw_cfg, SMBIOS, the
-//! restricted link-local network with its metadata forward), the serial console, deadlines
-//! that fail with the console's tail, and a kill when the test drops it.
+//! One QEMU guest: the command line (architecture and board, accelerator, kernel, disks,
+//! fw_cfg, SMBIOS, the restricted link-local network with its metadata forward), the serial
+//! console, deadlines that fail with the console's tail, and a kill when the test drops it.
 //!
 //! The network is the only safe way to give a guest a metadata server here: user networking
 //! with `restrict=on` in 169.254.169.0/24, so the guest can reach nothing but the forward of
@@ -14,13 +14,15 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::accel::{self, Accel, HostFacts};
+use crate::arch::Arch;
 use crate::assets::Assets;
 use crate::console::{Console, Line};
 use crate::{io_err, Error, Result};
 
-/// The QEMU binary, overridable with `KILN_QEMU`.
-pub fn qemu_binary() -> Result<PathBuf> {
-    let name = std::env::var("KILN_QEMU").unwrap_or_else(|_| "qemu-system-x86_64".into());
+/// The QEMU binary for `arch`, overridable with `KILN_QEMU` (amd64) or `KILN_QEMU_AARCH64`.
+pub fn qemu_binary(arch: Arch) -> Result<PathBuf> {
+    let name =
+        std::env::var(arch.qemu_override_var()).unwrap_or_else(|_| arch.qemu_system().into());
     let found = if name.contains('/') {
         Some(PathBuf::from(&name)).filter(|p| p.is_file())
     } else {
@@ -40,6 +42,8 @@ pub fn qemu_binary() -> Result<PathBuf> {
 /// What one guest boots with.
 #[derive(Debug, Clone)]
 pub struct VmConfig {
+    /// The guest architecture (from the assets): picks the emulator, board and console.
+    pub arch: Arch,
     /// Kernel image.
     pub kernel: PathBuf,
     /// Initramfs.
@@ -68,6 +72,7 @@ impl VmConfig {
     /// A guest from the cached assets with no disk, network or extras yet.
     pub fn new(assets: &Assets, log: impl Into<PathBuf>) -> Self {
         VmConfig {
+            arch: assets.arch,
             kernel: assets.kernel.clone(),
             initrd: assets.initrd.clone(),
             cmdline: String::new(),
@@ -94,12 +99,12 @@ impl VmConfig {
             "-serial",
             "stdio",
             "-machine",
-            "q35",
+            self.arch.machine(),
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
-        a.extend(accel.qemu_args().iter().map(|s| s.to_string()));
+        a.extend(self.arch.accel_args(accel).iter().map(|s| s.to_string()));
         a.extend([
             "-m".into(),
             self.memory_mib.to_string(),
@@ -112,7 +117,10 @@ impl VmConfig {
             "-initrd".into(),
             path(&self.initrd),
         ]);
-        let mut cmdline = "console=ttyS0 panic=-1 root=/dev/vda rootfstype=ext4".to_string();
+        let mut cmdline = format!(
+            "console={} panic=-1 root=/dev/vda rootfstype=ext4",
+            self.arch.console()
+        );
         if !self.cmdline.is_empty() {
             cmdline.push(' ');
             cmdline.push_str(&self.cmdline);
@@ -203,8 +211,12 @@ pub fn relay_binary() -> Result<PathBuf> {
 }
 
 /// The accelerator for this process: `KILN_QEMU_ACCEL` if set, else KVM only when the host
-/// really offers it and a probe boot reaches the initramfs, else TCG.
+/// really offers it and a probe boot reaches the initramfs, else TCG. A guest of another
+/// architecture than the host's is always TCG.
 pub fn accelerator(assets: &Assets) -> Result<Accel> {
+    if !assets.arch.is_host() {
+        return Ok(Accel::Tcg);
+    }
     static CHOSEN: OnceLock<std::result::Result<Accel, String>> = OnceLock::new();
     CHOSEN
         .get_or_init(|| {
@@ -262,7 +274,7 @@ impl Vm {
 
     /// Starts QEMU for `cfg` with `accel`.
     pub fn start_with(cfg: &VmConfig, accel: Accel) -> Result<Vm> {
-        let qemu = qemu_binary()?;
+        let qemu = qemu_binary(cfg.arch)?;
         let relay = if cfg.metadata_port.is_some() {
             relay_binary()?
         } else {
@@ -387,6 +399,7 @@ mod tests {
     #[test]
     fn no_network_means_no_nic() {
         let assets = Assets {
+            arch: Arch::Amd64,
             kernel: "/k".into(),
             initrd: "/i".into(),
             kver: "x".into(),
@@ -401,5 +414,43 @@ mod tests {
         assert!(args
             .windows(2)
             .any(|w| w[0] == "-accel" && w[1].starts_with("tcg")));
+        assert!(args.windows(2).any(|w| w == ["-machine", "q35"]));
+        let append = args.iter().position(|a| a == "-append").unwrap();
+        assert!(args[append + 1].starts_with("console=ttyS0 "), "{args:?}");
+    }
+
+    #[test]
+    fn arm64_boots_virt_on_its_pl011_with_the_same_restricted_network() {
+        let assets = Assets {
+            arch: Arch::Arm64,
+            kernel: "/k".into(),
+            initrd: "/i".into(),
+            kver: "6.1.0-56-cloud-arm64".into(),
+            base: "/b".into(),
+            base_cloudinit: "".into(),
+        };
+        let mut cfg = VmConfig::new(&assets, "/tmp/log");
+        cfg.metadata_port = Some(4242);
+        cfg.root = Some("/d/root.ext4".into());
+        let args = cfg.qemu_args(Accel::Kvm, Path::new("/r/kiln-qemu-relay"));
+        assert!(
+            args.windows(2).any(|w| w == ["-machine", "virt"]),
+            "{args:?}"
+        );
+        // Emulated whatever was chosen for amd64 guests.
+        assert!(
+            args.windows(2).any(|w| w == ["-accel", "tcg,tb-size=64"]),
+            "{args:?}"
+        );
+        assert!(!args.iter().any(|a| a == "kvm"), "{args:?}");
+        let append = args.iter().position(|a| a == "-append").unwrap();
+        assert!(args[append + 1].starts_with("console=ttyAMA0 "), "{args:?}");
+        let netdev = args.iter().position(|a| a == "-netdev").unwrap();
+        assert!(args[netdev + 1].contains("restrict=on"), "{args:?}");
+        assert!(args[netdev + 1].contains("127.0.0.1 4242"), "{args:?}");
+        assert!(
+            args.iter().any(|a| a.starts_with("virtio-net-pci,")),
+            "{args:?}"
+        );
     }
 }

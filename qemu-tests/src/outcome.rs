@@ -1,0 +1,233 @@
+//! What a booted node reported: the unit that prints the node's files, unit states, facts
+//! and doctor table on the console after kiln-firstboot, and the outcome parsed from it.
+
+use std::collections::BTreeMap;
+
+use crate::console::Line;
+use crate::{Error, Result};
+
+/// Files the report unit prints, one `KILN-TEST-FILE <path> <line>` per line.
+pub const REPORTED_FILES: &[&str] = &[
+    "/run/kiln/kubelet.env",
+    "/run/kiln/failure",
+    "/var/lib/kubelet/standin/args",
+    "/run/cluster-api/bootstrap-success.complete",
+    "/run/cluster-api/bootstrap-failure.reason",
+    crate::pod::REPORT,
+];
+
+/// The bash script of the report unit: after kiln-firstboot has finished, print the node's
+/// files and unit states on the console, then `KILN-TEST-DONE`.
+pub fn report_script() -> String {
+    let files = [REPORTED_FILES, crate::kubeadm::REPORTED_FILES]
+        .concat()
+        .join(" ");
+    // Ordering alone is not enough when the kiln units arrive in a sysext merged after
+    // systemd loaded its units, so wait for firstboot's final result in status.json too.
+    format!(
+        "for i in $(seq 600); do grep -Eq '\"result\": ?\"(success|failure)\"' /run/kiln/status.json 2>/dev/null && break; sleep 1; done
+for f in {files}; do [ -f \"$f\" ] && sed \"s|^|KILN-TEST-FILE $f |\" \"$f\" && echo; done
+for u in containerd kubelet kiln-firstboot; do echo \"KILN-TEST-UNIT $u $(systemctl is-active $u.service)\"; done
+kiln-firstboot doctor >/run/kiln-test-doctor.txt 2>&1; echo \"KILN-TEST-DOCTOR-EXIT $?\"
+sed 's/^/KILN-TEST-DOCTOR /' /run/kiln-test-doctor.txt
+echo \"KILN-TEST-FACT uname-m $(uname -m)\"
+for b in kubelet containerd kiln-firstboot; do echo \"KILN-TEST-FACT elf-machine:/usr/bin/$b $(od -An -tu2 -j18 -N2 /usr/bin/$b 2>/dev/null | tr -d ' ')\"; done
+echo KILN-TEST-DONE"
+    )
+}
+
+/// The outcome of one boot, parsed from the console.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The `KILN-STATUS` JSON.
+    pub status: serde_json::Value,
+    /// The console line that carried it (with its host time).
+    pub status_line: Line,
+    /// Files the report unit printed: path → lines.
+    pub files: BTreeMap<String, Vec<String>>,
+    /// Unit → `systemctl is-active` answer.
+    pub units: BTreeMap<String, String>,
+    /// `kiln-firstboot doctor`'s table, run on the node after firstboot: check → (verdict,
+    /// detail).
+    pub doctor: BTreeMap<String, (String, String)>,
+    /// Its exit code.
+    pub doctor_exit: Option<i32>,
+    /// Facts the report unit printed (`KILN-TEST-FACT <key> <value>`): `uname-m`, and
+    /// `elf-machine:<path>`, the ELF `e_machine` of kubelet, containerd and kiln-firstboot
+    /// as installed (62 x86-64, 183 aarch64).
+    pub facts: BTreeMap<String, String>,
+    /// kiln-firstboot's per-phase console lines.
+    pub phase_lines: Vec<Line>,
+}
+
+impl Outcome {
+    /// Parses the console of a finished boot.
+    pub fn parse(lines: &[Line]) -> Result<Outcome> {
+        let status_line = lines
+            .iter()
+            .rev()
+            .find(|l| l.text.starts_with("KILN-STATUS "))
+            .cloned()
+            .ok_or_else(|| Error::Missing {
+                what: "a KILN-STATUS line on the console".into(),
+                hint: "kiln-firstboot did not finish".into(),
+            })?;
+        let status: serde_json::Value =
+            serde_json::from_str(&status_line.text["KILN-STATUS ".len()..]).map_err(|e| {
+                Error::Command {
+                    command: "parse KILN-STATUS".into(),
+                    detail: format!("{e}: {}", status_line.text),
+                }
+            })?;
+        let mut files: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut units = BTreeMap::new();
+        let mut doctor = BTreeMap::new();
+        let mut doctor_exit = None;
+        let mut facts = BTreeMap::new();
+        for l in lines {
+            if let Some(code) = l.text.strip_prefix("KILN-TEST-DOCTOR-EXIT ") {
+                doctor_exit = code.trim().parse().ok();
+            } else if let Some(row) = l.text.strip_prefix("KILN-TEST-DOCTOR ") {
+                // `NAME  VERDICT DETAIL`; the header, remedy lines and the summary are skipped.
+                let mut parts = row.splitn(2, char::is_whitespace);
+                let (name, rest) = (
+                    parts.next().unwrap_or(""),
+                    parts.next().unwrap_or("").trim_start(),
+                );
+                let (verdict, detail) = rest.split_once(' ').unwrap_or((rest, ""));
+                if matches!(verdict, "ok" | "warn" | "fail" | "skip") && !name.is_empty() {
+                    doctor.insert(
+                        name.to_string(),
+                        (verdict.to_string(), detail.trim().to_string()),
+                    );
+                }
+            }
+            if let Some(rest) = l.text.strip_prefix("KILN-TEST-FILE ") {
+                let (path, line) = rest.split_once(' ').unwrap_or((rest, ""));
+                files
+                    .entry(path.to_string())
+                    .or_default()
+                    .push(line.to_string());
+            } else if let Some(rest) = l.text.strip_prefix("KILN-TEST-FACT ") {
+                let (k, v) = rest.split_once(' ').unwrap_or((rest, ""));
+                facts.insert(k.to_string(), v.to_string());
+            } else if let Some(rest) = l.text.strip_prefix("KILN-TEST-UNIT ") {
+                if let Some((u, s)) = rest.split_once(' ') {
+                    units.insert(u.to_string(), s.to_string());
+                }
+            }
+        }
+        let phase_lines = lines
+            .iter()
+            .filter(|l| l.text.starts_with("kiln-firstboot: phase="))
+            .cloned()
+            .collect();
+        Ok(Outcome {
+            status,
+            status_line,
+            files,
+            units,
+            doctor,
+            doctor_exit,
+            facts,
+            phase_lines,
+        })
+    }
+
+    /// `result` of the status.
+    pub fn result(&self) -> &str {
+        self.status["result"].as_str().unwrap_or("")
+    }
+
+    /// `reason` of the status.
+    pub fn reason(&self) -> &str {
+        self.status["reason"].as_str().unwrap_or("")
+    }
+
+    /// A `KEY=value` from `/run/kiln/kubelet.env` as reported.
+    pub fn kubelet_env(&self, key: &str) -> Option<String> {
+        self.files
+            .get("/run/kiln/kubelet.env")?
+            .iter()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+            .map(|v| v.trim_matches('"').to_string())
+    }
+
+    /// The stand-in kubelet's recorded arguments.
+    pub fn kubelet_args(&self) -> Vec<String> {
+        self.files
+            .get("/var/lib/kubelet/standin/args")
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// A phase's (start_ms, end_ms, result) from the status.
+    pub fn phase(&self, name: &str) -> Option<(u64, u64, String)> {
+        self.status["phases"].as_array()?.iter().find_map(|p| {
+            (p["name"] == name).then(|| {
+                (
+                    p["start_ms"].as_u64().unwrap_or(0),
+                    p["end_ms"].as_u64().unwrap_or(0),
+                    p["result"].as_str().unwrap_or("").to_string(),
+                )
+            })
+        })
+    }
+
+    /// Milliseconds kiln-firstboot itself worked: every phase but the two waits for kubelet.
+    pub fn firstboot_own_ms(&self) -> u64 {
+        ["config", "metadata", "write", "start-kubelet"]
+            .iter()
+            .filter_map(|p| self.phase(p))
+            .map(|(s, e, _)| e.saturating_sub(s))
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_is_read_off_the_console() {
+        let lines: Vec<Line> = [
+            "kiln-firstboot: phase=config result=success ms=1",
+            "KILN-TEST-FILE /run/kiln/kubelet.env NODE_IP=10.0.3.7",
+            "KILN-TEST-FILE /run/kiln/kubelet.env KUBELET_ARGS=\"--max-pods=29\"",
+            "KILN-TEST-UNIT containerd active",
+            "KILN-TEST-DOCTOR-EXIT 9",
+            "KILN-TEST-DOCTOR CHECK                 VERDICT DETAIL",
+            "KILN-TEST-DOCTOR swap                  ok      no swap in /proc/swaps",
+            "KILN-TEST-DOCTOR api-server            fail    https://10.0.0.10:6443: cannot connect",
+            "KILN-TEST-DOCTOR                               remedy: check the route",
+            "KILN-TEST-DOCTOR doctor: 1 ok, 0 warn, 1 fail, 0 skipped",
+            "KILN-TEST-FACT uname-m aarch64",
+            "KILN-TEST-FACT elf-machine:/usr/bin/kubelet 183",
+            r#"KILN-STATUS {"result":"success","reason":"OK","phases":[{"name":"config","start_ms":10,"end_ms":12,"result":"success"},{"name":"wait-joined","start_ms":12,"end_ms":900,"result":"success"}]}"#,
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Line { host_ms: i as u64, text: t.to_string() })
+        .collect();
+        let o = Outcome::parse(&lines).unwrap();
+        assert_eq!(o.result(), "success");
+        assert_eq!(o.doctor_exit, Some(9));
+        assert_eq!(o.doctor.len(), 2, "{:?}", o.doctor);
+        assert_eq!(
+            o.doctor["swap"],
+            ("ok".to_string(), "no swap in /proc/swaps".to_string())
+        );
+        assert_eq!(o.doctor["api-server"].0, "fail");
+        assert_eq!(o.kubelet_env("NODE_IP").as_deref(), Some("10.0.3.7"));
+        assert_eq!(
+            o.kubelet_env("KUBELET_ARGS").as_deref(),
+            Some("--max-pods=29")
+        );
+        assert_eq!(o.units["containerd"], "active");
+        assert_eq!(o.facts["uname-m"], "aarch64");
+        assert_eq!(o.facts["elf-machine:/usr/bin/kubelet"], "183");
+        assert_eq!(o.firstboot_own_ms(), 2);
+        assert_eq!(o.phase_lines.len(), 1);
+        assert!(Outcome::parse(&lines[..2]).is_err());
+    }
+}
