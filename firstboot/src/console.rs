@@ -26,6 +26,10 @@ pub struct Console {
     file: Option<File>,
     path: PathBuf,
     warned: bool,
+    /// The default consoles after the one opened, tried in order when it refuses a write:
+    /// a `/dev/ttyS0` with no UART behind it (the kernel's placeholder 8250 ports on an arm64
+    /// machine whose console is the PL011 `ttyAMA0`) opens fine and fails every write with EIO.
+    fallbacks: Vec<PathBuf>,
 }
 
 impl Console {
@@ -35,6 +39,7 @@ impl Console {
             file: None,
             path: PathBuf::new(),
             warned: true,
+            fallbacks: Vec::new(),
         }
     }
 
@@ -43,18 +48,29 @@ impl Console {
     pub fn open(path: Option<&Path>) -> Console {
         // An explicit path may be a plain file (created if missing); the default devices are
         // never created, so a missing /dev/ttyS0 is not turned into a regular file.
-        let (candidates, create): (Vec<&Path>, bool) = match path {
-            Some(p) => (vec![p], true),
-            None => (DEFAULT_CONSOLES.iter().map(Path::new).collect(), false),
-        };
+        match path {
+            Some(p) => Console::open_first(&[p], true),
+            None => {
+                let defaults: Vec<&Path> = DEFAULT_CONSOLES.iter().map(Path::new).collect();
+                Console::open_first(&defaults, false)
+            }
+        }
+    }
+
+    /// The first of `candidates` that opens; the rest are its fallbacks.
+    fn open_first(candidates: &[&Path], create: bool) -> Console {
         let mut last_err = None;
-        for p in &candidates {
+        for (i, p) in candidates.iter().enumerate() {
             match open_nonblocking(p, create) {
                 Ok(file) => {
                     return Console {
                         file: Some(file),
                         path: p.to_path_buf(),
                         warned: false,
+                        fallbacks: candidates[i + 1..]
+                            .iter()
+                            .map(|p| p.to_path_buf())
+                            .collect(),
                     }
                 }
                 Err(e) => last_err = Some((p.to_path_buf(), e)),
@@ -88,6 +104,9 @@ impl Console {
         buf.extend_from_slice(text.as_bytes());
         buf.push(b'\n');
         if let Err(e) = write_nonblocking(file, &buf) {
+            if e.kind() != ErrorKind::WouldBlock && self.fall_back(&buf, &e) {
+                return;
+            }
             if !self.warned {
                 redact::eprint(&Redactor::shapes_only().redact(&format!(
                     "kiln-firstboot: warning: console {} did not take a line ({e}); skipping it",
@@ -100,6 +119,30 @@ impl Console {
                 self.file = None;
             }
         }
+    }
+}
+
+impl Console {
+    /// Moves to the next default console that opens and takes `buf`, saying so once on
+    /// stderr. False when none does.
+    fn fall_back(&mut self, buf: &[u8], err: &std::io::Error) -> bool {
+        while !self.fallbacks.is_empty() {
+            let next = self.fallbacks.remove(0);
+            let Ok(mut file) = open_nonblocking(&next, false) else {
+                continue;
+            };
+            if write_nonblocking(&mut file, buf).is_ok() {
+                redact::eprint(&Redactor::shapes_only().redact(&format!(
+                    "kiln-firstboot: warning: console {} refused a line ({err}); writing to {} instead",
+                    self.path.display(),
+                    next.display()
+                )));
+                self.file = Some(file);
+                self.path = next;
+                return true;
+            }
+        }
+        false
     }
 }
 
@@ -140,4 +183,29 @@ fn open_nonblocking(path: &Path, create: bool) -> std::io::Result<File> {
         .append(true)
         .create(create)
         .open(path)
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// A default console that opens but refuses writes (/dev/full stands in for a ttyS0 with
+    /// no UART behind it, which fails with EIO) hands its lines to the next default.
+    #[test]
+    fn a_console_that_refuses_writes_falls_back_to_the_next_default() {
+        let next = std::env::temp_dir().join(format!("kiln-console-{}", std::process::id()));
+        std::fs::write(&next, "").unwrap();
+        let mut c = Console::open_first(&[Path::new("/dev/full"), next.as_path()], false);
+        assert_eq!(c.path(), Some(Path::new("/dev/full")));
+        c.line(&Redactor::shapes_only().redact("phase=config result=success"));
+        c.line(&Redactor::shapes_only().redact("KILN-STATUS {}"));
+        assert_eq!(c.path(), Some(next.as_path()));
+        let text = std::fs::read_to_string(&next).unwrap();
+        std::fs::remove_file(&next).unwrap();
+        assert_eq!(text, "phase=config result=success\nKILN-STATUS {}\n");
+        // With nothing left to fall back to, the console goes quiet instead of failing.
+        let mut c = Console::open_first(&[Path::new("/dev/full")], false);
+        c.line(&Redactor::shapes_only().redact("lost"));
+        assert_eq!(c.path(), None);
+    }
 }

@@ -601,13 +601,16 @@ fn ubuntu_aws_arm64() {
         o.kubelet_env("PROVIDER_ID").as_deref(),
         Some(provider_id.as_str())
     );
-    // m6g.large from the baked AWS table: 3 x (10-1) + 2.
+    // m6g.large from the baked AWS table: 3 x (10-1) + 2; the EKS reservation on one vCPU.
     assert_eq!(o.kubelet_env("MAX_PODS").as_deref(), Some("29"));
+    let eks = "cpu=60m,memory=574Mi,ephemeral-storage=1Gi";
+    assert_eq!(o.kubelet_env("KUBE_RESERVED").as_deref(), Some(eks));
     let args = o.kubelet_args();
     for want in [
         format!("--node-ip={}", i.local_ipv4),
         format!("--provider-id={provider_id}"),
         "--max-pods=29".to_string(),
+        format!("--kube-reserved={eks}"),
     ] {
         assert!(
             args.iter().any(|a| a == &want),
