@@ -32,10 +32,16 @@ sysroot=/usr/aarch64-linux-gnu
   die "$sysroot has no ld-linux-aarch64.so.1: run \`make deps\` (installs libc6-dev-arm64-cross)"
 
 target=aarch64-unknown-linux-gnu
-target_dir=target/cri-smoke/arm64
+# Lean: no debug info and the dependencies unoptimised (the workspace's dev profile builds
+# them at opt-level 2 with debug info). Measured cold on 2 busy cores: 10 min 22 s wall,
+# 3 min 18 s user, against 28 min 46 s and 11 min 48 s with the workspace's settings. The
+# client mostly waits on containerd, so the pod check's time in the guest is unchanged.
+target_dir=target/cri-smoke/arm64-lean
 RUSTC="$debian_rustc" RUSTDOC="${debian_rustc%rustc}rustdoc" RUSTC_BOOTSTRAP=1 \
   CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
   "$debian_cargo" build -q --locked -p cri-smoke --target "$target" --target-dir "$target_dir" \
+  --config 'profile.dev.debug=0' --config 'profile.dev.package."*".opt-level=0' \
+  --config 'profile.dev.package."*".debug=0' \
   -Z build-std=std,panic_abort
 
 bin=$target_dir/$target/debug/cri-smoke
@@ -47,7 +53,7 @@ status=$?
 set -e
 [ "$status" -eq 2 ] && grep -q -- '--image' <<<"$usage" ||
   die "$bin --help under qemu-aarch64-static exited $status without its usage: $usage"
-# Stripped: the debug info is most of its 70 MB, which every boot would copy into its disk.
+# Stripped: every boot copies it into its disk.
 mkdir -p "$(dirname "$out")"
 aarch64-linux-gnu-strip -o "$out.tmp" "$bin"
 if cmp -s "$out.tmp" "$out"; then rm "$out.tmp"; else mv "$out.tmp" "$out"; fi

@@ -8,9 +8,8 @@
 use std::time::Instant;
 
 use crate::arch::Arch;
-use crate::guest::Root;
 use crate::metadata::AwsInstance;
-use crate::node::{boot, finish_root, test_instance, Booted, NodeBoot};
+use crate::node::{boot, finish_root, rootfs_root, test_instance, Booted, NodeBoot};
 use crate::scenario::{self};
 use crate::Result;
 
@@ -36,21 +35,8 @@ pub fn boot_rootfs_node_arm64(spec: &NodeBoot) -> Result<Booted> {
     let t0 = Instant::now();
     let assets = crate::assets::ensure_arm64()?;
     let tools = scenario::tools()?;
-    let firstboot = scenario::firstboot_for(tools, Arch::Arm64)?;
     let work = tempfile::tempdir()?;
-    let baked = scenario::bake_for(
-        tools,
-        "ubuntu",
-        "rootfs",
-        &work.path().join("bake"),
-        Arch::Arm64,
-        &firstboot,
-    )?;
-    let layer = scenario::pick(&baked, ".tar.zst")?;
-    let root = Root::from_base(&assets.base, work.path())?;
-    scenario::install(tools, &layer, &root.dir)?;
-    let node_toml = scenario::node_toml(&work.path().join("node"), &spec.node)?;
-    scenario::render_files(tools, &node_toml, &root.dir)?;
+    let root = rootfs_root(tools, assets, work.path(), &spec.node)?;
     finish_root(&root, &spec.kubelet_mode, Arch::Arm64)?;
     crate::pod::install_for(&root, "ubuntu", Arch::Arm64)?;
     let disk = root.into_disk(&work.path().join("root.ext4"), 512)?;

@@ -95,9 +95,18 @@ pub struct Booted {
     pub log: PathBuf,
 }
 
-/// Prepares the root of a rootfs-layer node: base + `kiln install` + rendered files.
+/// Prepares the root of a rootfs-layer node: base + `kiln install` + rendered files. The
+/// layer is baked for the assets' architecture with that architecture's kiln-firstboot.
 pub fn rootfs_root(tools: &Tools, assets: &Assets, work: &Path, node: &NodeConfig) -> Result<Root> {
-    let baked = scenario::bake(tools, "ubuntu", "rootfs", &work.join("bake"))?;
+    let firstboot = scenario::firstboot_for(tools, assets.arch)?;
+    let baked = scenario::bake_for(
+        tools,
+        "ubuntu",
+        "rootfs",
+        &work.join("bake"),
+        assets.arch,
+        &firstboot,
+    )?;
     let layer = scenario::pick(&baked, ".tar.zst")?;
     let root = Root::from_base(&assets.base, work)?;
     scenario::install(tools, &layer, &root.dir)?;

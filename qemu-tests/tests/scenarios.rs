@@ -591,6 +591,8 @@ fn ubuntu_aws_arm64() {
         "no arm64 kernel banner on the console"
     );
     assert_pod_ran(o, "ubuntu");
+    // The aarch64 kiln-firstboot's doctor, on the arm64 node, finds what it finds on amd64.
+    assert_doctor(o);
     assert_eq!(o.status["provider"], "aws");
     assert_eq!(
         o.kubelet_env("NODE_IP").as_deref(),
