@@ -18,8 +18,10 @@ export KILN_FIXTURE_MIRROR=$PWD/$fixture
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 set +e
+# Not the arm64 scenario: it is emulated on this x86-64 host, so its boot is not comparable
+# with the amd64 base's marker (docs/boot-tests.md, "arm64", has its times).
 cargo nextest run --locked -p kiln-qemu-tests --no-capture --no-fail-fast \
-  --test boot --test scenarios >"$out" 2>&1
+  --test boot --test scenarios -E 'not test(ubuntu_aws_arm64)' >"$out" 2>&1
 rc=$?
 set -e
 grep -E '^(KILN-BOOT-BENCH|        (PASS|FAIL))' "$out" || true
