@@ -102,7 +102,9 @@ mod musl_setname {
                 return ENOSYS;
             }
             if prctl(PR_SET_NAME, name as c_ulong) != 0 {
-                return std::io::Error::last_os_error().raw_os_error().unwrap_or(ENOSYS);
+                return std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(ENOSYS);
             }
         }
         0
