@@ -180,6 +180,7 @@ fn lock_add(a: LockAddArgs, global: &Global) -> anyhow::Result<ExitCode> {
             Lock {
                 path: a.lock.clone(),
                 artifacts: Vec::new(),
+                images: Vec::new(),
             },
             String::new(),
         )

@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::exit::ExitClass;
+use crate::supply::lock_image;
+pub use crate::supply::lock_image::{Image, ImagePlatform};
+pub use crate::supply::names::{is_sha256_hex, Arch, Os};
 use crate::supply::sign::{self, SignError, Trust, Verified};
 
 /// The lock format version this kiln reads and writes.
@@ -21,82 +24,6 @@ pub const MAX_UNSIZED: u64 = 4 << 30;
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
-}
-
-/// Target operating system of an artifact.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Os {
-    /// Linux (ELF binaries).
-    Linux,
-    /// Windows (PE binaries).
-    Windows,
-}
-
-impl Os {
-    /// The name used in the lock and on the command line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Os::Linux => "linux",
-            Os::Windows => "windows",
-        }
-    }
-}
-
-impl fmt::Display for Os {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for Os {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "linux" => Ok(Os::Linux),
-            "windows" => Ok(Os::Windows),
-            other => Err(format!("unknown OS {other:?} (expected linux or windows)")),
-        }
-    }
-}
-
-/// Target CPU architecture of an artifact, in Go/Kubernetes spelling.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Arch {
-    /// x86-64.
-    Amd64,
-    /// AArch64.
-    Arm64,
-}
-
-impl Arch {
-    /// The name used in the lock and on the command line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Arch::Amd64 => "amd64",
-            Arch::Arm64 => "arm64",
-        }
-    }
-}
-
-impl fmt::Display for Arch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for Arch {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "amd64" => Ok(Arch::Amd64),
-            "arm64" => Ok(Arch::Arm64),
-            other => Err(format!(
-                "unknown architecture {other:?} (expected amd64 or arm64)"
-            )),
-        }
-    }
 }
 
 /// How the downloaded bytes are packaged.
@@ -209,6 +136,8 @@ struct LockFile {
     version: u32,
     #[serde(default, rename = "artifact")]
     artifacts: Vec<Artifact>,
+    #[serde(default, rename = "image", skip_serializing_if = "Vec::is_empty")]
+    images: Vec<Image>,
 }
 
 /// A parsed and validated artifact lock.
@@ -218,6 +147,8 @@ pub struct Lock {
     pub path: PathBuf,
     /// The artifacts, in file order.
     pub artifacts: Vec<Artifact>,
+    /// The pinned OCI images (`[[image]]`), in file order.
+    pub images: Vec<Image>,
 }
 
 /// Why a lock could not be read or is not valid.
@@ -248,6 +179,20 @@ pub enum LockError {
         path: PathBuf,
         /// The artifact id or index.
         artifact: String,
+        /// The field name.
+        field: &'static str,
+        /// What was expected.
+        expected: String,
+        /// What was found.
+        found: String,
+    },
+    /// An `[[image]]` field has a value the lock does not allow.
+    #[error("lock {path}: image {image}: field `{field}`: expected {expected}, found {found:?}")]
+    InvalidImage {
+        /// The lock file.
+        path: PathBuf,
+        /// The image name or index.
+        image: String,
         /// The field name.
         field: &'static str,
         /// What was expected.
@@ -316,9 +261,33 @@ impl Lock {
                 });
             }
         }
+        let mut names = BTreeSet::new();
+        for (i, img) in file.images.iter().enumerate() {
+            let who = if img.name.is_empty() {
+                format!("#{}", i + 1)
+            } else {
+                img.name.clone()
+            };
+            let invalid = |p: lock_image::Problem| LockError::InvalidImage {
+                path: path.to_path_buf(),
+                image: who.clone(),
+                field: p.field,
+                expected: p.expected,
+                found: p.found,
+            };
+            lock_image::validate(img).map_err(invalid)?;
+            if !names.insert(img.name.as_str()) {
+                return Err(invalid(lock_image::Problem {
+                    field: "name",
+                    expected: "each image name once in the lock".into(),
+                    found: img.name.clone(),
+                }));
+            }
+        }
         Ok(Lock {
             path: path.to_path_buf(),
             artifacts: file.artifacts,
+            images: file.images,
         })
     }
 
@@ -358,6 +327,7 @@ impl Lock {
         let file = LockFile {
             version: LOCK_VERSION,
             artifacts: self.artifacts.clone(),
+            images: self.images.clone(),
         };
         toml::to_string(&file).unwrap_or_default()
     }
@@ -366,13 +336,6 @@ impl Lock {
     pub fn total_size(&self) -> u64 {
         self.artifacts.iter().map(|a| a.size).sum()
     }
-}
-
-/// True for 64 lowercase hex digits.
-pub fn is_sha256_hex(s: &str) -> bool {
-    s.len() == 64
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn is_safe_relative(p: &str) -> bool {

@@ -10,7 +10,9 @@
 pub mod fetch;
 pub mod inspect;
 pub mod lock;
+pub mod lock_image;
 pub mod mirror;
+pub mod names;
 pub mod outdated;
 pub mod sign;
 pub mod store;
