@@ -144,6 +144,42 @@ impl NetArgs {
     }
 }
 
+/// How to reach OCI registries for the lock's `[[image]]` entries.
+#[derive(Debug, Clone, Args)]
+pub struct RegistryArgs {
+    /// Docker-style registry credentials (`auths.<host>.auth`). Default:
+    /// $DOCKER_CONFIG/config.json, else ~/.docker/config.json, else anonymous.
+    #[arg(long, value_name = "FILE", env = "KILN_REGISTRY_AUTH")]
+    pub registry_auth: Option<PathBuf>,
+    /// Extra CA certificates (PEM) to trust for registries, on top of the built-in roots.
+    #[arg(long, value_name = "FILE", env = "KILN_REGISTRY_CA")]
+    pub registry_ca: Option<PathBuf>,
+    /// Speak plain HTTP (no TLS) to this registry (HOST:PORT, repeatable). For loopback
+    /// registries only: credentials would cross the network in clear.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub registry_plain_http: Vec<String>,
+}
+
+impl RegistryArgs {
+    pub(crate) fn options(&self) -> anyhow::Result<crate::supply::registry::RegistryOptions> {
+        use anyhow::Context as _;
+        let credentials =
+            crate::supply::registry::CredentialStore::load(self.registry_auth.as_deref())
+                .map_err(anyhow::Error::msg)?;
+        let extra_ca_pem = match &self.registry_ca {
+            Some(p) => Some(
+                std::fs::read(p).with_context(|| format!("reading registry CA {}", p.display()))?,
+            ),
+            None => None,
+        };
+        Ok(crate::supply::registry::RegistryOptions {
+            credentials,
+            extra_ca_pem,
+            plain_http: self.registry_plain_http.clone(),
+        })
+    }
+}
+
 /// Which lock entries to act on.
 #[derive(Debug, Clone, Args)]
 pub struct FilterArgs {
@@ -166,6 +202,21 @@ impl FilterArgs {
             .filter(|a| self.arch.is_none_or(|x| a.arch == x))
             .filter(|a| self.names.is_empty() || self.names.contains(&a.name))
             .cloned()
+            .collect()
+    }
+
+    /// The lock's images these filters select, each keeping only the selected platforms.
+    pub(crate) fn apply_images(&self, lock: &Lock) -> Vec<lock::Image> {
+        lock.images
+            .iter()
+            .filter(|i| self.names.is_empty() || self.names.contains(&i.name))
+            .filter_map(|i| {
+                let mut i = i.clone();
+                i.platforms.retain(|p| {
+                    self.os.is_none_or(|o| p.os == o) && self.arch.is_none_or(|x| p.arch == x)
+                });
+                (!i.platforms.is_empty()).then_some(i)
+            })
             .collect()
     }
 }

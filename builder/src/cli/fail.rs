@@ -11,6 +11,7 @@ use crate::supply::inspect::InspectError;
 use crate::supply::lock::LockError;
 use crate::supply::mirror::MirrorError;
 use crate::supply::outdated::index::IndexError;
+use crate::supply::registry::RegistryError;
 use crate::supply::sign::SignError;
 use crate::supply::store::StoreError;
 
@@ -67,6 +68,7 @@ fn class_of(cause: &(dyn StdError + 'static)) -> Option<ExitClass> {
         LockError,
         StoreError,
         FetchError,
+        RegistryError,
         MirrorError,
         IndexError,
         InspectError,

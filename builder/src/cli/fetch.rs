@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use clap::Args;
 
 use crate::cli::common::{
-    default_cache, done, load_lock, runtime, FilterArgs, Global, NetArgs, TrustArgs, DEFAULT_LOCK,
+    default_cache, done, load_lock, runtime, FilterArgs, Global, NetArgs, RegistryArgs, TrustArgs,
+    DEFAULT_LOCK,
 };
 use crate::cli::progress;
 use crate::supply::lock;
@@ -32,6 +33,8 @@ pub struct FetchArgs {
     #[command(flatten)]
     pub net: NetArgs,
     #[command(flatten)]
+    pub registry: RegistryArgs,
+    #[command(flatten)]
     pub trust: TrustArgs,
 }
 
@@ -55,7 +58,71 @@ fn fetch_cmd(a: FetchArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let artifacts = a.filter.apply(&lock);
     let summary = run_fetch_all(&store, &artifacts, &sources, &a.net, global)?;
     report_summary("fetch", &cache, &summary, global);
+    let images = a.filter.apply_images(&lock);
+    let upstream = sources.contains(&crate::supply::fetch::Source::Upstream);
+    run_pull_images(
+        "fetch",
+        &store,
+        &images,
+        upstream,
+        &a.registry,
+        &a.net,
+        global,
+    )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Pulls the lock's images from their registries into `store` (an OCI image layout) and
+/// reports what was done. Images come only from their registries: without upstream access
+/// (a `--mirror` without `--upstream`) they are named and left out, never silently.
+pub(crate) fn run_pull_images(
+    what: &str,
+    store: &crate::supply::store::Store,
+    images: &[lock::Image],
+    upstream: bool,
+    registry: &RegistryArgs,
+    net: &NetArgs,
+    global: &Global,
+) -> anyhow::Result<()> {
+    if images.is_empty() {
+        return Ok(());
+    }
+    if !upstream {
+        let names: Vec<String> = images.iter().map(|i| i.id()).collect();
+        eprintln!(
+            "kiln: {what}: images are pulled from their registries only; add --upstream to pull {}",
+            names.join(", ")
+        );
+        return Ok(());
+    }
+    let ropts = registry.options()?;
+    let reporter = progress::reporter(global, &[]);
+    let rt = runtime()?;
+    let r = rt.block_on(crate::supply::registry::pull_images(
+        store,
+        images,
+        &ropts,
+        &net.options(),
+        reporter.clone(),
+    ));
+    progress::finish(&reporter);
+    let s = r?;
+    if global.json {
+        println!(
+            "{}",
+            serde_json::json!({"event": "summary", "command": what, "dir": store.root(), "images": s})
+        );
+    } else if !global.quiet {
+        println!(
+            "{what}: {} images ({} manifests and blobs, {} already present) in {}, {} bytes transferred",
+            s.images,
+            s.blobs,
+            s.cached,
+            store.root().display(),
+            s.transferred
+        );
+    }
+    Ok(())
 }
 
 pub(crate) fn run_fetch_all(

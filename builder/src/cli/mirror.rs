@@ -7,9 +7,10 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
 use crate::cli::common::{
-    describe, done, exit, load_lock, runtime, FilterArgs, Global, NetArgs, TrustArgs, DEFAULT_LOCK,
+    describe, done, exit, load_lock, runtime, FilterArgs, Global, NetArgs, RegistryArgs, TrustArgs,
+    DEFAULT_LOCK,
 };
-use crate::cli::fetch::{report_summary, run_fetch_all};
+use crate::cli::fetch::{report_summary, run_fetch_all, run_pull_images};
 use crate::supply::sign::{self, Verified};
 
 /// `kiln mirror …`
@@ -45,6 +46,8 @@ pub struct MirrorSyncArgs {
     pub filter: FilterArgs,
     #[command(flatten)]
     pub net: NetArgs,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
     #[command(flatten)]
     pub trust: TrustArgs,
 }
@@ -232,6 +235,17 @@ fn mirror_sync(a: MirrorSyncArgs, global: &Global) -> anyhow::Result<ExitCode> {
     }
     let artifacts = a.filter.apply(&lock);
     let summary = run_fetch_all(mirror.store(), &artifacts, &sources, &a.net, global)?;
+    let images = a.filter.apply_images(&lock);
+    let upstream = sources.contains(&crate::supply::fetch::Source::Upstream);
+    run_pull_images(
+        "mirror sync",
+        mirror.store(),
+        &images,
+        upstream,
+        &a.registry,
+        &a.net,
+        global,
+    )?;
     // The lock goes in last: a mirror only advertises a lock once its blobs are present.
     mirror.install_lock_file(&lock_path)?;
     report_summary("mirror sync", &a.to, &summary, global);
@@ -273,6 +287,17 @@ fn mirror_verify(a: MirrorVerifyArgs, global: &Global) -> anyhow::Result<ExitCod
                     .as_ref()
                     .map_or(String::new(), |p| p.display().to_string())
             );
+        }
+    }
+    let mut report = report;
+    if let Some(lock) = &lock {
+        for img in &lock.images {
+            report
+                .missing
+                .extend(crate::supply::registry::layout::missing(
+                    mirror.store(),
+                    img,
+                ));
         }
     }
     for m in &report.missing {

@@ -14,5 +14,6 @@ pub mod lock_image;
 pub mod mirror;
 pub mod names;
 pub mod outdated;
+pub mod registry;
 pub mod sign;
 pub mod store;

@@ -49,6 +49,9 @@ pub(crate) enum AttemptError {
     Transient(String),
     /// This source cannot deliver this artifact; try the next one.
     Fatal(String),
+    /// The source refused the credentials sent (HTTP 401/403): a registry token may have
+    /// expired; otherwise the same as [`AttemptError::Fatal`].
+    Denied(String),
     /// The source delivered wrong bytes (digest/size); try the next one.
     Wrong(String),
     /// The store itself failed; stop.
@@ -58,7 +61,10 @@ pub(crate) enum AttemptError {
 /// The message of a failed attempt.
 pub(crate) fn msg(e: &AttemptError) -> String {
     match e {
-        AttemptError::Transient(m) | AttemptError::Fatal(m) | AttemptError::Wrong(m) => m.clone(),
+        AttemptError::Transient(m)
+        | AttemptError::Fatal(m)
+        | AttemptError::Denied(m)
+        | AttemptError::Wrong(m) => m.clone(),
         AttemptError::Store(e) => e.to_string(),
     }
 }

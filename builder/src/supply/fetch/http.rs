@@ -12,11 +12,14 @@ use super::source::{backoff, FetchOptions};
 use crate::supply::store::{Claim, Expect, Partial, Store};
 
 /// Downloads one URL into the store with retries; returns the bytes reused by resume.
+/// `headers` go with every request (a registry's `Accept` and `Authorization`; never logged).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn fetch_url(
     client: &reqwest::Client,
     store: &Store,
     expect: &Expect,
     url: &str,
+    headers: &reqwest::header::HeaderMap,
     opts: &FetchOptions,
     reporter: &dyn Reporter,
     transferred: &AtomicU64,
@@ -32,7 +35,7 @@ pub(crate) async fn fetch_url(
             Claim::Busy => continue,
         };
         let resumed = *resumed.get_or_insert(partial.len());
-        let result = match request(client, &mut partial, url, opts).await {
+        let result = match request(client, &mut partial, url, headers, opts).await {
             Ok(None) => commit_off_thread(partial, url.to_string()).await,
             Ok(Some(resp)) => {
                 let (partial, r) =
@@ -107,13 +110,14 @@ async fn request(
     client: &reqwest::Client,
     partial: &mut Partial,
     url: &str,
+    headers: &reqwest::header::HeaderMap,
     opts: &FetchOptions,
 ) -> Result<Option<reqwest::Response>, AttemptError> {
     let size = partial.expect().size;
     if partial.expect().exact && partial.len() == size {
         return Ok(None);
     }
-    let mut req = client.get(url);
+    let mut req = client.get(url).headers(headers.clone());
     if !partial.is_empty() {
         req = req.header(reqwest::header::RANGE, format!("bytes={}-", partial.len()));
     }
@@ -155,6 +159,7 @@ async fn request(
         _ if transient_status(status) => {
             return Err(AttemptError::Transient(format!("{url}: HTTP {status}")));
         }
+        401 | 403 => return Err(AttemptError::Denied(format!("{url}: HTTP {status}"))),
         _ => {
             return Err(AttemptError::Fatal(format!(
                 "{url}: HTTP {status} (expected 200 or 206)"

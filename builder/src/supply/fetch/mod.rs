@@ -18,14 +18,15 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 
 pub use error::FetchError;
+pub(crate) use error::{msg, AttemptError};
+pub(crate) use http::fetch_url;
 pub use http::{content_range_start, hash_url};
 pub use report::{Event, Reporter, Silent, Summary};
+pub(crate) use source::backoff;
 pub use source::{FetchOptions, Source};
 
 use crate::supply::lock::Artifact;
 use crate::supply::store::{Claim, Expect, Store, CHUNK};
-use error::{msg, AttemptError};
-use http::fetch_url;
 use partial::{claim, commit_off_thread, write_chunk};
 
 /// Fetches every artifact into `store`, trying `sources` in order for each. Artifacts already
@@ -88,7 +89,9 @@ pub async fn fetch_all(
                 wrong_bytes = true;
                 failures.push((id, e));
             }
-            Err(AttemptError::Transient(e) | AttemptError::Fatal(e)) => failures.push((id, e)),
+            Err(AttemptError::Transient(e) | AttemptError::Fatal(e) | AttemptError::Denied(e)) => {
+                failures.push((id, e))
+            }
         }
     }
     summary.transferred = transferred.load(Ordering::Relaxed);
@@ -170,7 +173,19 @@ async fn fetch_one(
             }
         };
         for url in urls {
-            match fetch_url(client, store, &expect, &url, opts, reporter, transferred).await {
+            let none = reqwest::header::HeaderMap::new();
+            match fetch_url(
+                client,
+                store,
+                &expect,
+                &url,
+                &none,
+                opts,
+                reporter,
+                transferred,
+            )
+            .await
+            {
                 Ok(resumed) => {
                     let len =
                         std::fs::metadata(store.blob_path(&a.sha256)).map_or(a.size, |m| m.len());

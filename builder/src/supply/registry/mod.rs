@@ -1,0 +1,271 @@
+//! Pulling the lock's `[[image]]` entries from OCI registries into the store.
+//!
+//! The distribution API (`/v2/<repo>/manifests/<digest>`, `/v2/<repo>/blobs/<digest>`), pulled
+//! by digest only: the index the lock pins, the manifest of each pinned platform (other
+//! platforms are left out), then its config and layers. Every manifest and blob goes through
+//! the file fetcher's download ([`crate::supply::fetch`]): hashed while streaming into a
+//! partial file, renamed only when the digest matches, resumed with Range, retried with the
+//! same backoff. Auth: anonymous, `Basic`, or the bearer-token exchange, with credentials from
+//! a docker-style file ([`auth`]). The store becomes an OCI image layout ([`layout`]).
+
+pub mod auth;
+pub mod layout;
+pub mod manifest;
+mod session;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde::Serialize;
+
+pub use auth::{CredentialStore, Credentials};
+
+use crate::exit::ExitClass;
+use crate::supply::fetch::{msg, AttemptError, FetchOptions, Reporter};
+use crate::supply::lock_image::Image;
+use crate::supply::store::{Store, StoreError};
+use manifest::Parsed;
+use session::Session;
+
+/// How to reach registries.
+#[derive(Debug, Clone, Default)]
+pub struct RegistryOptions {
+    /// Credentials by host.
+    pub credentials: CredentialStore,
+    /// Extra trusted CA certificates (PEM), on top of the built-in roots.
+    pub extra_ca_pem: Option<Vec<u8>>,
+    /// Hosts (`host:port`) spoken to over plain HTTP (loopback test registries).
+    pub plain_http: Vec<String>,
+}
+
+/// Why pulling images failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// Some images could not be pulled.
+    #[error("{} of {total} images could not be pulled:\n{}", failures.len(), failures.iter().map(|(id, e)| format!("  {id}: {e}")).collect::<Vec<_>>().join("\n"))]
+    Failed {
+        /// Images attempted.
+        total: usize,
+        /// `(image id, last error)` per failed image.
+        failures: Vec<(String, String)>,
+        /// Whether any failure was wrong bytes (a digest or size mismatch).
+        wrong_bytes: bool,
+    },
+    /// The overall deadline passed.
+    #[error("pulling images did not finish within its deadline of {0:?}; partial downloads are kept and resume next time")]
+    Deadline(Duration),
+    /// The HTTP client or the options are unusable.
+    #[error("registry client: {0}")]
+    Client(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl RegistryError {
+    /// Wrong bytes exit 3; unreachable registries and the deadline exit 4; the rest 1.
+    pub fn exit_class(&self) -> ExitClass {
+        match self {
+            RegistryError::Failed {
+                wrong_bytes: true, ..
+            } => ExitClass::Verify,
+            RegistryError::Failed { .. } | RegistryError::Deadline(_) => ExitClass::Fetch,
+            RegistryError::Client(_) | RegistryError::Store(_) => ExitClass::Failure,
+        }
+    }
+}
+
+/// What a pull did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ImageSummary {
+    /// Images complete in the store.
+    pub images: usize,
+    /// Manifests and blobs they consist of.
+    pub blobs: usize,
+    /// Of those, already present before this run.
+    pub cached: usize,
+    /// Bytes received.
+    pub transferred: u64,
+}
+
+/// Builds the registry HTTP client: rustls, the extra CA if given, no transparent
+/// decompression (it would change the bytes being hashed).
+pub fn client(ropts: &RegistryOptions, opts: &FetchOptions) -> Result<reqwest::Client, String> {
+    let mut b = reqwest::Client::builder()
+        .connect_timeout(opts.connect_timeout)
+        .user_agent(concat!("kiln/", env!("CARGO_PKG_VERSION")))
+        .no_gzip();
+    if let Some(pem) = &ropts.extra_ca_pem {
+        for cert in reqwest::Certificate::from_pem_bundle(pem)
+            .map_err(|e| format!("the registry CA file is not PEM certificates: {e}"))?
+        {
+            b = b.add_root_certificate(cert);
+        }
+    }
+    b.build().map_err(|e| e.to_string())
+}
+
+/// Pulls every image into `store` and records each in the layout's `index.json`.
+pub async fn pull_images(
+    store: &Store,
+    images: &[Image],
+    ropts: &RegistryOptions,
+    opts: &FetchOptions,
+    reporter: Arc<dyn Reporter>,
+) -> Result<ImageSummary, RegistryError> {
+    let client = client(ropts, opts).map_err(RegistryError::Client)?;
+    let transferred = Arc::new(AtomicU64::new(0));
+    let mut summary = ImageSummary::default();
+    let mut failures = Vec::new();
+    let mut wrong_bytes = false;
+    let work = async {
+        for img in images {
+            let r = pull_one(&client, store, img, ropts, opts, &*reporter, &transferred).await;
+            match r {
+                Ok((blobs, cached)) => {
+                    summary.images += 1;
+                    summary.blobs += blobs;
+                    summary.cached += cached;
+                }
+                Err(AttemptError::Store(e)) => return Err(RegistryError::Store(e)),
+                Err(e) => {
+                    wrong_bytes |= matches!(e, AttemptError::Wrong(_));
+                    failures.push((img.id(), msg(&e)));
+                }
+            }
+        }
+        Ok(())
+    };
+    tokio::time::timeout(opts.deadline, work)
+        .await
+        .map_err(|_| RegistryError::Deadline(opts.deadline))??;
+    summary.transferred = transferred.load(Ordering::Relaxed);
+    if !failures.is_empty() {
+        return Err(RegistryError::Failed {
+            total: images.len(),
+            failures,
+            wrong_bytes,
+        });
+    }
+    Ok(summary)
+}
+
+/// Pulls one image; returns (blobs it has, blobs that were already present).
+async fn pull_one(
+    client: &reqwest::Client,
+    store: &Store,
+    img: &Image,
+    ropts: &RegistryOptions,
+    opts: &FetchOptions,
+    reporter: &dyn Reporter,
+    transferred: &AtomicU64,
+) -> Result<(usize, usize), AttemptError> {
+    let r = img.image_ref().map_err(AttemptError::Fatal)?;
+    let scheme = if ropts.plain_http.iter().any(|h| h == &r.host) {
+        "http"
+    } else {
+        "https"
+    };
+    let session = Session::new(client, scheme, &r, ropts.credentials.get(&r.host), opts);
+    let mut blobs = 0;
+    let mut cached = 0;
+    let root_hex = hex_of(&img.digest)?;
+    cached += usize::from(store.contains(root_hex));
+    session
+        .manifest(store, &img.digest, None, reporter, transferred)
+        .await?;
+    blobs += 1;
+    let (root, root_size) = layout::read_manifest(store, &img.digest)
+        .map_err(|e| AttemptError::Wrong(format!("{}: {e}", img.id())))?;
+    let (root_type, manifests) = match &root {
+        Parsed::Index {
+            media_type,
+            manifests,
+        } => {
+            let mut picked = Vec::new();
+            for p in &img.platforms {
+                let d = manifest::select(manifests, p.os, p.arch).map_err(|e| {
+                    AttemptError::Fatal(format!("{} {}: {e}", img.id(), img.digest))
+                })?;
+                if let Some(pinned) = &p.digest {
+                    if pinned != &d.digest {
+                        return Err(AttemptError::Wrong(format!(
+                            "{}: the index names {} for {}/{}, the lock pins {pinned}",
+                            img.id(),
+                            d.digest,
+                            p.os,
+                            p.arch
+                        )));
+                    }
+                }
+                picked.push((d.digest.clone(), Some(d.size)));
+            }
+            (media_type.clone(), picked)
+        }
+        Parsed::Manifest { media_type, .. } => {
+            if img.platforms.len() != 1 {
+                return Err(AttemptError::Fatal(format!(
+                    "{}: {} is a single-platform manifest, but the lock pins {} platforms",
+                    img.id(),
+                    img.digest,
+                    img.platforms.len()
+                )));
+            }
+            (media_type.clone(), Vec::new())
+        }
+    };
+    let mut to_walk: Vec<String> = Vec::new();
+    for (digest, size) in &manifests {
+        cached += usize::from(store.contains(hex_of(digest)?));
+        session
+            .manifest(store, digest, *size, reporter, transferred)
+            .await?;
+        blobs += 1;
+        to_walk.push(digest.clone());
+    }
+    if manifests.is_empty() {
+        to_walk.push(img.digest.clone());
+    }
+    for m in &to_walk {
+        let (parsed, _) = layout::read_manifest(store, m)
+            .map_err(|e| AttemptError::Wrong(format!("{}: {e}", img.id())))?;
+        let Parsed::Manifest { config, layers, .. } = parsed else {
+            return Err(AttemptError::Fatal(format!(
+                "{}: {m} is an index inside an index",
+                img.id()
+            )));
+        };
+        let all: Vec<_> = std::iter::once(config).chain(layers).collect();
+        cached += all.iter().filter(|d| store.contains(d.hex())).count();
+        blobs += all.len();
+        let results = futures_util::stream::iter(
+            all.iter()
+                .map(|d| session.blob(store, d, reporter, transferred)),
+        )
+        .buffer_unordered(opts.concurrency.max(1))
+        .collect::<Vec<_>>()
+        .await;
+        for r in results {
+            r?;
+        }
+    }
+    if manifests.is_empty() {
+        let p = &img.platforms[0];
+        session::check_config_platform(store, &to_walk[0], p.os, p.arch)
+            .map_err(|e| AttemptError::Wrong(format!("{}: {e}", img.id())))?;
+    }
+    let st = store.clone();
+    let image = img.clone();
+    tokio::task::spawn_blocking(move || layout::record(&st, &image, &root_type, root_size))
+        .await
+        .map_err(|e| AttemptError::Fatal(format!("index task failed: {e}")))?
+        .map_err(AttemptError::Store)?;
+    Ok((blobs, cached))
+}
+
+fn hex_of(digest: &str) -> Result<&str, AttemptError> {
+    crate::supply::lock_image::digest_hex(digest)
+        .ok_or_else(|| AttemptError::Wrong(format!("not a sha256 digest: {digest:?}")))
+}
