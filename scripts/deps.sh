@@ -27,6 +27,7 @@ base=(
   musl-tools
   protobuf-compiler                  # tools/cri-smoke: k8s-cri compiles the CRI protos with protoc
   gcc-aarch64-linux-gnu libc6-dev-arm64-cross   # arm64 stand-ins of the fixture mirror
+  docker-registry skopeo umoci apache2-utils    # registry tests (issue 16): a real registry, independent OCI clients, htpasswd -B
 )
 # The release kiln-firstboot is built by Debian's rustc with `-Z build-std` for musl
 # (scripts/build-firstboot.sh, docs/building.md): rustup's toolchains have no rust-src.

@@ -2,6 +2,7 @@
 //! `kiln` binary, and a loopback HTTP server with faults on demand (see `server`).
 #![allow(dead_code)]
 
+pub mod registry;
 pub mod server;
 
 use std::path::{Path, PathBuf};

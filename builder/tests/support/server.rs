@@ -132,6 +132,11 @@ impl Drop for Server {
     }
 }
 
+/// Resets a connection (RST) instead of closing it cleanly.
+pub fn reset_conn(conn: &TcpStream) {
+    reset(conn)
+}
+
 fn reset(conn: &TcpStream) {
     use std::os::unix::io::AsRawFd;
     let l = libc::linger {

@@ -186,11 +186,7 @@ pub fn parse(bytes: &[u8], content_type: &str) -> Result<Parsed, String> {
 
 /// The index entry for `os`/`arch` (any variant). More than one entry for a platform is
 /// refused: which one would be pinned would be a guess.
-pub fn select<'a>(
-    manifests: &'a [Descriptor],
-    os: Os,
-    arch: Arch,
-) -> Result<&'a Descriptor, String> {
+pub fn select(manifests: &[Descriptor], os: Os, arch: Arch) -> Result<&Descriptor, String> {
     let mut hits = manifests.iter().filter(|d| {
         d.platform
             .as_ref()

@@ -234,10 +234,12 @@ impl<'a> Session<'a> {
             .await
             {
                 Ok(resumed) => {
+                    let len = std::fs::metadata(store.blob_path(&expect.sha256))
+                        .map_or(expect.size, |m| m.len());
                     reporter.event(&Event::Done {
                         id: expect.what.clone(),
                         source: url.to_string(),
-                        transferred: expect.size.saturating_sub(resumed),
+                        transferred: len.saturating_sub(resumed),
                         resumed,
                     });
                     return Ok(());
