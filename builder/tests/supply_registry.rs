@@ -415,3 +415,91 @@ fn crafted_manifests_are_refused() {
         assert!(!d.join("etc").exists() && !m.join("blobs/etc").exists());
     }
 }
+
+/// `kiln mirror pack` carries the images (each blob after the document naming it) and
+/// `unpack` accepts only blobs reached from the lock's pinned digests.
+#[test]
+fn a_pack_carries_the_images_across_the_gap() {
+    if !registry::tools_or_skip("oci-registry") {
+        return;
+    }
+    let fx = fixture();
+    let reg = Registry::start(&fx.dir.path().join("reg"), false);
+    reg.push(&fx.img.layout, "test", "kiln/pause");
+    let reference = format!("{}/kiln/pause:test", reg.host);
+    let lock = lock_for(&fx, &reference);
+    let m = fx.dir.path().join("mirror");
+    let o = sync(&fx, &lock, &m, &["--registry-plain-http", &reg.host]);
+    assert!(o.status.success(), "{}", out_text(&o));
+    let pack = fx.dir.path().join("m.tar.zst");
+    let mirror = |args: &[&str]| {
+        run(kiln()
+            .arg("mirror")
+            .args(args)
+            .arg("--trusted-key")
+            .arg(&fx.pk))
+    };
+    let o = mirror(&["pack", m.to_str().unwrap(), "-o", pack.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", out_text(&o));
+    drop(reg); // the far side of the gap has no registry
+    let far = fx.dir.path().join("far");
+    let o = mirror(&[
+        "unpack",
+        pack.to_str().unwrap(),
+        "--to",
+        far.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", out_text(&o));
+    assert_eq!(all_blobs_honest(&far), 7);
+    let raw = skopeo(&[
+        "inspect",
+        "--raw",
+        &format!("oci:{}:{reference}", far.display()),
+    ]);
+    assert!(raw.status.success(), "{}", out_text(&raw));
+    let o = mirror(&["verify", far.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", out_text(&o));
+
+    // A pack that slips in a blob the lock does not reach (the unpinned s390x manifest, named
+    // by the index but not kept) is refused.
+    let s390x = &fx.img.platforms[2];
+    let evil = fx.dir.path().join("evil.tar.zst");
+    {
+        let f = std::fs::File::create(&evil).unwrap();
+        let mut t = tar::Builder::new(zstd::Encoder::new(f, 3).unwrap().auto_finish());
+        let mut add = |name: &str, bytes: &[u8]| {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(bytes.len() as u64);
+            h.set_mode(0o644);
+            h.set_entry_type(tar::EntryType::Regular);
+            t.append_data(&mut h, name, bytes).unwrap();
+        };
+        add("artifacts.lock", &std::fs::read(&lock).unwrap());
+        add(
+            "artifacts.lock.minisig",
+            &std::fs::read(format!("{}.minisig", lock.display())).unwrap(),
+        );
+        for d in [&fx.img.index_digest, &s390x.2] {
+            let path = m.join("blobs/sha256").join(hex(d));
+            let bytes = std::fs::read(&path)
+                .or_else(|_| std::fs::read(fx.img.layout.join("blobs/sha256").join(hex(d))))
+                .unwrap();
+            add(&format!("blobs/sha256/{}", hex(d)), &bytes);
+        }
+        t.into_inner().unwrap();
+    }
+    let far2 = fx.dir.path().join("far2");
+    let o = mirror(&[
+        "unpack",
+        evil.to_str().unwrap(),
+        "--to",
+        far2.to_str().unwrap(),
+    ]);
+    let text = out_text(&o);
+    assert_eq!(o.status.code(), Some(3), "{text}");
+    assert!(
+        text.contains(&format!("blob {} is not named by the lock", hex(&s390x.2))),
+        "{text}"
+    );
+    assert!(!far2.join("blobs/sha256").join(hex(&s390x.2)).exists());
+}

@@ -21,6 +21,9 @@ use crate::atomic_file::{self, AtomicFile};
 use crate::digest::FileDigest;
 use crate::exit::ExitClass;
 use crate::supply::lock::{is_sha256_hex, Lock, LockError};
+use crate::supply::mirror_images;
+use crate::supply::registry::layout;
+use crate::supply::registry::manifest::Parsed;
 use crate::supply::sign::{self, Trust, Verified};
 use crate::supply::store::{self, Expect, Store, StoreError};
 
@@ -269,12 +272,19 @@ impl Mirror {
     /// the lock names, in lock order. Entries have fixed owners and mtimes. Written to a temp
     /// file next to `out` and renamed when complete.
     pub fn pack(&self, lock: &Lock, out: &Path, level: i32) -> Result<u64, MirrorError> {
-        let missing: Vec<String> = lock
+        let mut missing: Vec<String> = lock
             .artifacts
             .iter()
             .filter(|a| !self.store.contains(&a.sha256))
             .map(|a| a.id())
             .collect();
+        let mut image_blobs = Vec::new();
+        for img in &lock.images {
+            match mirror_images::closure(&self.store, img) {
+                Ok(b) => image_blobs.extend(b),
+                Err(e) => missing.push(e),
+            }
+        }
         if !missing.is_empty() {
             return Err(MirrorError::Missing {
                 where_: self.root().display().to_string(),
@@ -298,28 +308,45 @@ impl Mirror {
             if !seen.insert(a.sha256.clone()) {
                 continue;
             }
-            let p = self.store.blob_path(&a.sha256);
-            let f = std::fs::File::open(&p).map_err(io("opening", &p))?;
-            let len = match a.known_size() {
-                Some(n) => n,
-                None => f.metadata().map_err(io("reading", &p))?.len(),
-            };
-            let mut h = tar::Header::new_gnu();
-            h.set_size(len);
-            h.set_mode(0o644);
-            h.set_mtime(0);
-            h.set_uid(0);
-            h.set_gid(0);
-            h.set_entry_type(tar::EntryType::Regular);
-            // Limit to the lock's size so a blob grown on disk cannot smuggle extra bytes.
-            tar.append_data(&mut h, format!("blobs/sha256/{}", a.sha256), f.take(len))
-                .map_err(io("writing pack", out))?;
-            total += len;
+            total += self.append_blob(&mut tar, &a.sha256, a.known_size(), out)?;
+        }
+        // Images after the files, each blob after the manifest or index that names it, so
+        // unpack can check every blob against a parent it already verified.
+        for (hex, size) in image_blobs {
+            if seen.insert(hex.clone()) {
+                total += self.append_blob(&mut tar, &hex, Some(size), out)?;
+            }
         }
         let enc = tar.into_inner().map_err(io("finishing tar in", out))?;
         let tmp = enc.finish().map_err(io("finishing zstd in", out))?;
         tmp.commit(0o600).map_err(from_write)?;
         Ok(total)
+    }
+
+    fn append_blob<W: Write>(
+        &self,
+        tar: &mut tar::Builder<W>,
+        hex: &str,
+        size: Option<u64>,
+        out: &Path,
+    ) -> Result<u64, MirrorError> {
+        let p = self.store.blob_path(hex);
+        let f = std::fs::File::open(&p).map_err(io("opening", &p))?;
+        let len = match size {
+            Some(n) => n,
+            None => f.metadata().map_err(io("reading", &p))?.len(),
+        };
+        let mut h = tar::Header::new_gnu();
+        h.set_size(len);
+        h.set_mode(0o644);
+        h.set_mtime(0);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_entry_type(tar::EntryType::Regular);
+        // Limit to the recorded size so a blob grown on disk cannot smuggle extra bytes.
+        tar.append_data(&mut h, format!("blobs/sha256/{hex}"), f.take(len))
+            .map_err(io("writing pack", out))?;
+        Ok(len)
     }
 
     /// Unpacks a `.tar.zst` made by [`Mirror::pack`] into this mirror: the lock inside is
@@ -336,6 +363,7 @@ impl Mirror {
         let mut lock_bytes: Option<Vec<u8>> = None;
         let mut sig_bytes: Option<Vec<u8>> = None;
         let mut lock: Option<(Lock, Verified)> = None;
+        let mut images: Option<mirror_images::Unpacking> = None;
         for entry in ar.entries().map_err(io("reading tar", pack))? {
             let mut entry = entry.map_err(io("reading tar", pack))?;
             let name = entry
@@ -372,17 +400,23 @@ impl Mirror {
                 lock = Some(packed_lock(pack, lb, sig_bytes.as_deref(), trust)?);
             }
             let (l, _) = lock.as_ref().ok_or_else(|| bad("no lock".into()))?;
-            let Some(a) = l
+            let imgs =
+                images.get_or_insert_with(|| mirror_images::Unpacking::new(l.images.clone()));
+            let expect = match l
                 .artifacts
                 .iter()
                 .find(|a| is_sha256_hex(hex) && a.sha256 == hex)
-            else {
-                return Err(bad(format!(
-                    "blob {hex} is not named by the lock inside the pack"
-                )));
+            {
+                Some(a) => Expect::for_artifact(a),
+                None => imgs.expect(hex).ok_or_else(|| {
+                    bad(format!(
+                        "blob {hex} is not named by the lock inside the pack (nor reached from its images)"
+                    ))
+                })?,
             };
-            self.store
-                .put_reader(&mut entry, &Expect::for_artifact(a))?;
+            self.store.put_reader(&mut entry, &expect)?;
+            imgs.stored(&self.store, hex)
+                .map_err(|e| bad(format!("blob {hex}: {e}")))?;
         }
         if lock.is_none() {
             // A pack of an empty lock, or one with only the lock in it.
@@ -392,12 +426,15 @@ impl Mirror {
             lock = Some(packed_lock(pack, lb, sig_bytes.as_deref(), trust)?);
         }
         let (l, v) = lock.ok_or_else(|| bad("no lock".into()))?;
-        let missing: Vec<String> = l
+        let mut missing: Vec<String> = l
             .artifacts
             .iter()
             .filter(|a| !self.store.contains(&a.sha256))
             .map(|a| a.id())
             .collect();
+        for img in &l.images {
+            missing.extend(layout::missing(&self.store, img));
+        }
         if !missing.is_empty() {
             return Err(MirrorError::Missing {
                 where_: pack.display().to_string(),
@@ -406,6 +443,16 @@ impl Mirror {
         }
         for a in &l.artifacts {
             self.store.record(a)?;
+        }
+        for img in &l.images {
+            let (root, len) = layout::read_manifest(&self.store, &img.digest)
+                .map_err(|e| bad(format!("{}: {e}", img.id())))?;
+            let media_type = match root {
+                Parsed::Index { media_type, .. } | Parsed::Manifest { media_type, .. } => {
+                    media_type
+                }
+            };
+            layout::record(&self.store, img, &media_type, len)?;
         }
         self.install_lock(
             lock_bytes.as_deref().unwrap_or_default(),

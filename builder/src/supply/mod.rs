@@ -12,6 +12,7 @@ pub mod inspect;
 pub mod lock;
 pub mod lock_image;
 pub mod mirror;
+pub mod mirror_images;
 pub mod names;
 pub mod outdated;
 pub mod registry;
