@@ -28,8 +28,18 @@ fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Store
 }
 
 /// Records a pulled image in `index.json` (replacing an entry of the same ref name, keeping
-/// the others) and writes the `oci-layout` marker if missing. Both are written atomically.
+/// the others) and writes the `oci-layout` marker if missing. Both are written atomically,
+/// under the store's `index.json` lock so concurrent syncs never drop each other's entries.
 pub fn record(store: &Store, image: &Image, media_type: &str, size: u64) -> Result<(), StoreError> {
+    store.locked(INDEX_FILE, || record_locked(store, image, media_type, size))?
+}
+
+fn record_locked(
+    store: &Store,
+    image: &Image,
+    media_type: &str,
+    size: u64,
+) -> Result<(), StoreError> {
     let root = store.root();
     let marker = root.join(LAYOUT_FILE);
     if !marker.is_file() {
@@ -139,4 +149,50 @@ pub fn missing(store: &Store, image: &Image) -> Vec<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::supply::lock_image::ImagePlatform;
+    use crate::supply::names::{Arch, Os};
+
+    fn image(i: usize) -> Image {
+        Image {
+            name: format!("i{i}"),
+            reference: format!("registry.example/r{i}:t"),
+            digest: format!("sha256:{}", format!("{i:02}").repeat(32)),
+            verified: "t".into(),
+            platforms: vec![ImagePlatform {
+                os: Os::Linux,
+                arch: Arch::Amd64,
+                digest: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn concurrent_records_keep_every_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        std::thread::scope(|s| {
+            for i in 0..16 {
+                let store = store.clone();
+                s.spawn(move || record(&store, &image(i), manifest::OCI_INDEX, 10).unwrap());
+            }
+        });
+        // Re-recording one replaces it rather than adding a second entry.
+        record(&store, &image(3), manifest::OCI_INDEX, 11).unwrap();
+        let v: Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join(INDEX_FILE)).unwrap()).unwrap();
+        let m = v["manifests"].as_array().unwrap();
+        assert_eq!(m.len(), 16);
+        let r3: Vec<_> = m
+            .iter()
+            .filter(|e| e["annotations"][REF_NAME] == "registry.example/r3:t")
+            .collect();
+        assert_eq!(r3.len(), 1);
+        assert_eq!(r3[0]["size"], 11);
+        assert!(dir.path().join(LAYOUT_FILE).is_file());
+    }
 }

@@ -215,6 +215,24 @@ impl Store {
         (is_sha256_hex(&a.sha256) && p.is_file()).then_some(p)
     }
 
+    /// Runs `f` holding an exclusive `flock` on `<root>/.lock-<name>` (waiting for other
+    /// processes that hold it): for read-modify-write of shared files such as `index.json`.
+    pub fn locked<T>(&self, name: &str, f: impl FnOnce() -> T) -> Result<T, StoreError> {
+        let path = self.root.join(format!(".lock-{name}"));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io_err("opening lock file", &path))?;
+        while !try_lock(&file).map_err(io_err("locking", &path))? {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Released when `file` is dropped after `f`.
+        Ok(f())
+    }
+
     /// The index record for a lock entry, if any.
     pub fn index_entry(&self, a: &Artifact) -> Option<IndexEntry> {
         let text = std::fs::read(self.index_path(a)).ok()?;
