@@ -441,6 +441,25 @@ fn a_pack_carries_the_images_across_the_gap() {
     };
     let o = mirror(&["pack", m.to_str().unwrap(), "-o", pack.to_str().unwrap()]);
     assert!(o.status.success(), "{}", out_text(&o));
+    // `kiln fetch` pulls the same images into a build cache.
+    let cache = fx.dir.path().join("cache");
+    let o = run(kiln()
+        .env("DOCKER_CONFIG", fx.dir.path().join("no-docker-config"))
+        .arg("fetch")
+        .arg(&lock)
+        .arg("--cache")
+        .arg(&cache)
+        .arg("--trusted-key")
+        .arg(&fx.pk)
+        .args(["--registry-plain-http", &reg.host]));
+    assert!(o.status.success(), "{}", out_text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("fetch: 1 images"),
+        "{}",
+        out_text(&o)
+    );
+    assert_eq!(all_blobs_honest(&cache), 7);
+    assert!(cache.join("index.json").is_file());
     drop(reg); // the far side of the gap has no registry
     let far = fx.dir.path().join("far");
     let o = mirror(&[
