@@ -8,9 +8,9 @@ mod deadline;
 use std::time::Duration;
 
 use kiln_qemu_tests::expect_ok;
-use kiln_qemu_tests::metadata::IMDS_TOKEN;
+use kiln_qemu_tests::metadata::{AwsInstance, IMDS_TOKEN};
 use kiln_qemu_tests::node::{
-    boot_rootfs_node, boot_rootfs_node_edited, test_instance, timeline, Metadata, NodeBoot,
+    boot_rootfs_node, boot_rootfs_node_edited, test_instance, timeline, Booted, Metadata, NodeBoot,
 };
 use kiln_qemu_tests::scenario::NodeConfig;
 
@@ -66,6 +66,74 @@ fn assert_doctor(o: &kiln_qemu_tests::scenario::Outcome) {
     assert_eq!(o.doctor_exit, Some(9), "{:?}", o.doctor);
 }
 
+/// What an AWS node that joined shows, on amd64 and arm64 alike: kubelet's environment from
+/// IMDSv2 and the baked max-pods table (3 x (10-1) + 2 for an m5/m6g.large), the EKS
+/// reservation on the guest's one vCPU (vm.rs: -smp 1; 6 % of a core, 11 x 29 + 255 MiB), the
+/// kubelet systemd started really got them (plus `extra_args`), both units active, the
+/// success sentinel and no failure file, and IMDSv2's token PUT first with every GET carrying
+/// the token.
+fn assert_aws_node(b: &Booted, i: &AwsInstance, extra_args: &[&str]) {
+    let o = &b.outcome;
+    assert_eq!(
+        o.kubelet_env("NODE_IP").as_deref(),
+        Some(i.local_ipv4.as_str())
+    );
+    let provider_id = format!("aws:///{}/{}", i.zone, i.instance_id);
+    assert_eq!(
+        o.kubelet_env("PROVIDER_ID").as_deref(),
+        Some(provider_id.as_str())
+    );
+    assert_eq!(o.kubelet_env("MAX_PODS").as_deref(), Some("29"));
+    let eks = "cpu=60m,memory=574Mi,ephemeral-storage=1Gi";
+    assert_eq!(o.kubelet_env("KUBE_RESERVED").as_deref(), Some(eks));
+    let args = o.kubelet_args();
+    let mut want = vec![
+        format!("--node-ip={}", i.local_ipv4),
+        format!("--provider-id={provider_id}"),
+        "--max-pods=29".to_string(),
+        format!("--kube-reserved={eks}"),
+    ];
+    want.extend(extra_args.iter().map(|a| a.to_string()));
+    for want in want {
+        assert!(
+            args.iter().any(|a| a == &want),
+            "kubelet args lack {want}: {args:?}"
+        );
+    }
+    for unit in ["containerd", "kubelet"] {
+        assert_eq!(
+            o.units.get(unit).map(String::as_str),
+            Some("active"),
+            "{:?}",
+            o.units
+        );
+    }
+    assert!(
+        o.files
+            .contains_key("/run/cluster-api/bootstrap-success.complete"),
+        "{:?}",
+        o.files.keys()
+    );
+    assert!(!o
+        .files
+        .contains_key("/run/cluster-api/bootstrap-failure.reason"));
+    let first = b
+        .requests
+        .first()
+        .expect("the guest asked the metadata service");
+    assert_eq!(
+        (first.method.as_str(), first.path.as_str()),
+        ("PUT", "/latest/api/token")
+    );
+    for r in b.requests.iter().filter(|r| r.method == "GET") {
+        assert_eq!(
+            r.header("x-aws-ec2-metadata-token"),
+            Some(IMDS_TOKEN),
+            "{r:?}"
+        );
+    }
+}
+
 #[test]
 fn ubuntu_aws() {
     let b = expect_ok(boot_rootfs_node(&spec(
@@ -86,72 +154,11 @@ fn ubuntu_aws() {
     assert_pod_ran(o, "ubuntu");
     assert_eq!(o.status["provider"], "aws", "auto detection from DMI");
     assert_doctor(o);
-    // kubelet's environment, from IMDSv2 and the baked max-pods table.
-    assert_eq!(
-        o.kubelet_env("NODE_IP").as_deref(),
-        Some(i.local_ipv4.as_str())
+    assert_aws_node(
+        &b,
+        &i,
+        &["--eviction-hard=memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%"],
     );
-    let provider_id = format!("aws:///{}/{}", i.zone, i.instance_id);
-    assert_eq!(
-        o.kubelet_env("PROVIDER_ID").as_deref(),
-        Some(provider_id.as_str())
-    );
-    // m5.large from the baked AWS table (images/ubuntu.toml: aws-vpc-cni), 3 x (10-1) + 2.
-    assert_eq!(o.kubelet_env("MAX_PODS").as_deref(), Some("29"));
-    // The EKS formula on the guest's one vCPU (vm.rs: -smp 1): 6 % of a core, 11 x 29 + 255 MiB.
-    let eks = "cpu=60m,memory=574Mi,ephemeral-storage=1Gi";
-    assert_eq!(o.kubelet_env("KUBE_RESERVED").as_deref(), Some(eks));
-    // …and the kubelet that systemd started really got them.
-    let args = o.kubelet_args();
-    for want in [
-        format!("--node-ip={}", i.local_ipv4),
-        format!("--provider-id={provider_id}"),
-        "--max-pods=29".to_string(),
-        format!("--kube-reserved={eks}"),
-        "--eviction-hard=memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%".to_string(),
-    ] {
-        assert!(
-            args.iter().any(|a| a == &want),
-            "kubelet args lack {want}: {args:?}"
-        );
-    }
-    assert_eq!(
-        o.units.get("containerd").map(String::as_str),
-        Some("active"),
-        "{:?}",
-        o.units
-    );
-    assert_eq!(
-        o.units.get("kubelet").map(String::as_str),
-        Some("active"),
-        "{:?}",
-        o.units
-    );
-    assert!(
-        o.files
-            .contains_key("/run/cluster-api/bootstrap-success.complete"),
-        "{:?}",
-        o.files.keys()
-    );
-    assert!(!o
-        .files
-        .contains_key("/run/cluster-api/bootstrap-failure.reason"));
-    // IMDSv2: the token PUT came first and every GET carried the token.
-    let first = b
-        .requests
-        .first()
-        .expect("the guest asked the metadata service");
-    assert_eq!(
-        (first.method.as_str(), first.path.as_str()),
-        ("PUT", "/latest/api/token")
-    );
-    for r in b.requests.iter().filter(|r| r.method == "GET") {
-        assert_eq!(
-            r.header("x-aws-ec2-metadata-token"),
-            Some(IMDS_TOKEN),
-            "{r:?}"
-        );
-    }
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use kiln_qemu_tests::expect_ok;
 use kiln_qemu_tests::node::{timeline, Metadata};
 
-use super::{assert_doctor, assert_pod_ran, spec};
+use super::{assert_aws_node, assert_doctor, assert_pod_ran, spec};
 
 /// The ubuntu node on arm64 (issue 23): baked with `--arch arm64` from the fixture mirror,
 /// installed into the debootstrapped arm64 base, booted under `qemu-system-aarch64 -machine
@@ -65,48 +65,5 @@ fn ubuntu_aws_arm64() {
     // The aarch64 kiln-firstboot's doctor, on the arm64 node, finds what it finds on amd64.
     assert_doctor(o);
     assert_eq!(o.status["provider"], "aws");
-    assert_eq!(
-        o.kubelet_env("NODE_IP").as_deref(),
-        Some(i.local_ipv4.as_str())
-    );
-    let provider_id = format!("aws:///{}/{}", i.zone, i.instance_id);
-    assert_eq!(
-        o.kubelet_env("PROVIDER_ID").as_deref(),
-        Some(provider_id.as_str())
-    );
-    // m6g.large from the baked AWS table: 3 x (10-1) + 2; the EKS reservation on one vCPU.
-    assert_eq!(o.kubelet_env("MAX_PODS").as_deref(), Some("29"));
-    let eks = "cpu=60m,memory=574Mi,ephemeral-storage=1Gi";
-    assert_eq!(o.kubelet_env("KUBE_RESERVED").as_deref(), Some(eks));
-    let args = o.kubelet_args();
-    for want in [
-        format!("--node-ip={}", i.local_ipv4),
-        format!("--provider-id={provider_id}"),
-        "--max-pods=29".to_string(),
-        format!("--kube-reserved={eks}"),
-    ] {
-        assert!(
-            args.iter().any(|a| a == &want),
-            "kubelet args lack {want}: {args:?}"
-        );
-    }
-    for unit in ["containerd", "kubelet"] {
-        assert_eq!(
-            o.units.get(unit).map(String::as_str),
-            Some("active"),
-            "{:?}",
-            o.units
-        );
-    }
-    assert!(o
-        .files
-        .contains_key("/run/cluster-api/bootstrap-success.complete"));
-    let first = b
-        .requests
-        .first()
-        .expect("the guest asked the metadata service");
-    assert_eq!(
-        (first.method.as_str(), first.path.as_str()),
-        ("PUT", "/latest/api/token")
-    );
+    assert_aws_node(&b, &i, &[]);
 }
