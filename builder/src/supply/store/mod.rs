@@ -115,13 +115,7 @@ impl Store {
             if blob.is_file() {
                 return Ok(Claim::Done(blob));
             }
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-                .map_err(io_err("opening partial file", &path))?;
+            let file = open_lockable(&path).map_err(io_err("opening partial file", &path))?;
             if !try_lock(&file).map_err(io_err("locking partial file", &path))? {
                 return Ok(Claim::Busy);
             }
@@ -219,13 +213,7 @@ impl Store {
     /// processes that hold it): for read-modify-write of shared files such as `index.json`.
     pub fn locked<T>(&self, name: &str, f: impl FnOnce() -> T) -> Result<T, StoreError> {
         let path = self.root.join(format!(".lock-{name}"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(io_err("opening lock file", &path))?;
+        let file = open_lockable(&path).map_err(io_err("opening lock file", &path))?;
         while !try_lock(&file).map_err(io_err("locking", &path))? {
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -238,6 +226,16 @@ impl Store {
         let text = std::fs::read(self.index_path(a)).ok()?;
         serde_json::from_slice(&text).ok()
     }
+}
+
+/// Opens (creating, never truncating) a file that [`try_lock`] will lock.
+fn open_lockable(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
 }
 
 fn unreachable_busy() -> ! {
