@@ -35,7 +35,7 @@ pub struct Dmi {
 }
 
 /// The DMI files read, with the name each has in [`Dmi`] and in messages.
-const DMI_FILES: [&str; 8] = [
+pub const DMI_FILES: [&str; 8] = [
     "sys_vendor",
     "product_name",
     "product_serial",
@@ -61,8 +61,28 @@ fn read_trimmed(path: &Path) -> String {
 }
 
 impl Dmi {
-    /// Reads the values under `root`.
+    /// Reads the values: from sysfs under `root`; on Windows from the registry's copy of
+    /// SMBIOS and the raw SMBIOS table (`provider/smbios.rs`), where `root` plays no part.
     pub fn read(root: &Path) -> Dmi {
+        #[cfg(windows)]
+        let _ = root;
+        #[cfg(windows)]
+        return Dmi::with(&super::smbios::read_windows(&DMI_FILES));
+        #[cfg(not(windows))]
+        Dmi::read_sysfs(root)
+    }
+
+    /// The values of [`DMI_FILES`], in that order.
+    pub fn with(values: &[String]) -> Dmi {
+        let mut d = Dmi::default();
+        for (name, v) in DMI_FILES.iter().zip(values) {
+            v.clone_into(d.field_mut(name));
+        }
+        d
+    }
+
+    /// Reads the sysfs files under `root` (Linux).
+    pub fn read_sysfs(root: &Path) -> Dmi {
         let dir = paths::under(root, DMI_DIR);
         let mut d = Dmi {
             hypervisor_uuid: read_trimmed(&paths::under(root, HYPERVISOR_UUID)),
@@ -339,13 +359,10 @@ fn partial_markers(d: &Dmi) -> Detected {
     Detected::Nothing
 }
 
-/// One DMI file's trimmed content, or empty when it is absent or unreadable.
+/// One DMI value by its sysfs name ([`Dmi::read`]: on Windows from SMBIOS), trimmed; empty
+/// when absent or unreadable.
 pub fn dmi_field(root: &Path, field: &str) -> String {
-    let p = paths::under(root, DMI_DIR).join(field);
-    match fsutil::read_capped(&p, 4096) {
-        Ok(Some(s)) => s.trim().to_string(),
-        _ => String::new(),
-    }
+    std::mem::take(Dmi::read(root).field_mut(field))
 }
 
 #[cfg(test)]
@@ -562,7 +579,7 @@ mod tests {
         let hv = paths::under(&root, HYPERVISOR_UUID);
         std::fs::create_dir_all(hv.parent().unwrap()).unwrap();
         std::fs::write(&hv, "ec23e5e6-3996-d6a8-c001-0cafdb88a415\n").unwrap();
-        let d = Dmi::read(&root);
+        let d = Dmi::read_sysfs(&root);
         std::fs::remove_dir_all(&root).unwrap();
         assert_eq!(
             (

@@ -14,6 +14,9 @@ pub mod gcp;
 pub mod none;
 pub mod openstack;
 pub mod qemu;
+/// Windows' SMBIOS sources for detection; built for tests on every host.
+#[cfg(any(windows, test))]
+pub mod smbios;
 pub mod vmware;
 
 pub use common::{

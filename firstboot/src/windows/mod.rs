@@ -4,6 +4,8 @@
 //! Service Control Manager (`scm::Scm`, Windows only) and against a recorder anywhere.
 
 pub mod entry;
+#[cfg(windows)]
+pub mod firmware;
 pub mod kubelet;
 #[cfg(windows)]
 pub mod scm;
