@@ -1,7 +1,7 @@
 //! The Windows build, run under Wine by `make test-windows`: the real kiln-firstboot.exe
 //! against a loopback metadata server writing the Windows contract paths, service
-//! registration against Wine's own Service Control Manager, and kiln-firstboot started by
-//! that SCM as a service.
+//! registration against Wine's own Service Control Manager, kiln-firstboot started by
+//! that SCM as a service, and `PROVIDER=auto` from SMBIOS values set in Wine's registry.
 #![cfg(windows)]
 
 use std::io::Read;
@@ -10,9 +10,11 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use kiln_firstboot::provider::detect::{detect, Detected, Dmi};
+use kiln_firstboot::provider::smbios;
 use kiln_firstboot::standin::{fixture_reply, MetadataServer};
 use kiln_firstboot::windows::{
-    self, node_services, scm::Scm, Installed, ServiceManager, ServiceState,
+    self, firmware, node_services, scm::Scm, Installed, ServiceManager, ServiceState,
 };
 
 const EXE: &str = env!("CARGO_BIN_EXE_kiln-firstboot");
@@ -275,4 +277,258 @@ fn the_scm_starts_kiln_firstboot_as_a_service() {
         .and_then(|mut f| f.read_to_string(&mut status))
         .unwrap_or_else(|e| panic!("{}: {e}", status_file.display()));
     assert!(status.contains("CONFIG_MISSING"), "{status}");
+}
+
+/// The registry key Windows fills from SMBIOS at boot. Wine keeps `HKLM\HARDWARE` volatile
+/// (wineboot rebuilds it from the host when the wineserver starts), so what a test writes
+/// there lasts while the wineserver runs, which this test process keeps alive.
+const BIOS_KEY: &str = r"HARDWARE\DESCRIPTION\System\BIOS";
+/// The values detection reads from that key.
+const BIOS_VALUES: [&str; 5] = [
+    "SystemManufacturer",
+    "SystemProductName",
+    "SystemVersion",
+    "BIOSVendor",
+    "BIOSVersion",
+];
+/// One machine's BIOS key at a time: the tests that set it run in parallel threads.
+static BIOS_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Writes `values` (the others blank) into the BIOS key with Wine's own `reg.exe import`,
+/// as an operator would; the key's earlier values come back on drop.
+struct Bios {
+    before: Vec<(&'static str, String)>,
+    _lock: std::sync::MutexGuard<'static, ()>,
+}
+
+fn reg_import(values: &[(&str, String)]) {
+    let mut text = format!("REGEDIT4\r\n\r\n[HKEY_LOCAL_MACHINE\\{BIOS_KEY}]\r\n");
+    for (name, v) in values {
+        let v = v.replace('\\', "\\\\").replace('"', "\\\"");
+        text.push_str(&format!("\"{name}\"=\"{v}\"\r\n"));
+    }
+    let file = temp_root().join("bios.reg");
+    std::fs::write(&file, text).unwrap();
+    let out = Command::new("reg")
+        .arg("import")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "reg import {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Bios {
+    fn set(values: &[(&str, &str)]) -> Bios {
+        let lock = BIOS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let read = |n: &str| firmware::registry_string(BIOS_KEY, n).unwrap_or_default();
+        let before = BIOS_VALUES.iter().map(|n| (*n, read(n))).collect();
+        let want: Vec<(&str, String)> = BIOS_VALUES
+            .iter()
+            .map(|n| {
+                let v = values.iter().find(|(k, _)| k == n).map_or("", |(_, v)| v);
+                (*n, v.to_string())
+            })
+            .collect();
+        reg_import(&want);
+        // Read back through the API detection uses.
+        for (n, v) in &want {
+            assert_eq!(&read(n), v, "{n} after reg import");
+        }
+        Bios {
+            before,
+            _lock: lock,
+        }
+    }
+}
+
+impl Drop for Bios {
+    fn drop(&mut self) {
+        reg_import(&self.before);
+    }
+}
+
+/// Each cloud's Windows values (sources in docs/windows.md, "Provider detection").
+const NITRO: [(&str, &str); 4] = [
+    ("SystemManufacturer", "Amazon EC2"),
+    ("SystemProductName", "m5.large"),
+    ("BIOSVendor", "Amazon EC2"),
+    ("BIOSVersion", "1.0"),
+];
+const EC2_XEN: [(&str, &str); 5] = [
+    ("SystemManufacturer", "Xen"),
+    ("SystemProductName", "HVM domU"),
+    ("SystemVersion", "4.11.amazon"),
+    ("BIOSVendor", "Xen"),
+    ("BIOSVersion", "4.11.amazon"),
+];
+const HYPER_V: [(&str, &str); 4] = [
+    ("SystemManufacturer", "Microsoft Corporation"),
+    ("SystemProductName", "Virtual Machine"),
+    ("BIOSVendor", "Microsoft Corporation"),
+    ("BIOSVersion", "Hyper-V UEFI Release v4.1"),
+];
+const GCE: [(&str, &str); 4] = [
+    ("SystemManufacturer", "Google"),
+    ("SystemProductName", "Google Compute Engine"),
+    ("BIOSVendor", "Google"),
+    ("BIOSVersion", "Google"),
+];
+const OPENSTACK: [(&str, &str); 3] = [
+    ("SystemManufacturer", "OpenStack Foundation"),
+    ("SystemProductName", "OpenStack Nova"),
+    ("SystemVersion", "27.1.0"),
+];
+const VMWARE: [(&str, &str); 3] = [
+    ("SystemManufacturer", "VMware, Inc."),
+    ("SystemProductName", "VMware7,1"),
+    ("BIOSVendor", "VMware, Inc."),
+];
+
+#[test]
+fn auto_detection_reads_each_clouds_values_from_the_registry() {
+    use kiln_firstboot::contract::Provider as P;
+    // Wine's raw SMBIOS table (built from the host's /sys/class/dmi, which a container may
+    // not have) carries no cloud's serial, UUID or asset tag here: what the registry says
+    // decides, as the table is blank for those.
+    let cases: [(&[(&str, &str)], Option<P>); 7] = [
+        (&NITRO, Some(P::Aws)),
+        (&GCE, Some(P::Gcp)),
+        (&OPENSTACK, Some(P::Openstack)),
+        (&VMWARE, Some(P::Vmware)),
+        // Hyper-V's values are Azure's too; only the chassis asset tag, which Windows keeps
+        // in the SMBIOS table alone, tells Azure (the parser's tests cover it with tables).
+        (&HYPER_V, None),
+        (&EC2_XEN, None),
+        (&[], None),
+    ];
+    for (values, want) in cases {
+        let _bios = Bios::set(values);
+        let dmi = Dmi::read(Path::new("C:\\"));
+        assert_eq!(dmi.sys_vendor, values.first().map_or("", |v| v.1));
+        let got = detect(&dmi);
+        match (want, &got) {
+            (Some(p), Detected::Provider(q, _)) => assert_eq!(p, *q, "{}", dmi.describe()),
+            (None, Detected::Nothing) if values.is_empty() || values == HYPER_V => {}
+            // A Xen guest with EC2's BIOS version but no EC2 UUID stops, naming the marker.
+            (
+                None,
+                Detected::Partial {
+                    cloud: "AWS",
+                    markers,
+                },
+            ) if values == EC2_XEN => {
+                assert!(
+                    markers.iter().any(|m| m.contains("4.11.amazon")),
+                    "{markers:?}"
+                )
+            }
+            _ => panic!("{values:?}: {got:?} ({})", dmi.describe()),
+        }
+    }
+}
+
+/// `kiln-firstboot.exe run` with node.env's `PROVIDER` unset (`auto`) against `url`.
+fn run_auto(root: &Path, url: &str) -> std::process::Output {
+    Command::new(EXE)
+        .args([
+            "run",
+            "--no-start",
+            "--deadline",
+            "20",
+            "--metadata-url",
+            url,
+        ])
+        .arg("--root")
+        .arg(root)
+        .arg("--console")
+        .arg(root.join("console.log"))
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn auto_on_windows_finds_the_cloud_its_metadata_and_provider_id() {
+    use kiln_firstboot::standin::aws_imdsv2;
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let aws = {
+        let base = fixtures.join("aws");
+        let token = std::fs::read_to_string(base.join("latest/api/token")).unwrap();
+        MetadataServer::start(aws_imdsv2(token, move |r| fixture_reply(&base, &[], r))).unwrap()
+    };
+    let gcp = {
+        let base = fixtures.join("gcp");
+        let hdrs = vec![("Metadata-Flavor".to_string(), "Google".to_string())];
+        MetadataServer::start(move |r| fixture_reply(&base, &hdrs, r)).unwrap()
+    };
+    let openstack = serve_fixtures("openstack");
+    for (values, server, want) in [
+        (
+            &NITRO[..],
+            &aws,
+            [
+                "PROVIDER=aws\n",
+                "PROVIDER_ID=aws:///eu-west-1a/i-0abc123def4567890\n",
+            ],
+        ),
+        (
+            &GCE[..],
+            &gcp,
+            [
+                "PROVIDER=gcp\n",
+                "PROVIDER_ID=gce://kiln-test-project/us-central1-a/kiln-worker-0\n",
+            ],
+        ),
+        (
+            &OPENSTACK[..],
+            &openstack,
+            [
+                "PROVIDER=openstack\n",
+                "PROVIDER_ID=openstack:///d8e02d56-2648-49a3-bf97-6be8f1204f38\n",
+            ],
+        ),
+    ] {
+        let root = windows_node();
+        let _bios = Bios::set(values);
+        let out = run_auto(&root, &server.url);
+        assert!(
+            out.status.success(),
+            "{values:?}: exit {:?}\n{}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let env = std::fs::read_to_string(root.join("ProgramData/kiln/run/kubelet.env")).unwrap();
+        for line in want {
+            assert!(env.contains(line), "missing {line:?} in\n{env}");
+        }
+        assert!(env.contains("--provider-id="), "{env}");
+    }
+    // EC2's Xen BIOS version without the rest of its rule stops the boot: no guess.
+    let root = windows_node();
+    let _bios = Bios::set(&EC2_XEN);
+    let out = run_auto(&root, &aws.url);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("PROVIDER_UNKNOWN") && stderr.contains("bios_version=\"4.11.amazon\""),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn wines_raw_smbios_table_parses_and_agrees_with_its_registry() {
+    let raw = firmware::smbios_table().expect("GetSystemFirmwareTable('RSMB') under Wine");
+    let table = smbios::parse(&raw).expect("an RSMB header");
+    assert_eq!(table.truncated, None, "{table:?}");
+    // wineboot fills the BIOS key from this same table: with nobody's values written, the
+    // two sources agree value by value.
+    let _lock = BIOS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    for (dmi, value) in smbios::REGISTRY_VALUES {
+        let reg = firmware::registry_string(BIOS_KEY, value).unwrap_or_default();
+        assert_eq!(reg.trim(), table.get(dmi), "{value} against {dmi}");
+    }
 }
