@@ -488,7 +488,9 @@ mod tests {
             ("BIOSVersion", "4.11.amazon"),
         ];
         let xen = xen_ec2((2, 4));
-        let table: &[(&[(&str, &str)], Option<&[u8]>, Option<P>)] = &[
+        // (registry values, the table if any, the provider detected)
+        type Case<'a> = (&'a [(&'a str, &'a str)], Option<&'a [u8]>, Option<P>);
+        let table: &[Case<'_>] = &[
             // EC2 Nitro.
             (
                 &[
