@@ -359,10 +359,13 @@ fn partial_markers(d: &Dmi) -> Detected {
     Detected::Nothing
 }
 
-/// One DMI value by its sysfs name ([`Dmi::read`]: on Windows from SMBIOS), trimmed; empty
-/// when absent or unreadable.
+/// One of [`DMI_FILES`] by its sysfs name ([`Dmi::read`]: on Windows from SMBIOS), trimmed;
+/// empty when absent, unreadable or not one of them.
 pub fn dmi_field(root: &Path, field: &str) -> String {
-    std::mem::take(Dmi::read(root).field_mut(field))
+    let known = DMI_FILES.contains(&field);
+    known
+        .then(|| std::mem::take(Dmi::read(root).field_mut(field)))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
