@@ -362,10 +362,10 @@ fn partial_markers(d: &Dmi) -> Detected {
 /// One of [`DMI_FILES`] by its sysfs name ([`Dmi::read`]: on Windows from SMBIOS), trimmed;
 /// empty when absent, unreadable or not one of them.
 pub fn dmi_field(root: &Path, field: &str) -> String {
-    let known = DMI_FILES.contains(&field);
-    known
-        .then(|| std::mem::take(Dmi::read(root).field_mut(field)))
-        .unwrap_or_default()
+    if !DMI_FILES.contains(&field) {
+        return String::new();
+    }
+    std::mem::take(Dmi::read(root).field_mut(field))
 }
 
 #[cfg(test)]
