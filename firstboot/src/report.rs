@@ -251,12 +251,32 @@ pub fn cmd_report(opts: &ReportOptions) -> u8 {
     let prior = prior_text
         .as_deref()
         .and_then(|t| StatusView::parse(t).ok());
-    if prior.as_ref().is_some_and(|p| p.result == "running") && run_in_progress(opts) {
-        quiet(format!(
-            "kiln-firstboot: {} is still running and reports kubelet itself; nothing to do\n",
-            opts.firstboot_unit
-        ));
-        return 0;
+    match prior.as_ref() {
+        Some(p)
+            if p.result == "running" && firstboot_state(opts).is_none_or(|s| s == "activating") =>
+        {
+            quiet(format!(
+                "kiln-firstboot: {} is still running and reports kubelet itself; nothing to do\n",
+                opts.firstboot_unit
+            ));
+            return 0;
+        }
+        // No status yet and the run has not ended: it has not begun (on a slow boot the
+        // timer's first tick can come before network-online.target lets it start), or has not
+        // written its first phase. kubelet, which only the run starts, is not ours to judge.
+        None if matches!(
+            firstboot_state(opts).as_deref(),
+            Some("inactive" | "activating")
+        ) =>
+        {
+            quiet(format!(
+                "kiln-firstboot: {} has not run on this boot yet (no {}); nothing to do\n",
+                opts.firstboot_unit,
+                path.display()
+            ));
+            return 0;
+        }
+        _ => {}
     }
     let stopped = opts.service_result.is_some();
     if !stopped {
@@ -376,12 +396,12 @@ pub fn cmd_report(opts: &ReportOptions) -> u8 {
     reporter.exit_code()
 }
 
-/// `kiln-firstboot run` is still starting (its unit is `activating`). Without a service
-/// manager to ask, a status that says `running` is taken at its word.
-fn run_in_progress(opts: &ReportOptions) -> bool {
-    let Some(systemctl) = &opts.systemctl else {
-        return true;
-    };
+/// The `ActiveState` of kiln-firstboot's unit (`activating` while `kiln-firstboot run` is
+/// still starting, `inactive` before it starts), or `None` without a service manager to ask
+/// or an answer from it: then a status that says `running` is taken at its word, and a
+/// missing status is reported on.
+fn firstboot_state(opts: &ReportOptions) -> Option<String> {
+    let systemctl = opts.systemctl.as_ref()?;
     let args = ["show", "-p", "ActiveState", opts.firstboot_unit.as_str()];
     match service::output(
         systemctl,
@@ -389,9 +409,8 @@ fn run_in_progress(opts: &ReportOptions) -> bool {
         std::time::Instant::now() + opts.command_timeout,
     ) {
         Ok(out) if out.success => {
-            UnitState::parse_show(&opts.firstboot_unit, &out.stdout_text()).active_state
-                == "activating"
+            Some(UnitState::parse_show(&opts.firstboot_unit, &out.stdout_text()).active_state)
         }
-        _ => true,
+        _ => None,
     }
 }

@@ -260,3 +260,35 @@ fn a_run_in_progress_owns_the_status_until_it_ends() {
     assert_eq!(code, 7);
     assert!(r.read("run/kiln/failure").starts_with("KUBELET_EXITED\n"));
 }
+
+#[test]
+fn before_the_run_begins_there_is_nothing_to_report() {
+    // A slow boot: kiln-report.timer's first tick (30 s after the timer started) comes while
+    // kiln-firstboot.service still waits for network-online.target. No status.json exists and
+    // kubelet, which only the run starts, has never run.
+    let node = Node::joined();
+    let r = &node.root;
+    std::fs::remove_file(r.path("run/kiln/status.json")).unwrap();
+    std::fs::remove_file(r.path("run/cluster-api/bootstrap-success.complete")).unwrap();
+    node.kubelet("inactive", "success", 0, 0, 0);
+    for state in ["inactive", "activating"] {
+        r.write("firstboot.show", &format!("ActiveState={state}\n"));
+        let (code, stdout) = node.report(&[], &["--quiet"]);
+        assert_eq!(code, 0, "{state}: {stdout}");
+        assert_eq!(stdout, "", "{state}");
+        let (code, stdout) = node.report(&[], &[]);
+        assert_eq!(code, 0, "{state}: {stdout}");
+        assert!(stdout.contains("has not run on this boot yet"), "{stdout}");
+        assert!(!r.exists("run/kiln/status.json"), "{state}");
+        assert!(!r.exists("run/kiln/failure"), "{state}");
+        assert_eq!(node.read_or_empty("console.log"), "", "{state}");
+    }
+    // A run that died before it wrote anything (its unit failed) is reported.
+    r.write("firstboot.show", "ActiveState=failed\n");
+    let (code, _) = node.report(&[], &["--quiet"]);
+    assert_ne!(code, 0);
+    assert!(r.exists("run/kiln/failure"));
+    assert!(node
+        .read_or_empty("console.log")
+        .contains("kiln-firstboot: report result=failure"));
+}
