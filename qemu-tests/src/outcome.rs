@@ -23,9 +23,11 @@ pub fn report_script() -> String {
         .concat()
         .join(" ");
     // Ordering alone is not enough when the kiln units arrive in a sysext merged after
-    // systemd loaded its units, so wait for firstboot's final result in status.json too.
+    // systemd loaded its units, so wait for firstboot's final result in status.json too, as
+    // `kiln-firstboot status` reads it: a grep of the file for `"result":"success"` also
+    // matches the finished phases of a run still in progress.
     format!(
-        "for i in $(seq 600); do grep -Eq '\"result\": ?\"(success|failure)\"' /run/kiln/status.json 2>/dev/null && break; sleep 1; done
+        "for i in $(seq 600); do kiln-firstboot status 2>/dev/null | head -n 1 | grep -Eq '^kiln-firstboot: (success|failure)( |$)' && break; sleep 1; done
 for f in {files}; do [ -f \"$f\" ] && sed \"s|^|KILN-TEST-FILE $f |\" \"$f\" && echo; done
 for u in containerd kubelet kiln-firstboot; do echo \"KILN-TEST-UNIT $u $(systemctl is-active $u.service)\"; done
 kiln-firstboot doctor >/run/kiln-test-doctor.txt 2>&1; echo \"KILN-TEST-DOCTOR-EXIT $?\"
