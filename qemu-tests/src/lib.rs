@@ -3,6 +3,7 @@
 //! console. See `docs/boot-tests.md` for what each scenario proves and how to run one.
 
 pub mod accel;
+pub mod after_join;
 pub mod arch;
 pub mod arm64;
 pub mod assets;

@@ -313,6 +313,8 @@ pub struct NodeConfig {
     pub deadline: u32,
     /// `join_mode`: `kubelet` or `kubeadm`.
     pub join_mode: String,
+    /// More of node.toml, appended as is (a scenario's `[proxy]` table, say).
+    pub extra: String,
 }
 
 /// A throwaway CA certificate, as the cluster would hand out (made with openssl).
@@ -388,8 +390,8 @@ pub fn node_toml(dir: &Path, cfg: &NodeConfig) -> Result<PathBuf> {
         "api_server = \"https://10.0.0.10:6443\"\ncluster_name = \"boot-test\"\n\
          join_mode = \"{}\"\nprovider = \"{}\"\ndeadline = {}\n\n\
          [ca]\nfile = \"ca.crt\"\n\n[bootstrap]\ntoken = \"07401b.f395accd246ae52d\"\n\n\
-         [node]\nlabels = {{ \"node.kubernetes.io/role\" = \"worker\" }}\n",
-        cfg.join_mode, cfg.provider, cfg.deadline
+         [node]\nlabels = {{ \"node.kubernetes.io/role\" = \"worker\" }}\n{}",
+        cfg.join_mode, cfg.provider, cfg.deadline, cfg.extra
     );
     let p = dir.join("node.toml");
     std::fs::write(&p, text).map_err(io_err(&p))?;

@@ -22,6 +22,7 @@ fn spec(name: &str, kubelet_mode: &str, metadata: Metadata, deadline: u32) -> No
             provider: "auto".into(),
             deadline,
             join_mode: "kubelet".into(),
+            extra: String::new(),
         },
         metadata,
         timeout: Duration::from_secs(420),
@@ -547,3 +548,8 @@ fn kubeadm_join() {
 // The arm64 node (issue 23), in its own file to keep this one short.
 #[path = "scenarios/arm64.rs"]
 mod arm64;
+
+// After the join (issue 15): a kubelet crash loop and a proxy, in their own file to keep this
+// one short.
+#[path = "scenarios/runtime.rs"]
+mod runtime;

@@ -16,6 +16,7 @@ fn main() -> ExitCode {
             provider: "auto".into(),
             deadline: 240,
             join_mode: "kubelet".into(),
+            extra: String::new(),
         },
         metadata: Metadata::Aws,
         timeout: Duration::from_secs(600),
