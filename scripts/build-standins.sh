@@ -6,7 +6,8 @@
 #   scripts/build-standins.sh OUTDIR
 #
 # OUTDIR/linux-amd64/{kubelet,crictl}      tools/standin-kubelet, rustup's stable toolchain
-# OUTDIR/linux-arm64/{kubelet,crictl}      the same source for aarch64-unknown-linux-gnu:
+# OUTDIR/linux-amd64/kubeadm               tools/standin-kubeadm (the kubeadm join double), the same
+# OUTDIR/linux-arm64/{kubelet,crictl,kubeadm} the same sources for aarch64-unknown-linux-gnu:
 #                                          Debian's rustc rebuilds std (-Z build-std), linked
 #                                          by Debian's aarch64-linux-gnu-gcc
 # OUTDIR/windows-amd64/{kubelet,crictl}.exe the same source for x86_64-pc-windows-gnu (mingw,
@@ -39,23 +40,28 @@ put() { # SRC DEST: copy when different
 }
 
 # linux/amd64: the workspace's own toolchain (the stand-in kubelet the boot tests run).
-(unset RUSTC RUSTDOC RUSTC_BOOTSTRAP && cargo build -q --locked --release -p standin-kubelet)
-for b in kubelet crictl; do put "target/release/$b" "$out/linux-amd64/$b"; done
+(unset RUSTC RUSTDOC RUSTC_BOOTSTRAP && cargo build -q --locked --release -p standin-kubelet -p standin-kubeadm)
+for b in kubelet crictl kubeadm; do put "target/release/$b" "$out/linux-amd64/$b"; done
 
 # linux/arm64 and windows/amd64: Debian's compiler with std rebuilt for the target, the
 # firstboot profile (small, panic=abort) and the same build-std flags as kiln-firstboot, so
 # the Windows std build is shared with scripts/build-windows.sh.
-cross() { # TARGET TARGET_DIR
-  "$debian_cargo" build -q --locked -p standin-kubelet --profile firstboot \
-    --target "$1" --target-dir "$2" \
+cross() { # TARGET TARGET_DIR PACKAGE...
+  local target=$1 dir=$2 pkgs=() p
+  shift 2
+  for p in "$@"; do pkgs+=(-p "$p"); done
+  "$debian_cargo" build -q --locked "${pkgs[@]}" --profile firstboot \
+    --target "$target" --target-dir "$dir" \
     -Z build-std=std,panic_abort -Z build-std-features=optimize_for_size
 }
 CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
-  cross aarch64-unknown-linux-gnu target/standins/arm64
-for b in kubelet crictl; do
+  cross aarch64-unknown-linux-gnu target/standins/arm64 standin-kubelet standin-kubeadm
+for b in kubelet crictl kubeadm; do
   put "target/standins/arm64/aarch64-unknown-linux-gnu/firstboot/$b" "$out/linux-arm64/$b"
 done
-cross "$win_target" target/firstboot/windows
+# Windows: the stand-in kubelet only (the kubeadm double is unix-only; kiln runs no kubeadm
+# on Windows, and the fixture mirror ships the stand-in kubelet as kubeadm.exe).
+cross "$win_target" target/firstboot/windows standin-kubelet
 for b in kubelet crictl; do
   put "target/firstboot/windows/$win_target/firstboot/$b.exe" "$out/windows-amd64/$b.exe"
 done

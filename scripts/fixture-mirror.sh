@@ -7,7 +7,8 @@
 #                         - real Debian binaries (containerd, runc, CNI plugins; amd64 and
 #                           arm64 .debs) repacked in upstream's archive layouts;
 #                         - stand-ins built from this workspace (scripts/build-standins.sh)
-#                           where Debian has no package: kubelet/kubeadm/kubectl and crictl
+#                           where Debian has no package: kubelet/kubectl (the stand-in
+#                           kubelet), kubeadm (the kubeadm join double) and crictl
 #                           for linux amd64 and arm64, and every Windows amd64 executable
 #                           (kubelet.exe, kubeadm.exe, kubectl.exe, crictl.exe, containerd's
 #                           and the CNI plugins' .exe files) as real PE32+ programs
@@ -23,7 +24,7 @@
 #   KILN_BIN      kiln binary (default: build target/debug/kiln)
 #   STANDINS      a directory made by scripts/build-standins.sh (default: run it into
 #                 target/standins/out; cargo rebuilds nothing when nothing changed)
-#   KUBELET_BIN   overrides the linux/amd64 stand-in kubelet (any ELF for amd64)
+#   KUBELET_BIN   overrides the linux/amd64 stand-in kubelet and kubectl (any ELF for amd64)
 #   DEB_CACHE     where downloaded .debs are kept (default ${XDG_CACHE_HOME:-~/.cache}/kiln/debs)
 #
 # Needs: apt-get (Debian archive access), dpkg-deb, curl, tar, gzip, sha256sum, minisign,
@@ -131,8 +132,10 @@ for arch in amd64 arm64; do
     (cd "$x/usr/lib/cni" && targz "$up/cni-plugins-linux-$arch-v${ver[containernetworking-plugins]}.tgz" . ./bridge ./host-local ./loopback ./portmap ./bandwidth ./firewall)
   fi
 done
-# Kubernetes' own layout: release/<version>/bin/<os>/<arch>/<binary>. One stand-in kubelet
-# plays kubelet, kubeadm and kubectl (it is not any of them; the lock's `verified` says so).
+# Kubernetes' own layout: release/<version>/bin/<os>/<arch>/<binary>. On Linux the kubeadm
+# double (tools/standin-kubeadm) plays kubeadm and the stand-in kubelet plays kubelet and
+# kubectl; on Windows the stand-in kubelet plays all three (the kubeadm double needs unix
+# sockets, and kiln runs no kubeadm on Windows). None is upstream; the lock's `verified` says so.
 # Its version: the images' kubernetes.version without the "v", plus "-standin".
 kube_v=$(awk -F'"' '/^\[/ { k = ($0 == "[kubernetes]") } k && /^version *=/ { print $2; exit }' "$root/images/ubuntu.toml")
 [ -n "$kube_v" ] || { echo "fixture-mirror: no [kubernetes] version in $root/images/ubuntu.toml" >&2; exit 1; }
@@ -142,7 +145,8 @@ for arch in amd64 arm64; do
   mkdir -p "$d"
   src=$STANDINS/linux-$arch/kubelet
   [ "$arch" = amd64 ] && src=$KUBELET_BIN
-  for b in kubelet kubeadm kubectl; do install -m 0755 "$src" "$d/$b"; done
+  for b in kubelet kubectl; do install -m 0755 "$src" "$d/$b"; done
+  install -m 0755 "$STANDINS/linux-$arch/kubeadm" "$d/kubeadm"
 done
 d=$up/release/v$kube_v/bin/windows/amd64
 mkdir -p "$d"
@@ -189,6 +193,7 @@ entry() { # NAME VERSION OS ARCH FORMAT FILE MEMBERS...
     local how="apt-get download (signed archive metadata)"
     [ "$arch" = amd64 ] || how="the Debian archive pool over HTTP"
     case $os/$name in
+      linux/kubeadm) echo "verified = \"fixture: the workspace's kubeadm join double (tools/standin-kubeadm) built for $os/$arch by scripts/build-standins.sh; not upstream\"" ;;
       */kube*) echo "verified = \"fixture: the workspace's stand-in kubelet (tools/standin-kubelet) built for $os/$arch by scripts/build-standins.sh, under the name $name; not upstream\"" ;;
       */crictl) echo "verified = \"fixture: the workspace's crictl stand-in (tools/standin-kubelet) built for $os/$arch by scripts/build-standins.sh; Debian 12 has no cri-tools; not upstream\"" ;;
       windows/*) echo "verified = \"fixture: PE stand-ins built with mingw by scripts/build-standins.sh in upstream's $name archive layout; not upstream\"" ;;

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-target/fixture-mirror}
 stamp=$( { sha256sum scripts/fixture-mirror.sh scripts/build-standins.sh
-           find tools/standin-kubelet -type f -not -path '*/target/*' | sort | xargs sha256sum; } |
+           find tools/standin-kubelet tools/standin-kubeadm -type f -not -path '*/target/*' | sort | xargs sha256sum; } |
          sha256sum | cut -c1-16)
 mkdir -p "$(dirname "$out")"
 exec 9>"$out.lock"

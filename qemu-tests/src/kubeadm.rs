@@ -1,13 +1,11 @@
-//! The kubeadm side of the `kubeadm_join` scenario: the kubeadm double (`tools/standin-kubeadm`)
-//! in place of the image's `/usr/bin/kubeadm` (the fixture mirror ships the kubelet stand-in
-//! under that name), and the file that plays the cluster it discovers. Test equipment, placed
-//! the way the cluster would exist; none of it is part of kiln's layer.
-
-use std::path::PathBuf;
+//! The kubeadm side of the `kubeadm_join` scenario: the file that plays the cluster the
+//! kubeadm double discovers. The double itself (`tools/standin-kubeadm`) is the image's
+//! `/usr/bin/kubeadm`: the fixture mirror ships it as kubeadm, and kiln bakes it like every
+//! pinned binary. The cluster files are test equipment, placed the way the cluster would
+//! exist; none of them is part of kiln's layer.
 
 use crate::guest::Root;
-use crate::scenario::workspace;
-use crate::{io_err, Error, Result};
+use crate::{io_err, Result};
 
 /// The cluster's `kubelet-config` ConfigMap: kubeadm's defaults for a cluster (systemd cgroup
 /// driver, webhook auth, the cluster CA as client CA, cluster DNS), as `kubeadm init` uploads
@@ -43,28 +41,10 @@ pub const REPORTED_FILES: &[&str] = &[
     "/run/kiln/kubeadm-patches/kubeletconfiguration+strategic.json",
 ];
 
-/// The kubeadm double (`KILN_STANDIN_KUBEADM_BIN`, default `target/debug/kubeadm`).
-pub fn bin() -> Result<PathBuf> {
-    let p = std::env::var_os("KILN_STANDIN_KUBEADM_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace().join("target/debug/kubeadm"));
-    if p.is_file() {
-        Ok(p)
-    } else {
-        Err(Error::Missing {
-            what: format!("{} (KILN_STANDIN_KUBEADM_BIN)", p.display()),
-            hint: "build it with `cargo build -p standin-kubeadm`".into(),
-        })
-    }
-}
-
-/// Puts the double at `/usr/bin/kubeadm` and the stand-in cluster beside it: the API server
+/// Places the stand-in cluster the baked kubeadm double discovers: the API server
 /// `10.0.0.10:6443` of the scenarios' node.toml, its CA (the one `kiln render` pinned), the
 /// node.toml's bootstrap token, the kubelet-config above.
 pub fn install(root: &Root) -> Result<()> {
-    let b = bin()?;
-    let bytes = std::fs::read(&b).map_err(io_err(&b))?;
-    root.write("usr/bin/kubeadm", bytes, 0o755)?;
     let ca = root.dir.join("etc/kiln/ca.crt");
     let ca_pem = std::fs::read(&ca).map_err(io_err(&ca))?;
     root.write("etc/kubernetes/standin-cluster/ca.crt", ca_pem, 0o644)?;
