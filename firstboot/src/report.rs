@@ -212,6 +212,10 @@ impl StatusView {
 /// does not flap the node to `success`.
 pub const RECOVERY_UPTIME: Duration = Duration::from_secs(30);
 
+/// How long `report` under `ExecStopPost=` waits before reading the logs a second time when
+/// the first read matched no signature (journald may not have stored kubelet's last lines yet).
+pub const JOURNAL_SETTLE: Duration = Duration::from_secs(1);
+
 /// `kiln-firstboot report`: checks kubelet after boot and records a change.
 ///
 /// - Under kubelet's `ExecStopPost=` (`$SERVICE_RESULT` set): a clean stop is nothing to
@@ -336,6 +340,13 @@ pub fn cmd_report(opts: &ReportOptions) -> u8 {
         }
     }
     let mut diagnosis = diagnose::diagnose(opts);
+    if stopped && diagnosis.reason == Reason::KubeletExited {
+        // journald reads a dead process's last output from its stream asynchronously, so
+        // under ExecStopPost= the line that says why may land a moment after the exit: when
+        // no signature matched, the logs are read once more, a second later.
+        std::thread::sleep(JOURNAL_SETTLE);
+        diagnosis = diagnose::diagnose(opts);
+    }
     if stopped && diagnosis.reason == Reason::KubeletExited {
         // systemd's own words for how the process ended say more than the unit state seen
         // in the middle of its stop.

@@ -292,3 +292,37 @@ fn before_the_run_begins_there_is_nothing_to_report() {
         .read_or_empty("console.log")
         .contains("kiln-firstboot: report result=failure"));
 }
+
+#[test]
+fn under_exec_stop_post_a_journal_that_lags_the_exit_is_read_again() {
+    // journald stores a dead process's last lines asynchronously: the first journal read under
+    // ExecStopPost= has kubelet's earlier lines only, the line with the reason comes a moment
+    // later. The report must name that reason, not KUBELET_EXITED.
+    let node = Node::joined();
+    let r = &node.root;
+    let d = r.dir.display().to_string();
+    r.write(
+        "logs/late.log",
+        "E1123 21:00:01.000000    1 run.go:72] \"command failed\" err=\"failed to validate kubelet configuration, error: invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) 101 must be between 0 and 100, path: &{/etc/kiln/kubelet-config.yaml}\"\n",
+    );
+    let journalctl = r.stub(
+        "journalctl-late",
+        &format!(
+            "case \"$*\" in\n*kubelet.service*)\n  cat '{d}/logs/kubelet.log'\n  \
+             [ -e '{d}/journal-read' ] && cat '{d}/logs/late.log'\n  touch '{d}/journal-read';;\nesac\nexit 0"
+        ),
+    );
+    let node = Node { journalctl, ..node };
+    let r = &node.root;
+    node.kubelet("deactivating", "exit-code", 1, 1, 1);
+    let (code, _) = node.report(CRASH, &[]);
+    let failed = r.read("run/kiln/status.json");
+    assert!(
+        failed.contains("\"reason\":\"KUBELET_CONFIG_INVALID\""),
+        "{failed}"
+    );
+    assert_ne!(code, 0);
+    assert!(r
+        .read("console.log")
+        .contains("kiln-firstboot: report result=failure reason=KUBELET_CONFIG_INVALID"));
+}
