@@ -1,12 +1,15 @@
 //! Serial console output: one line per phase plus the final `KILN-STATUS` line, written so a
 //! missing, stuck or full console never delays the boot.
 //!
-//! The device is opened non-blocking and without becoming our controlling terminal; a write
-//! that would block is dropped (with one warning on stderr) rather than waited on.
+//! The device is opened non-blocking and without becoming our controlling terminal. A line
+//! that finds the console full waits while it drains (a serial port is slow, and systemd's
+//! status lines share it); a console that takes nothing for two seconds is given up on with
+//! one warning on stderr, so a stuck console costs the boot at most that once.
 
 use std::fs::File;
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::redact::{self, Redacted, Redactor};
 
@@ -90,7 +93,9 @@ impl Console {
         self.file.as_ref().map(|_| self.path.as_path())
     }
 
-    /// Writes one line (the newline is added). Drops the line if the console would block.
+    /// Writes one line (the newline is added), waiting while the console drains; drops the
+    /// rest of the line, and every later line, once the console has taken nothing for
+    /// [`STALL_LIMIT`].
     /// The console is readable through cloud APIs by people who must not see credentials:
     /// only redacted text goes there.
     pub fn line(&mut self, text: &Redacted) {
@@ -108,16 +113,20 @@ impl Console {
                 return;
             }
             if !self.warned {
+                let why = if e.kind() == ErrorKind::WouldBlock {
+                    format!("took nothing for {} s", STALL_LIMIT.as_secs())
+                } else {
+                    e.to_string()
+                };
                 redact::eprint(&Redactor::shapes_only().redact(&format!(
-                    "kiln-firstboot: warning: console {} did not take a line ({e}); skipping it",
+                    "kiln-firstboot: warning: console {} did not take a line ({why}); console lines are skipped from now on",
                     self.path.display()
                 )));
                 self.warned = true;
             }
-            if e.kind() != ErrorKind::WouldBlock {
-                // A broken console stays broken: stop trying.
-                self.file = None;
-            }
+            // A broken or stuck console stays so: stop trying, so it costs the boot one stall
+            // at most.
+            self.file = None;
         }
     }
 }
@@ -146,13 +155,38 @@ impl Console {
     }
 }
 
-/// Writes all of `buf` unless the device would block, in which case the rest is dropped.
-fn write_nonblocking(file: &mut File, mut buf: &[u8]) -> std::io::Result<()> {
+/// How long a console may take no byte at all before the rest of a line is dropped. A
+/// serial console at 115200 baud drains its 4 KiB transmit buffer in about 0.35 s, so a
+/// line that finds the buffer full (systemd's own status lines share it) waits for room; a
+/// console with flow control stopped, or a pipe nobody reads, takes nothing and is given
+/// up on after this long.
+const STALL_LIMIT: Duration = Duration::from_secs(2);
+
+/// How often a full console is tried again while it drains.
+const STALL_POLL: Duration = Duration::from_millis(5);
+
+/// Writes all of `buf`, waiting while the device takes bytes; stops with `WouldBlock` once it
+/// has taken none for [`STALL_LIMIT`], dropping the rest.
+fn write_nonblocking(file: &mut File, buf: &[u8]) -> std::io::Result<()> {
+    write_draining(file, buf, STALL_LIMIT)
+}
+
+fn write_draining(file: &mut File, mut buf: &[u8], stall_limit: Duration) -> std::io::Result<()> {
+    let mut last_progress = Instant::now();
     while !buf.is_empty() {
         match file.write(buf) {
             Ok(0) => return Err(ErrorKind::WriteZero.into()),
-            Ok(n) => buf = &buf[n..],
+            Ok(n) => {
+                buf = &buf[n..];
+                last_progress = Instant::now();
+            }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if last_progress.elapsed() >= stall_limit {
+                    return Err(e);
+                }
+                std::thread::sleep(STALL_POLL);
+            }
             Err(e) => return Err(e),
         }
     }
@@ -188,6 +222,49 @@ fn open_nonblocking(path: &Path, create: bool) -> std::io::Result<File> {
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
+
+    /// A line longer than what the console can hold at once (a pipe's 64 KiB here, a UART's
+    /// 4 KiB transmit buffer on a node) reaches it whole while a reader drains it: the
+    /// status line that found the console full behind systemd's output was dropped before.
+    #[test]
+    fn a_slow_console_gets_the_whole_line() {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let fifo = std::env::temp_dir().join(format!("kiln-console-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_file(&fifo);
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.unwrap().success(), "mkfifo {}", fifo.display());
+        let mut reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(0o4000)
+            .open(&fifo)
+            .unwrap();
+        let line = format!("KILN-STATUS {}", "y".repeat(150_000));
+        let drain = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while got.len() < 150_013 {
+                match reader.read(&mut chunk) {
+                    Ok(n) => got.extend_from_slice(&chunk[..n]),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) => panic!("{e}"),
+                }
+                std::thread::sleep(Duration::from_millis(3));
+            }
+            got
+        });
+        let mut c = Console::open_first(&[fifo.as_path()], false);
+        c.line(&Redactor::shapes_only().redact(&line));
+        assert_eq!(
+            c.path(),
+            Some(fifo.as_path()),
+            "the console was given up on"
+        );
+        let got = drain.join().unwrap();
+        std::fs::remove_file(&fifo).unwrap();
+        assert_eq!(got.len(), line.len() + 1);
+        assert!(got.starts_with(b"KILN-STATUS yyy") && got.ends_with(b"y\n"));
+    }
 
     /// A default console that opens but refuses writes (/dev/full stands in for a ttyS0 with
     /// no UART behind it, which fails with EIO) hands its lines to the next default.

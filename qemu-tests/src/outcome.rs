@@ -72,7 +72,11 @@ impl Outcome {
             .cloned()
             .ok_or_else(|| Error::Missing {
                 what: "a KILN-STATUS line on the console".into(),
-                hint: "kiln-firstboot did not finish".into(),
+                hint: format!(
+                    "kiln-firstboot did not finish, or its line did not reach the console; \
+                     its console and journal lines:\n{}",
+                    firstboot_lines(lines)
+                ),
             })?;
         let status: serde_json::Value =
             serde_json::from_str(&status_line.text["KILN-STATUS ".len()..]).map_err(|e| {
@@ -186,6 +190,17 @@ impl Outcome {
     }
 }
 
+/// The console lines kiln-firstboot wrote or the journal echoed for it (at most the last 40),
+/// for a failure message.
+fn firstboot_lines(lines: &[Line]) -> String {
+    let ours: Vec<&str> = lines
+        .iter()
+        .map(|l| l.text.as_str())
+        .filter(|t| t.contains("kiln-firstboot") || t.contains("KILN-STATUS"))
+        .collect();
+    ours[ours.len().saturating_sub(40)..].join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,6 +245,10 @@ mod tests {
         assert_eq!(o.facts["elf-machine:/usr/bin/kubelet"], "183");
         assert_eq!(o.firstboot_own_ms(), 2);
         assert_eq!(o.phase_lines.len(), 1);
-        assert!(Outcome::parse(&lines[..2]).is_err());
+        let missing = Outcome::parse(&lines[..2]).unwrap_err().to_string();
+        assert!(
+            missing.contains("phase=config result=success") && !missing.contains("NODE_IP"),
+            "{missing}"
+        );
     }
 }
