@@ -22,6 +22,16 @@ pub struct Need {
     pub pin: Option<Pin>,
     /// Whether the store holds the pinned bytes (`false` without a pin or a store).
     pub in_store: bool,
+    /// Why the definition lets the bake leave it out when the lock does not pin it
+    /// (`optional = true`); `None` for a required artifact.
+    pub optional: Option<String>,
+}
+
+impl Need {
+    /// Whether the bake would leave this artifact out: optional and not pinned.
+    pub fn left_out(&self) -> bool {
+        self.pin.is_none() && self.optional.is_some()
+    }
 }
 
 /// A lock entry, as much of it as a plan shows.
@@ -56,14 +66,19 @@ pub struct Target {
 }
 
 impl Target {
-    /// Whether the lock pins every artifact this target needs.
+    /// Whether the lock pins every artifact this target needs (an optional one it does
+    /// not pin is left out, not needed).
     pub fn covered(&self) -> bool {
-        self.artifacts.iter().all(|n| n.pin.is_some())
+        self.artifacts
+            .iter()
+            .all(|n| n.pin.is_some() || n.left_out())
     }
 
-    /// Whether a bake could run now: covered, every blob stored, kiln-firstboot there.
+    /// Whether a bake could run now: covered, every pinned blob stored, kiln-firstboot there.
     pub fn ready(&self) -> bool {
-        self.covered() && self.artifacts.iter().all(|n| n.in_store) && self.firstboot_exists
+        self.covered()
+            && self.artifacts.iter().all(|n| n.in_store || n.left_out())
+            && self.firstboot_exists
     }
 }
 
@@ -112,6 +127,7 @@ pub fn plan(
                                 .or_else(|| blob_size(blob.as_deref())),
                         }),
                         in_store: blob.is_some(),
+                        optional: p.optional.then(|| p.reason.clone().unwrap_or_default()),
                     }
                 })
                 .collect();

@@ -194,6 +194,70 @@ fn windows_zip_has_the_c_k_layout_and_pe_binaries() {
     run(&mut c);
 }
 
+/// An optional artifact the lock does not pin for the target is left out with a warning
+/// that names it and the reason (issue 17: the committed lock pins no Windows crictl); a
+/// required one the lock lacks still stops the bake, naming it.
+#[test]
+fn windows_bake_leaves_out_an_optional_artifact_the_lock_does_not_pin() {
+    let mut fx = fixture(Bins::Tiny);
+    let without = |fx: &Fixture, name: &str| -> Vec<Art> {
+        fx.arts
+            .iter()
+            .filter(|a| !(a.name == name && a.os == "windows"))
+            .cloned()
+            .collect()
+    };
+    let arts = without(&fx, "crictl");
+    assert!(
+        arts.len() < fx.arts.len(),
+        "the fixture pins a Windows crictl"
+    );
+    std::fs::write(&fx.lock, lock_text(&arts)).unwrap();
+    let out = fx.dir.path().join("out");
+    let o = bake_cli(
+        &fx,
+        &repo().join("images/windows.toml"),
+        "windows",
+        "amd64",
+        &out,
+        &[],
+    );
+    ok(&o, "bake windows without crictl in the lock");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("kiln: warning: crictl left out of the windows amd64 layer")
+            && err.contains("(optional: a debugging client"),
+        "{err}"
+    );
+    let zip = out.join(format!("windows-{}-amd64.zip", kube_version()));
+    let list = run(Command::new("unzip").arg("-Z1").arg(&zip));
+    assert!(!list.contains("crictl"), "{list}");
+    assert!(list.contains("k/containerd.exe"), "{list}");
+    let env = run(Command::new("unzip")
+        .arg("-p")
+        .arg(&zip)
+        .arg("k/kiln/image.env"));
+    assert!(!env.contains("CRICTL_VERSION"), "{env}");
+    // containerd is required: without it the bake stops and names it.
+    let arts = without(&fx, "containerd");
+    std::fs::write(&fx.lock, lock_text(&arts)).unwrap();
+    fx.arts = arts;
+    let o = bake_cli(
+        &fx,
+        &repo().join("images/windows.toml"),
+        "windows",
+        "amd64",
+        &fx.dir.path().join("out2"),
+        &[],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("artifact \"containerd\" for windows/amd64 is not in the lock"),
+        "{err}"
+    );
+}
+
 #[test]
 fn sbom_lists_every_file_with_hashes_and_origins() {
     let fx = fixture(Bins::Real);

@@ -41,16 +41,19 @@ impl Layer {
         // hash, gate), then placed in order.
         let mut planned: Vec<(&ArtifactInput, Vec<&MemberMap>, String)> = Vec::new();
         for p in def.artifacts.iter() {
-            let a = req
-                .artifacts
-                .iter()
-                .find(|a| a.name == p.name)
-                .ok_or_else(|| BakeError::MissingArtifact {
+            let Some(a) = req.artifacts.iter().find(|a| a.name == p.name) else {
+                if p.optional {
+                    // Left out: the lock does not pin it for this target (the caller said
+                    // so when it built the inputs).
+                    continue;
+                }
+                return Err(BakeError::MissingArtifact {
                     image: def.name.clone(),
                     name: p.name.clone(),
                     os: def.os,
                     arch: req.arch,
-                })?;
+                });
+            };
             if a.name == "kubelet" && a.version != def.kubernetes.version {
                 return Err(BakeError::Artifact {
                     image: def.name.clone(),

@@ -144,6 +144,9 @@ pub fn inputs_from_lock(
 ) -> Result<Vec<ArtifactInput>, BakeError> {
     let mut out = Vec::new();
     for p in &def.artifacts {
+        if p.optional && lock.find(&p.name, def.os, arch).is_none() {
+            continue;
+        }
         let a = lock
             .find(&p.name, def.os, arch)
             .ok_or_else(|| BakeError::MissingArtifact {

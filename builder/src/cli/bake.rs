@@ -146,6 +146,23 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
         fetch_missing(&a, &lock, &store, &store_dir, &def, arch, global)?;
     }
     let inputs = bake::inputs_from_lock(&lock, &store, &def, arch)?;
+    if !global.quiet {
+        for p in def.artifacts.iter().filter(|p| p.optional) {
+            if !inputs.iter().any(|i| i.name == p.name) {
+                eprintln!(
+                    "kiln: warning: {} left out of the {} {} layer: {} does not pin it for {}/{} \
+                     (optional: {})",
+                    p.name,
+                    def.name,
+                    arch,
+                    a.lock.display(),
+                    def.os,
+                    arch,
+                    p.reason.as_deref().unwrap_or("")
+                );
+            }
+        }
+    }
     let epoch = bake::epoch_from_env().map_err(anyhow::Error::msg)?;
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let work = tempfile::Builder::new()

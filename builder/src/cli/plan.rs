@@ -107,7 +107,7 @@ fn plan_cmd(a: PlanArgs, global: &Global) -> anyhow::Result<ExitCode> {
         .flat_map(|t| {
             t.artifacts
                 .iter()
-                .filter(|n| n.pin.is_none())
+                .filter(|n| n.pin.is_none() && !n.left_out())
                 .map(move |n| format!("{} for {}/{}", n.name, def.os, t.arch))
         })
         .collect();
@@ -143,7 +143,15 @@ fn print_plan(a: &PlanArgs, def: &ImageDef, targets: &[Target], store: Option<&P
         println!("\n{} {}: {state}", t.format, t.arch);
         for n in &t.artifacts {
             match &n.pin {
-                None => println!("  {:<15} not in the lock for {}/{}", n.name, def.os, t.arch),
+                None => match &n.optional {
+                    Some(why) => println!(
+                        "  {:<15} left out: not in the lock for {}/{} (optional: {why})",
+                        n.name, def.os, t.arch
+                    ),
+                    None => {
+                        println!("  {:<15} not in the lock for {}/{}", n.name, def.os, t.arch)
+                    }
+                },
                 Some(p) => println!(
                     "  {:<15} {:<12} {}  {}",
                     n.name,

@@ -208,6 +208,30 @@ impl ImageDef {
                     ));
                 }
             }
+            match (a.optional, a.reason.as_deref().map(str::trim)) {
+                (true, None | Some("")) => {
+                    return Err(self.invalid(
+                        &format!("{key}.reason"),
+                        "why the artifact may be left out (optional = true needs a reason)",
+                        "nothing",
+                    ))
+                }
+                (false, Some(_)) => {
+                    return Err(self.invalid(
+                        &format!("{key}.reason"),
+                        "a reason only with optional = true",
+                        "a reason on a required artifact",
+                    ))
+                }
+                _ => {}
+            }
+            if a.optional && a.name == "kubelet" {
+                return Err(self.invalid(
+                    &format!("{key}.optional"),
+                    "kubelet required (a node without it is not a node)",
+                    "optional = true",
+                ));
+            }
             if let Some(k) = &a.version_key {
                 if !is_env_key(k) {
                     return Err(self.invalid(&format!("{key}.version_key"), "[A-Z][A-Z0-9_]*", k));

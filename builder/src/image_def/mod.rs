@@ -304,6 +304,14 @@ pub struct Placement {
     /// kubelet → `KUBERNETES_VERSION`, containerd → `CONTAINERD_VERSION`, …).
     #[serde(default)]
     pub version_key: Option<String>,
+    /// Baked when the lock pins it for the target's OS and architecture, left out (with a
+    /// warning, and the reason in `kiln plan`) when it does not. Needs `reason`. A pinned
+    /// artifact whose bytes are missing from the store is still an error.
+    #[serde(default)]
+    pub optional: bool,
+    /// Why an optional artifact may be left out (required with `optional = true`).
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 impl Placement {
@@ -385,6 +393,18 @@ name = "kubelet"
             (
                 "[[artifact]]\nname = \"x\"\nonly = [\"../x\"]\n",
                 "artifact[1].only",
+            ),
+            (
+                "[[artifact]]\nname = \"x\"\noptional = true\n",
+                "`artifact[1].reason`: expected why the artifact may be left out",
+            ),
+            (
+                "[[artifact]]\nname = \"x\"\noptional = true\nreason = \"  \"\n",
+                "artifact[1].reason",
+            ),
+            (
+                "[[artifact]]\nname = \"x\"\nreason = \"r\"\n",
+                "`artifact[1].reason`: expected a reason only with optional = true",
             ),
             ("[max_pods]\n\"m5.large\" = 0\n", "max_pods.\"m5.large\""),
             ("modules = [\"a b\"]\n", "`modules`"),
