@@ -532,3 +532,62 @@ fn wines_raw_smbios_table_parses_and_agrees_with_its_registry() {
         assert_eq!(reg.trim(), table.get(dmi), "{value} against {dmi}");
     }
 }
+
+/// Azure readiness on Windows: the status lands in the Hyper-V guest pool, the registry key
+/// `HKLM\SOFTWARE\Microsoft\Virtual Machine\Guest` that the Data Exchange service hands to
+/// the host, in the pieces the Linux KVP pool holds; pieces of a longer earlier value go.
+#[test]
+fn azure_status_lands_in_the_hyper_v_guest_pool() {
+    use kiln_firstboot::provider::azure;
+    use kiln_firstboot::windows::kvp;
+    // An earlier, longer value: six pieces, so pieces 2..6 must not survive the new one.
+    let stale = ["stale"; 6];
+    kvp::publish(azure::KVP_KEY, &stale).unwrap();
+    assert_eq!(
+        firmware::registry_string(kvp::GUEST_KEY, "KILN_STATUS|5").as_deref(),
+        Some("stale")
+    );
+    let root = windows_node();
+    let metadata = serve_fixtures("azure");
+    let out = Command::new(EXE)
+        .args(["run", "--provider", "azure", "--no-start", "--metadata-url"])
+        .arg(&metadata.url)
+        .arg("--root")
+        .arg(&root)
+        .arg("--console")
+        .arg(root.join("console.log"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let count: usize = firmware::registry_string(kvp::GUEST_KEY, "KILN_STATUS")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let status = kvp::read(azure::KVP_KEY).expect("the status in the guest pool");
+    assert!(
+        status.contains("\"result\":\"success\"") && status.contains("\"provider\":\"azure\""),
+        "{status}"
+    );
+    // The same JSON as status.json, in pieces the host reads whole.
+    let file = std::fs::read_to_string(root.join("ProgramData/kiln/run/status.json")).unwrap();
+    assert_eq!(status.trim(), file.trim());
+    assert_eq!(count, status.len().div_ceil(azure::KVP_AZURE_VALUE_SIZE));
+    for i in 0..count {
+        let piece = firmware::registry_string(kvp::GUEST_KEY, &format!("KILN_STATUS|{i}"));
+        assert!(piece.unwrap().len() <= azure::KVP_AZURE_VALUE_SIZE);
+    }
+    for i in count..6 {
+        assert_eq!(
+            firmware::registry_string(kvp::GUEST_KEY, &format!("KILN_STATUS|{i}")),
+            None,
+            "piece {i} of the earlier value survived"
+        );
+    }
+    // Nothing is written at the Linux pool's place.
+    assert!(!root.join("var").exists());
+}

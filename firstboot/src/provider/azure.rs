@@ -7,6 +7,7 @@
 
 use std::path::Path;
 
+#[cfg(not(windows))]
 use crate::contract::paths;
 use crate::contract::Provider;
 use crate::error::Error;
@@ -46,6 +47,19 @@ impl MetadataSource for Azure {
     }
 
     fn report_back(&self, to: &ReportTarget, status_json: &Redacted) -> Result<(), ChannelError> {
+        #[cfg(windows)]
+        {
+            // Windows has no pool file: the guest pool is a registry key (windows::kvp).
+            let _ = to;
+            crate::windows::kvp::publish(KVP_KEY, &kvp_chunks(status_json.as_str())).map_err(
+                |what| ChannelError {
+                    channel: "azure-kvp",
+                    target: format!("HKLM\\{}", crate::windows::kvp::GUEST_KEY),
+                    what,
+                },
+            )
+        }
+        #[cfg(not(windows))]
         kvp_publish(&paths::under(&to.root, KVP_POOL), KVP_KEY, status_json)
     }
 

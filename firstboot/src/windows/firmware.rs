@@ -6,13 +6,13 @@
 use std::ffi::c_void;
 use std::ptr::null_mut;
 
-type Handle = *mut c_void;
+pub(crate) type Handle = *mut c_void;
 
 /// HKEY_LOCAL_MACHINE, a predefined handle: `(HKEY)(ULONG_PTR)(LONG)0x80000002`.
-const HKEY_LOCAL_MACHINE: Handle = 0x8000_0002_u32 as i32 as isize as Handle;
+pub(crate) const HKEY_LOCAL_MACHINE: Handle = 0x8000_0002_u32 as i32 as isize as Handle;
 /// `RRF_RT_REG_SZ`: only string values; anything else is "unsupported type".
 const RRF_RT_REG_SZ: u32 = 0x0000_0002;
-const ERROR_SUCCESS: i32 = 0;
+pub(crate) const ERROR_SUCCESS: i32 = 0;
 const ERROR_MORE_DATA: i32 = 234;
 /// 'RSMB', the raw SMBIOS firmware table provider, as GetSystemFirmwareTable spells it.
 const RSMB: u32 = u32::from_be_bytes(*b"RSMB");
@@ -37,7 +37,7 @@ extern "system" {
     fn GetSystemFirmwareTable(provider: u32, id: u32, buf: *mut c_void, size: u32) -> u32;
 }
 
-fn wide(s: &str) -> Vec<u16> {
+pub(crate) fn wide(s: &str) -> Vec<u16> {
     s.encode_utf16().chain(std::iter::once(0)).collect()
 }
 

@@ -8,6 +8,8 @@ pub mod entry;
 pub mod firmware;
 pub mod kubelet;
 #[cfg(windows)]
+pub mod kvp;
+#[cfg(windows)]
 pub mod scm;
 
 use std::fmt;
