@@ -180,8 +180,9 @@ impl ReportOptions {
     pub fn new(root: &Path) -> ReportOptions {
         ReportOptions {
             root: root.to_path_buf(),
-            systemctl: Some(PathBuf::from("systemctl")),
-            journalctl: Some(PathBuf::from("journalctl")),
+            // Windows has neither: the SCM answers for the services (`unit_states`).
+            systemctl: (!cfg!(windows)).then(|| PathBuf::from("systemctl")),
+            journalctl: (!cfg!(windows)).then(|| PathBuf::from("journalctl")),
             console: None,
             kubelet_unit: "kubelet.service".to_string(),
             containerd_unit: "containerd.service".to_string(),
@@ -210,8 +211,20 @@ pub struct Diagnosis {
     pub units: Vec<UnitState>,
 }
 
-/// Asks for the unit states of kubelet and containerd through `systemctl show`.
+/// Asks for the unit states of kubelet and containerd through `systemctl show` (on Windows,
+/// the Service Control Manager: `windows::health`).
 pub fn unit_states(opts: &ReportOptions) -> Vec<UnitState> {
+    #[cfg(windows)]
+    {
+        let units = [opts.kubelet_unit.as_str(), opts.containerd_unit.as_str()];
+        crate::windows::health::unit_states(&units, &|m| warn(opts, m))
+    }
+    #[cfg(not(windows))]
+    systemd_unit_states(opts)
+}
+
+#[cfg(not(windows))]
+fn systemd_unit_states(opts: &ReportOptions) -> Vec<UnitState> {
     let Some(systemctl) = &opts.systemctl else {
         return Vec::new();
     };

@@ -43,8 +43,10 @@ fn main() -> ExitCode {
             quiet,
         }) => {
             let mut opts = kiln_firstboot::diagnose::ReportOptions::new(&root);
-            opts.journalctl = Some(journalctl.into());
-            opts.systemctl = Some(systemctl.into());
+            if !cfg!(windows) {
+                opts.journalctl = Some(journalctl.into());
+                opts.systemctl = Some(systemctl.into());
+            }
             opts.console = console;
             opts.healthz_url = healthz_url;
             // Set by systemd for ExecStopPost= commands (systemd.exec(5)).

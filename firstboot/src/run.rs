@@ -155,8 +155,10 @@ fn wait_joined(
         poll: Duration::from_millis(200),
     };
     let mut ropts = ReportOptions::new(&opts.root);
-    ropts.systemctl = Some(PathBuf::from(&opts.systemctl));
-    ropts.journalctl = Some(PathBuf::from(&opts.journalctl));
+    if !cfg!(windows) {
+        ropts.systemctl = Some(PathBuf::from(&opts.systemctl));
+        ropts.journalctl = Some(PathBuf::from(&opts.journalctl));
+    }
     ropts.kubelet_unit = cfg.image.kubelet_unit.clone();
     ropts.containerd_unit = cfg.image.containerd_unit.clone();
     ropts.redactor = rep.redactor().clone();

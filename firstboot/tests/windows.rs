@@ -270,8 +270,29 @@ fn the_scm_starts_kiln_firstboot_as_a_service() {
         std::thread::sleep(Duration::from_millis(100));
         state = scm.state(&spec.name).unwrap();
     }
+    // Diagnosis reads the same service from the SCM as `systemctl show` reads a unit: failed,
+    // with the run's exit code (service-specific), no Linux tool called.
+    let warnings = std::cell::RefCell::new(Vec::new());
+    let units = windows::health::unit_states(&[spec.name.as_str(), "kiln-no-such-service"], &|w| {
+        warnings.borrow_mut().push(w.to_string())
+    });
     let _ = windows::uninstall(&mut scm, &[spec.name.as_str()]);
     assert_eq!(state, ServiceState::Stopped);
+    assert_eq!(units.len(), 1, "{units:?}");
+    assert_eq!(
+        units[0].describe(),
+        format!(
+            "{} is failed (result=exit-code, status={})",
+            spec.name,
+            kiln_firstboot::Reason::ConfigMissing.exit_code()
+        )
+    );
+    assert!(units[0].has_died(3));
+    let warnings = warnings.into_inner();
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("1060"),
+        "{warnings:?}"
+    );
     let mut status = String::new();
     std::fs::File::open(&status_file)
         .and_then(|mut f| f.read_to_string(&mut status))

@@ -6,6 +6,7 @@
 pub mod entry;
 #[cfg(windows)]
 pub mod firmware;
+pub mod health;
 pub mod kubelet;
 #[cfg(windows)]
 pub mod kvp;
@@ -102,6 +103,8 @@ pub trait ServiceManager {
     fn stop(&mut self, name: &str) -> Result<(), ServiceError>;
     /// The current state.
     fn state(&mut self, name: &str) -> Result<ServiceState, ServiceError>;
+    /// The state and how the service's process last ended, for diagnosis.
+    fn query(&mut self, name: &str) -> Result<health::ServiceReport, ServiceError>;
     /// Unregisters it (Windows removes it once the last handle closes).
     fn delete(&mut self, name: &str) -> Result<(), ServiceError>;
 }
@@ -410,6 +413,14 @@ impl ServiceManager for Recorder {
     fn state(&mut self, name: &str) -> Result<ServiceState, ServiceError> {
         let i = self.find("state", name)?;
         Ok(self.services[i].1)
+    }
+    fn query(&mut self, name: &str) -> Result<health::ServiceReport, ServiceError> {
+        let i = self.find("query", name)?;
+        Ok(health::ServiceReport {
+            state: self.services[i].1,
+            win32_exit_code: 0,
+            service_exit_code: 0,
+        })
     }
     fn delete(&mut self, name: &str) -> Result<(), ServiceError> {
         let i = self.find("delete", name)?;

@@ -10,6 +10,7 @@ use std::ffi::c_void;
 use std::ptr::{null, null_mut};
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
+use super::health::ServiceReport;
 use super::{ServiceError, ServiceManager, ServiceSpec, ServiceState, StartType};
 
 type Handle = *mut c_void;
@@ -453,17 +454,25 @@ impl ServiceManager for Scm {
     }
 
     fn state(&mut self, name: &str) -> Result<ServiceState, ServiceError> {
+        Ok(self.query(name)?.state)
+    }
+
+    fn query(&mut self, name: &str) -> Result<ServiceReport, ServiceError> {
         let svc = self.service(name, "OpenServiceW")?;
         let mut st = ServiceStatus::default();
         // SAFETY: svc is open; st is a valid out-parameter.
         if unsafe { QueryServiceStatus(svc.0, &mut st) } == 0 {
             return Err(last_error("QueryServiceStatus", name));
         }
-        Ok(match st.current_state {
-            SERVICE_STOPPED => ServiceState::Stopped,
-            SERVICE_START_PENDING => ServiceState::StartPending,
-            SERVICE_RUNNING => ServiceState::Running,
-            other => ServiceState::Other(other),
+        Ok(ServiceReport {
+            state: match st.current_state {
+                SERVICE_STOPPED => ServiceState::Stopped,
+                SERVICE_START_PENDING => ServiceState::StartPending,
+                SERVICE_RUNNING => ServiceState::Running,
+                other => ServiceState::Other(other),
+            },
+            win32_exit_code: st.win32_exit_code,
+            service_exit_code: st.service_specific_exit_code,
         })
     }
 
