@@ -16,6 +16,7 @@ use crate::redact::{self, Redactor};
 use crate::service;
 use crate::text::push_capped;
 use crate::wait::DEFAULT_HEALTHZ_URL;
+use crate::windows::{ServiceReport, ServiceState, ERROR_SERVICE_SPECIFIC_ERROR};
 use crate::Reason;
 
 pub use crate::signatures::{classify, match_line, Signature, SIGNATURES};
@@ -58,6 +59,39 @@ impl UnitState {
             }
         }
         u
+    }
+
+    /// A Windows service as the SCM reports it, read as a unit state (`kubelet.service`
+    /// keeps its Linux name, as the image names it):
+    /// - running → `active`; start pending → `activating`; stop pending or paused →
+    ///   `deactivating`;
+    /// - stopped with exit code 0 → `inactive`, result `success`;
+    /// - stopped with `ERROR_SERVICE_SPECIFIC_ERROR` → `failed`, result `exit-code`, status the
+    ///   service's own code; any other Windows error → `failed`, status that error (1067
+    ///   `ERROR_PROCESS_ABORTED`: the process ended without telling the SCM).
+    ///
+    /// The SCM does not count restarts: `restarts` stays unknown.
+    pub fn from_service(name: &str, r: &ServiceReport) -> UnitState {
+        let (active, result, status) = match r.state {
+            ServiceState::Running => ("active", "success", None),
+            ServiceState::StartPending => ("activating", "success", None),
+            ServiceState::Other(_) => ("deactivating", "success", None),
+            ServiceState::Stopped => match r.win32_exit_code {
+                0 => ("inactive", "success", None),
+                ERROR_SERVICE_SPECIFIC_ERROR => {
+                    ("failed", "exit-code", Some(r.service_exit_code as i32))
+                }
+                code => ("failed", "exit-code", Some(code as i32)),
+            },
+        };
+        UnitState {
+            name: name.to_string(),
+            active_state: active.to_string(),
+            result: result.to_string(),
+            exec_main_status: status,
+            restarts: None,
+            main_start_us: None,
+        }
     }
 
     /// The unit is running (or starting) and has not restarted.
@@ -217,7 +251,10 @@ pub fn unit_states(opts: &ReportOptions) -> Vec<UnitState> {
     #[cfg(windows)]
     {
         let units = [opts.kubelet_unit.as_str(), opts.containerd_unit.as_str()];
-        crate::windows::health::unit_states(&units, &|m| warn(opts, m))
+        crate::windows::health::query(&units, &|m| warn(opts, m))
+            .iter()
+            .map(|(name, r)| UnitState::from_service(name, r))
+            .collect()
     }
     #[cfg(not(windows))]
     systemd_unit_states(opts)
@@ -506,5 +543,38 @@ mod tests {
         assert!(total <= LOG_CAP, "{total}");
         assert!(d.log.contains(&lines[3]));
         assert_eq!(d.log.last(), Some(&lines[199]));
+    }
+
+    #[test]
+    fn scm_states_read_as_unit_states() {
+        let report = |state, win32, own| ServiceReport {
+            state,
+            win32_exit_code: win32,
+            service_exit_code: own,
+        };
+        let u = UnitState::from_service("kubelet.service", &report(ServiceState::Running, 0, 0));
+        assert!(u.is_healthy() && !u.has_died(3), "{u:?}");
+        let u =
+            UnitState::from_service("kubelet.service", &report(ServiceState::StartPending, 0, 0));
+        assert_eq!(u.active_state, "activating");
+        // kiln-firstboot's own service reports its run's exit code as service-specific.
+        let u = UnitState::from_service(
+            "kubelet.service",
+            &report(ServiceState::Stopped, ERROR_SERVICE_SPECIFIC_ERROR, 3),
+        );
+        assert!(u.has_died(3));
+        assert_eq!(
+            u.describe(),
+            "kubelet.service is failed (result=exit-code, status=3)"
+        );
+        // A process that ended without telling the SCM.
+        let u = UnitState::from_service("kubelet.service", &report(ServiceState::Stopped, 1067, 0));
+        assert_eq!(
+            (u.active_state.as_str(), u.exec_main_status),
+            ("failed", Some(1067))
+        );
+        // Stopped cleanly: inactive, which the wait loop gives a grace period.
+        let u = UnitState::from_service("containerd.service", &report(ServiceState::Stopped, 0, 0));
+        assert_eq!((u.active_state.as_str(), u.restarts), ("inactive", None));
     }
 }

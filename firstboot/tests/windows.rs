@@ -10,6 +10,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use kiln_firstboot::diagnose::UnitState;
 use kiln_firstboot::provider::detect::{detect, Detected, Dmi};
 use kiln_firstboot::provider::smbios;
 use kiln_firstboot::standin::{fixture_reply, MetadataServer};
@@ -273,9 +274,13 @@ fn the_scm_starts_kiln_firstboot_as_a_service() {
     // Diagnosis reads the same service from the SCM as `systemctl show` reads a unit: failed,
     // with the run's exit code (service-specific), no Linux tool called.
     let warnings = std::cell::RefCell::new(Vec::new());
-    let units = windows::health::unit_states(&[spec.name.as_str(), "kiln-no-such-service"], &|w| {
-        warnings.borrow_mut().push(w.to_string())
-    });
+    let units: Vec<UnitState> =
+        windows::health::query(&[spec.name.as_str(), "kiln-no-such-service"], &|w| {
+            warnings.borrow_mut().push(w.to_string())
+        })
+        .iter()
+        .map(|(name, r)| UnitState::from_service(name, r))
+        .collect();
     let _ = windows::uninstall(&mut scm, &[spec.name.as_str()]);
     assert_eq!(state, ServiceState::Stopped);
     assert_eq!(units.len(), 1, "{units:?}");

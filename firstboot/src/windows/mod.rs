@@ -57,6 +57,19 @@ pub enum ServiceState {
     Other(u32),
 }
 
+/// A service's `SERVICE_STATUS`, the parts diagnosis reads: its state and how its process
+/// last ended (`dwWin32ExitCode`, and `dwServiceSpecificExitCode` when that is
+/// [`ERROR_SERVICE_SPECIFIC_ERROR`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceReport {
+    pub state: ServiceState,
+    pub win32_exit_code: u32,
+    pub service_exit_code: u32,
+}
+
+/// Windows error: the service's own exit code is in `dwServiceSpecificExitCode`.
+pub const ERROR_SERVICE_SPECIFIC_ERROR: u32 = 1066;
+
 /// A failed service-manager call: which call, on which service, and the Windows error code.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceError {
@@ -104,7 +117,7 @@ pub trait ServiceManager {
     /// The current state.
     fn state(&mut self, name: &str) -> Result<ServiceState, ServiceError>;
     /// The state and how the service's process last ended, for diagnosis.
-    fn query(&mut self, name: &str) -> Result<health::ServiceReport, ServiceError>;
+    fn query(&mut self, name: &str) -> Result<ServiceReport, ServiceError>;
     /// Unregisters it (Windows removes it once the last handle closes).
     fn delete(&mut self, name: &str) -> Result<(), ServiceError>;
 }
@@ -414,9 +427,9 @@ impl ServiceManager for Recorder {
         let i = self.find("state", name)?;
         Ok(self.services[i].1)
     }
-    fn query(&mut self, name: &str) -> Result<health::ServiceReport, ServiceError> {
+    fn query(&mut self, name: &str) -> Result<ServiceReport, ServiceError> {
         let i = self.find("query", name)?;
-        Ok(health::ServiceReport {
+        Ok(ServiceReport {
             state: self.services[i].1,
             win32_exit_code: 0,
             service_exit_code: 0,

@@ -10,8 +10,7 @@ use std::ffi::c_void;
 use std::ptr::{null, null_mut};
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
-use super::health::ServiceReport;
-use super::{ServiceError, ServiceManager, ServiceSpec, ServiceState, StartType};
+use super::{ServiceError, ServiceManager, ServiceReport, ServiceSpec, ServiceState, StartType};
 
 type Handle = *mut c_void;
 
