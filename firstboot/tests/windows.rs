@@ -177,12 +177,17 @@ fn private(specs: &mut [windows::ServiceSpec], tag: &str) {
 
 /// The `Environment` value of a service's key as Wine's own `reg.exe query` prints it.
 fn service_environment(name: &str) -> Option<String> {
+    service_value(name, "Environment")
+}
+
+/// Value `value` of a service's key as Wine's own `reg.exe query` prints it.
+fn service_value(name: &str, value: &str) -> Option<String> {
     let out = Command::new("reg")
         .args([
             "query",
             &format!("HKLM\\SYSTEM\\CurrentControlSet\\Services\\{name}"),
             "/v",
-            "Environment",
+            value,
         ])
         .output()
         .expect("run reg.exe");
@@ -198,6 +203,9 @@ fn install_update_uninstall_against_the_real_scm() {
     private(&mut specs, &tag);
     let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
     let mut scm = Scm::open().expect("open Wine's service manager");
+    // Wine reuses process ids from run to run: a run that failed midway left its services.
+    let leftovers: Vec<&str> = names.iter().map(String::as_str).collect();
+    let _ = windows::uninstall(&mut scm, &leftovers);
 
     let done = windows::install(&mut scm, &specs).unwrap();
     assert!(
@@ -207,6 +215,22 @@ fn install_update_uninstall_against_the_real_scm() {
     for n in &names {
         assert!(scm.exists(n).unwrap(), "{n} not registered");
         assert_eq!(scm.state(n).unwrap(), ServiceState::Stopped);
+    }
+    // The recovery restarts also cover a service that stops itself with an error, not only a
+    // crash: FailureActionsOnNonCrashFailures is 1 where there are restarts, 0 where none.
+    for s in &specs {
+        let v = service_value(&s.name, "FailureActionsOnNonCrashFailures")
+            .unwrap_or_else(|| panic!("{}: no FailureActionsOnNonCrashFailures", s.name));
+        let want = if s.restart_after_ms.is_empty() {
+            "0x0"
+        } else {
+            "0x1"
+        };
+        assert!(
+            v.contains("REG_DWORD") && v.trim_end().ends_with(want),
+            "{}: {v}",
+            s.name
+        );
     }
     // Re-running install on an image updates in place; containerd's proxy environment
     // (from the layer's containerd.env) lands in its service key, and goes again without it.

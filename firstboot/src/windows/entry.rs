@@ -69,7 +69,7 @@ pub fn main(args: &[String]) -> Option<u8> {
                 Ok(_) => return Some(fail("takes the options of `run` only".into(), 2)),
                 Err(e) => return Some(fail(e.to_string(), Reason::Usage.exit_code())),
             };
-            match super::scm::run_as_service(|| crate::run::run(&opts)) {
+            match super::dispatch::run_as_service(|| crate::run::run(&opts)) {
                 Ok(code) => Some(code),
                 Err(e) => Some(fail(
                     format!("{e}; `service` is how the Service Control Manager starts kiln-firstboot, use `run` from a console"),

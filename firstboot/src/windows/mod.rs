@@ -3,6 +3,8 @@
 //! a small [`ServiceManager`] trait, so the same sequence is tested against Wine's real
 //! Service Control Manager (`scm::Scm`, Windows only) and against a recorder anywhere.
 
+#[cfg(windows)]
+pub mod dispatch;
 pub mod entry;
 #[cfg(windows)]
 pub mod firmware;

@@ -8,44 +8,47 @@
 
 use std::ffi::c_void;
 use std::ptr::{null, null_mut};
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 use super::{ServiceError, ServiceManager, ServiceReport, ServiceSpec, ServiceState, StartType};
 
-type Handle = *mut c_void;
+pub(super) type Handle = *mut c_void;
 
 const SC_MANAGER_ALL_ACCESS: u32 = 0xF003F;
 const SERVICE_ALL_ACCESS: u32 = 0xF01FF;
-const SERVICE_WIN32_OWN_PROCESS: u32 = 0x10;
+pub(super) const SERVICE_WIN32_OWN_PROCESS: u32 = 0x10;
 const SERVICE_AUTO_START: u32 = 2;
 const SERVICE_DEMAND_START: u32 = 3;
 const SERVICE_ERROR_NORMAL: u32 = 1;
 const SERVICE_NO_CHANGE: u32 = 0xFFFF_FFFF;
 const SERVICE_CONFIG_DESCRIPTION: u32 = 1;
 const SERVICE_CONFIG_FAILURE_ACTIONS: u32 = 2;
+/// `SERVICE_CONFIG_FAILURE_ACTIONS_FLAG` (winsvc.h): whether the failure actions also run when
+/// the service stops itself with an error, not only when its process dies.
+const SERVICE_CONFIG_FAILURE_ACTIONS_FLAG: u32 = 4;
+/// `ERROR_INVALID_LEVEL`: the service manager does not know that information level.
+const ERROR_INVALID_LEVEL: u32 = 124;
+const REG_DWORD: u32 = 4;
 const SC_ACTION_NONE: u32 = 0;
 const SC_ACTION_RESTART: u32 = 1;
-const SERVICE_CONTROL_STOP: u32 = 1;
-const SERVICE_CONTROL_INTERROGATE: u32 = 4;
-const SERVICE_STOPPED: u32 = 1;
+pub(super) const SERVICE_CONTROL_STOP: u32 = 1;
+pub(super) const SERVICE_STOPPED: u32 = 1;
 const SERVICE_START_PENDING: u32 = 2;
-const SERVICE_RUNNING: u32 = 4;
-const SERVICE_ACCEPT_STOP: u32 = 1;
+pub(super) const SERVICE_RUNNING: u32 = 4;
 const ERROR_SERVICE_DOES_NOT_EXIST: u32 = 1060;
-const ERROR_SERVICE_SPECIFIC_ERROR: u32 = 1066;
 /// One day: the failure count (which picks the restart delay) resets after a quiet day.
 const RESET_PERIOD_SECS: u32 = 86_400;
 
+/// `SERVICE_STATUS`.
 #[repr(C)]
 #[derive(Default)]
-struct ServiceStatus {
-    service_type: u32,
-    current_state: u32,
-    controls_accepted: u32,
-    win32_exit_code: u32,
-    service_specific_exit_code: u32,
-    check_point: u32,
-    wait_hint: u32,
+pub(super) struct ServiceStatus {
+    pub(super) service_type: u32,
+    pub(super) current_state: u32,
+    pub(super) controls_accepted: u32,
+    pub(super) win32_exit_code: u32,
+    pub(super) service_specific_exit_code: u32,
+    pub(super) check_point: u32,
+    pub(super) wait_hint: u32,
 }
 
 #[repr(C)]
@@ -66,12 +69,6 @@ struct FailureActions {
 #[repr(C)]
 struct Description {
     text: *mut u16,
-}
-
-#[repr(C)]
-struct TableEntry {
-    name: *mut u16,
-    proc_: Option<unsafe extern "system" fn(u32, *mut *mut u16)>,
 }
 
 #[link(name = "advapi32")]
@@ -112,13 +109,6 @@ extern "system" {
     fn QueryServiceStatus(service: Handle, status: *mut ServiceStatus) -> i32;
     fn DeleteService(service: Handle) -> i32;
     fn CloseServiceHandle(handle: Handle) -> i32;
-    fn StartServiceCtrlDispatcherW(table: *const TableEntry) -> i32;
-    fn RegisterServiceCtrlHandlerExW(
-        name: *const u16,
-        handler: unsafe extern "system" fn(u32, u32, *mut c_void, *mut c_void) -> u32,
-        context: *mut c_void,
-    ) -> Handle;
-    fn SetServiceStatus(handle: Handle, status: *mut ServiceStatus) -> i32;
 }
 
 #[link(name = "advapi32")]
@@ -154,7 +144,7 @@ extern "system" {
     fn GetLastError() -> u32;
 }
 
-fn wide(s: &str) -> Vec<u16> {
+pub(super) fn wide(s: &str) -> Vec<u16> {
     s.encode_utf16().chain(Some(0)).collect()
 }
 
@@ -169,7 +159,7 @@ fn wide_list(items: &[String]) -> Vec<u16> {
     v
 }
 
-fn last_error(call: &'static str, service: &str) -> ServiceError {
+pub(super) fn last_error(call: &'static str, service: &str) -> ServiceError {
     // SAFETY: GetLastError has no preconditions.
     let code = unsafe { GetLastError() };
     ServiceError {
@@ -224,15 +214,31 @@ impl Scm {
     /// The service's own environment: the SCM passes the `Environment` value (REG_MULTI_SZ)
     /// of the service's registry key to the process. No API sets it, so the key is written.
     fn set_environment(&self, spec: &ServiceSpec) -> Result<(), ServiceError> {
-        let path = wide(&format!(
-            "SYSTEM\\CurrentControlSet\\Services\\{}",
-            spec.name
-        ));
-        let value = wide("Environment");
+        let data: Option<Vec<u8>> = (!spec.environment.is_empty()).then(|| {
+            wide_list(&spec.environment)
+                .iter()
+                .flat_map(|c| c.to_le_bytes())
+                .collect()
+        });
+        self.set_service_value(&spec.name, "Environment", REG_MULTI_SZ, data.as_deref())
+    }
+
+    /// Sets (or, with `None`, deletes) value `value` of the service's registry key
+    /// `HKLM\SYSTEM\CurrentControlSet\Services\<name>`; a missing value is not an error to
+    /// delete.
+    fn set_service_value(
+        &self,
+        name: &str,
+        value: &'static str,
+        kind: u32,
+        data: Option<&[u8]>,
+    ) -> Result<(), ServiceError> {
+        let path = wide(&format!("SYSTEM\\CurrentControlSet\\Services\\{name}"));
+        let value_w = wide(value);
         let mut key: Handle = null_mut();
         let fail = |call: &'static str, code: i32| ServiceError {
             call,
-            service: spec.name.clone(),
+            service: name.to_string(),
             code: code as u32,
         };
         // SAFETY: path is NUL-terminated; key receives an open handle on success.
@@ -248,31 +254,30 @@ impl Scm {
         if rc != 0 {
             return Err(fail("RegOpenKeyExW(service key)", rc));
         }
-        let rc = if spec.environment.is_empty() {
-            // SAFETY: key is open; value is NUL-terminated.
-            match unsafe { RegDeleteValueW(key, value.as_ptr()) } {
+        let rc = match data {
+            // SAFETY: key is open; the name is NUL-terminated.
+            None => match unsafe { RegDeleteValueW(key, value_w.as_ptr()) } {
                 ERROR_FILE_NOT_FOUND => 0,
                 rc => rc,
-            }
-        } else {
-            let data = wide_list(&spec.environment);
-            // SAFETY: key is open; data is a double-NUL-terminated UTF-16 list whose byte
-            // length is passed.
-            unsafe {
+            },
+            // SAFETY: key is open; `data` is the value's bytes in the layout `kind` wants
+            // (REG_MULTI_SZ double-NUL-terminated UTF-16, REG_DWORD four bytes), its length
+            // passed.
+            Some(data) => unsafe {
                 RegSetValueExW(
                     key,
-                    value.as_ptr(),
+                    value_w.as_ptr(),
                     0,
-                    REG_MULTI_SZ,
-                    data.as_ptr().cast(),
-                    (data.len() * 2) as u32,
+                    kind,
+                    data.as_ptr(),
+                    data.len() as u32,
                 )
-            }
+            },
         };
         // SAFETY: key was opened above and is closed once.
         unsafe { RegCloseKey(key) };
         if rc != 0 {
-            return Err(fail("RegSetValueExW(Environment)", rc));
+            return Err(fail("RegSetValueExW(service key)", rc));
         }
         Ok(())
     }
@@ -328,6 +333,35 @@ impl Scm {
                 "ChangeServiceConfig2W(failure actions)",
                 &spec.name,
             ));
+        }
+        // By default Windows runs the failure actions only when the process ends without
+        // reporting SERVICE_STOPPED; a kubelet or containerd that stops itself with an error
+        // (dwWin32ExitCode != 0) would stay down. fFailureActionsOnNonCrashFailures
+        // (SERVICE_FAILURE_ACTIONS_FLAG, what `sc.exe failureflag <name> 1` sets) restarts
+        // those too, as systemd's Restart=on-failure does on Linux.
+        let mut on_error: i32 = i32::from(!spec.restart_after_ms.is_empty());
+        // SAFETY: svc is open; on_error is the BOOL the structure holds, live across the call.
+        if unsafe {
+            ChangeServiceConfig2W(
+                svc.0,
+                SERVICE_CONFIG_FAILURE_ACTIONS_FLAG,
+                (&mut on_error as *mut i32).cast(),
+            )
+        } == 0
+        {
+            let err = last_error("ChangeServiceConfig2W(failure actions flag)", &spec.name);
+            if err.code != ERROR_INVALID_LEVEL {
+                return Err(err);
+            }
+            // A service manager without this level (Wine 8 answers ERROR_INVALID_LEVEL;
+            // Windows has it since Vista): the value Windows keeps it in, read by the SCM
+            // when it loads its database at the node's boot.
+            self.set_service_value(
+                &spec.name,
+                "FailureActionsOnNonCrashFailures",
+                REG_DWORD,
+                Some(&(on_error as u32).to_le_bytes()),
+            )?;
         }
         self.set_environment(spec)
     }
@@ -483,101 +517,4 @@ impl ServiceManager for Scm {
         }
         Ok(())
     }
-}
-
-// The service entry point is a bare `extern "system"` function, so the body and its results
-// travel through statics: set once before the dispatcher starts, read on its thread.
-static BODY: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
-static STATUS_HANDLE: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
-static EXIT: AtomicU32 = AtomicU32::new(0);
-
-fn report(state: u32, exit: u8) {
-    let h = STATUS_HANDLE.load(Ordering::SeqCst);
-    if h.is_null() {
-        return;
-    }
-    let mut st = ServiceStatus {
-        service_type: SERVICE_WIN32_OWN_PROCESS,
-        current_state: state,
-        controls_accepted: if state == SERVICE_RUNNING {
-            SERVICE_ACCEPT_STOP
-        } else {
-            0
-        },
-        win32_exit_code: if exit == 0 {
-            0
-        } else {
-            ERROR_SERVICE_SPECIFIC_ERROR
-        },
-        service_specific_exit_code: exit as u32,
-        check_point: 0,
-        wait_hint: 0,
-    };
-    // SAFETY: h came from RegisterServiceCtrlHandlerExW; st is valid for the call.
-    unsafe { SetServiceStatus(h, &mut st) };
-}
-
-unsafe extern "system" fn control(code: u32, _: u32, _: *mut c_void, _: *mut c_void) -> u32 {
-    if code == SERVICE_CONTROL_STOP {
-        // firstboot is a short run with its own deadline: a stop request ends the process
-        // with the "internal" exit code rather than leaving a half-done boot running.
-        report(SERVICE_STOPPED, 1);
-        std::process::exit(1);
-    }
-    if code == SERVICE_CONTROL_INTERROGATE {
-        return 0;
-    }
-    120 // ERROR_CALL_NOT_IMPLEMENTED
-}
-
-unsafe extern "system" fn service_main(_argc: u32, _argv: *mut *mut u16) {
-    let name = wide(SERVICE_NAME);
-    // SAFETY: name is NUL-terminated; control is a valid handler for the process lifetime.
-    let h = unsafe { RegisterServiceCtrlHandlerExW(name.as_ptr(), control, null_mut()) };
-    STATUS_HANDLE.store(h, Ordering::SeqCst);
-    report(SERVICE_RUNNING, 0);
-    let body = BODY.load(Ordering::SeqCst);
-    let code = if body.is_null() {
-        1
-    } else {
-        // SAFETY: BODY holds a `&mut dyn FnMut() -> u8` set by run_as_service, which is
-        // blocked in the dispatcher while this runs.
-        let f = unsafe { &mut *(body as *mut &mut dyn FnMut() -> u8) };
-        f()
-    };
-    EXIT.store(code as u32, Ordering::SeqCst);
-    report(SERVICE_STOPPED, code);
-}
-
-/// The name kiln-firstboot's own service is registered under.
-pub const SERVICE_NAME: &str = "kiln-firstboot";
-
-/// Runs `body` as the `kiln-firstboot` service: connects to the SCM, reports "running",
-/// runs the boot, reports "stopped" with its exit code. Returns that exit code, or an error
-/// when the process was not started by the SCM.
-pub fn run_as_service(mut body: impl FnMut() -> u8) -> Result<u8, ServiceError> {
-    let mut dyn_body: &mut dyn FnMut() -> u8 = &mut body;
-    BODY.store(
-        (&mut dyn_body as *mut &mut dyn FnMut() -> u8).cast(),
-        Ordering::SeqCst,
-    );
-    let mut name = wide(SERVICE_NAME);
-    let table = [
-        TableEntry {
-            name: name.as_mut_ptr(),
-            proc_: Some(service_main),
-        },
-        TableEntry {
-            name: null_mut(),
-            proc_: None,
-        },
-    ];
-    // SAFETY: the table is NUL-terminated and lives until the dispatcher returns, which is
-    // after service_main (and so every use of BODY) has finished.
-    let ok = unsafe { StartServiceCtrlDispatcherW(table.as_ptr()) };
-    BODY.store(null_mut(), Ordering::SeqCst);
-    if ok == 0 {
-        return Err(last_error("StartServiceCtrlDispatcherW", SERVICE_NAME));
-    }
-    Ok(EXIT.load(Ordering::SeqCst) as u8)
 }
