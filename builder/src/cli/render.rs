@@ -44,6 +44,7 @@ impl From<ProvisionerArg> for Provisioner {
 #[command(after_help = "Examples:
   kiln render --provisioner cloud-init node.toml > user-data
   kiln render --provisioner ignition --gzip node.toml -o node.ign
+  kiln render -p ignition node.toml --sysext out/kubernetes-v1.36.1-x86-64.raw -o node.ign
   kiln render --provisioner files node.toml -o rootfs/
   kiln render --check user-data")]
 pub struct RenderArgs {
@@ -63,9 +64,19 @@ pub struct RenderArgs {
     /// Ignition config spec version: 3.4.0 (Ignition 2.15+) or 3.3.0 (Ignition 2.11 to 2.14).
     #[arg(long, value_name = "VERSION", default_value = "3.4.0", value_parser = ["3.4.0", "3.3.0"])]
     pub ignition_spec: String,
+    /// Ignition only: also place this baked Flatcar sysext (the `.raw` `kiln bake --format
+    /// sysext` wrote, its `<name>.conf` beside it): fetched at first boot into
+    /// /opt/extensions/ and checked against its sha512, linked into /etc/extensions/, updated
+    /// by systemd-sysupdate within its Kubernetes minor.
+    #[arg(long, value_name = "RAW")]
+    pub sysext: Option<PathBuf>,
+    /// Where nodes fetch the --sysext image (default: the transfer file's update URL plus the
+    /// file name).
+    #[arg(long, value_name = "URL", requires = "sysext")]
+    pub sysext_url: Option<String>,
     /// Read user data (a file, `-` for stdin, or a `files` directory) back and list the
     /// /etc/kiln/ files it would write; fails if they break the node contract.
-    #[arg(long, value_name = "FILE|DIR", conflicts_with_all = ["node", "provisioner", "output", "gzip"])]
+    #[arg(long, value_name = "FILE|DIR", conflicts_with_all = ["node", "provisioner", "output", "gzip", "sysext"])]
     pub check: Option<PathBuf>,
 }
 
@@ -110,9 +121,22 @@ pub fn run(args: RenderArgs, global: &Global) -> anyhow::Result<ExitCode> {
         "3.3.0" => render::ignition::Spec::V3_3,
         _ => render::ignition::Spec::V3_4,
     };
+    let sysext = match &args.sysext {
+        Some(_) if provisioner != Provisioner::Ignition => {
+            return usage(
+                "--sysext places a Flatcar extension through Ignition: use --provisioner ignition",
+            );
+        }
+        Some(raw) => Some(render::sysext::Sysext::from_bake(
+            raw,
+            args.sysext_url.as_deref(),
+        )?),
+        None => None,
+    };
     let options = RenderOptions {
         gzip: args.gzip,
         ignition_spec,
+        sysext: sysext.as_ref(),
     };
     let payload = render::render_payload(&node_files, provisioner, options)?;
     match &args.output {

@@ -5,6 +5,7 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 
 use crate::render::model::{NodeFile, RenderError, LINUX_DIR};
+use crate::render::sysext::Sysext;
 
 /// The Ignition config spec versions kiln writes. What kiln uses (files as data: URLs with
 /// mode, owner and gzip compression, one directory) means the same in both.
@@ -28,8 +29,9 @@ impl Spec {
 }
 
 /// Renders the Ignition config. With `gzip`, each file's contents are compressed when that
-/// makes them smaller (`contents.compression: "gzip"`).
-pub fn render(files: &[NodeFile], gzip: bool, spec: Spec) -> Vec<u8> {
+/// makes them smaller (`contents.compression: "gzip"`). With `sysext`, the config also places
+/// that baked extension (fetched and sha512-verified) and its updates ([`Sysext`]).
+pub fn render(files: &[NodeFile], gzip: bool, spec: Spec, sysext: Option<&Sysext>) -> Vec<u8> {
     let root = json!({"id": 0});
     let entries: Vec<Value> = files
         .iter()
@@ -55,13 +57,23 @@ pub fn render(files: &[NodeFile], gzip: bool, spec: Spec) -> Vec<u8> {
             })
         })
         .collect();
-    let config = json!({
-        "ignition": {"version": spec.version()},
-        "storage": {
-            "directories": [{"path": LINUX_DIR, "mode": 0o755, "user": root, "group": root}],
-            "files": entries,
-        }
-    });
+    let mut entries = entries;
+    let mut directories =
+        vec![json!({"path": LINUX_DIR, "mode": 0o755, "user": root, "group": root})];
+    let mut config = json!({"ignition": {"version": spec.version()}});
+    if let Some(x) = sysext {
+        entries.extend(x.files(&root));
+        directories.push(json!({
+            "path": format!("/opt/extensions/{}", x.name),
+            "mode": 0o755,
+            "user": root,
+            "group": root,
+        }));
+        config["storage"]["links"] = json!([x.link()]);
+        config["systemd"] = json!({"units": x.units()});
+    }
+    config["storage"]["directories"] = Value::Array(directories);
+    config["storage"]["files"] = Value::Array(entries);
     // serde_json's maps are sorted, so the output is the same for the same files.
     let mut out = serde_json::to_vec(&config).expect("JSON values always serialise");
     out.push(b'\n');
@@ -113,6 +125,10 @@ fn percent_decode(s: &str) -> Result<Vec<u8>, String> {
         }
     }
     Ok(out)
+}
+
+fn is_hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 fn truncate(s: &str) -> String {
@@ -171,6 +187,37 @@ pub fn parse(text: &str, source: &str) -> Result<(Vec<NodeFile>, Vec<String>), R
             .and_then(Value::as_str);
         let mut contents = match source_url {
             None => Vec::new(),
+            Some(url) if !url.starts_with("data:") => {
+                // A remote source is accepted only as kiln emits one (`--sysext`): http(s),
+                // checked against a sha512 (or sha256) Ignition verifies before writing, and
+                // outside /etc/kiln/, whose contract files are always inline.
+                let hash = contents_obj
+                    .and_then(|c| c.pointer("/verification/hash"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let verified = (url.starts_with("https://") || url.starts_with("http://"))
+                    && (hash.strip_prefix("sha512-").is_some_and(|h| is_hex(h, 128))
+                        || hash.strip_prefix("sha256-").is_some_and(|h| is_hex(h, 64)));
+                if !verified {
+                    return Err(err(format!(
+                        "{at}: fetches {:?} without an https/http URL and a sha512 or sha256 \
+                         verification.hash (found {:?}): kiln refuses unverified remote sources",
+                        truncate(url),
+                        truncate(hash)
+                    )));
+                }
+                if path.starts_with(&format!("{LINUX_DIR}/")) {
+                    return Err(err(format!(
+                        "{at}: the node contract files are inline (data: URLs), found a fetch of {:?}",
+                        truncate(url)
+                    )));
+                }
+                notes.push(format!(
+                    "fetches {path} from {url} (verified: {})",
+                    hash.split('-').next().unwrap_or("")
+                ));
+                continue;
+            }
             Some(url) => decode_data_url(url).map_err(|m| err(format!("{at}: {m}")))?,
         };
         match contents_obj
@@ -238,8 +285,13 @@ mod tests {
             mode: 0o644,
             contents: "KEY=value\n".repeat(50).into_bytes(),
         };
-        let out =
-            String::from_utf8(render(&[small.clone(), big.clone()], true, Spec::V3_4)).unwrap();
+        let out = String::from_utf8(render(
+            &[small.clone(), big.clone()],
+            true,
+            Spec::V3_4,
+            None,
+        ))
+        .unwrap();
         assert_eq!(out.matches("\"compression\":\"gzip\"").count(), 1, "{out}");
         let (files, notes) = parse(&out, "x").unwrap();
         assert_eq!(files, vec![small, big]);

@@ -13,6 +13,7 @@ pub mod model;
 pub mod node_files;
 pub mod node_toml;
 pub mod pki;
+pub mod sysext;
 pub mod windows;
 
 pub use check::{check_payload, contract_problems, Checked};
@@ -22,13 +23,16 @@ pub use model::{
     MAX_GUNZIPPED, PUBLIC_MODE, SECRET_MODE, WINDOWS_DIR,
 };
 
-/// Options that change how user data is encoded, never what files it writes.
+/// Options that change how user data is encoded, and what Ignition places besides the node
+/// files.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RenderOptions {
+pub struct RenderOptions<'a> {
     /// Compress: the whole user data (cloud-init, Windows) or each file (Ignition).
     pub gzip: bool,
     /// The Ignition spec version to write (ignored by the other provisioners).
     pub ignition_spec: ignition::Spec,
+    /// A baked Flatcar sysext Ignition places at first boot (Ignition only).
+    pub sysext: Option<&'a sysext::Sysext>,
 }
 
 /// Renders the node's contract files into one provisioner's user data.
@@ -37,11 +41,13 @@ pub struct RenderOptions {
 pub fn render_payload(
     files: &[NodeFile],
     provisioner: Provisioner,
-    options: RenderOptions,
+    options: RenderOptions<'_>,
 ) -> Result<Vec<u8>, RenderError> {
     let payload = match provisioner {
         Provisioner::CloudInit => cloudinit::render(files),
-        Provisioner::Ignition => ignition::render(files, options.gzip, options.ignition_spec),
+        Provisioner::Ignition => {
+            ignition::render(files, options.gzip, options.ignition_spec, options.sysext)
+        }
         Provisioner::Windows => windows::render(files),
         Provisioner::Files => return Err(RenderError::NotAPayload),
     };

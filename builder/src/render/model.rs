@@ -147,6 +147,14 @@ pub enum RenderError {
         /// What was expected and what was found.
         message: String,
     },
+    /// A baked sysext handed to `--sysext` is not what `kiln bake --format sysext` writes.
+    #[error("{path}: {message}")]
+    Sysext {
+        /// The `.raw` (or its transfer file).
+        path: PathBuf,
+        /// What was expected and what was found.
+        message: String,
+    },
     /// A file or directory could not be read or written.
     #[error("{path}: {source}")]
     Io {

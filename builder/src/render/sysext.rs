@@ -1,0 +1,312 @@
+//! A baked Flatcar sysext placed by Ignition at first boot, the way Flatcar users add
+//! software to a stock image (the sysext-bakery layout): the `.raw` fetched into
+//! `/opt/extensions/<name>/` and checked against its sha512, linked as
+//! `/etc/extensions/<name>.raw` for systemd-sysext, the bake's systemd-sysupdate transfer file
+//! in `/etc/sysupdate.<name>.d/`, the sysupdate timer enabled, and a drop-in that updates this
+//! extension and asks for a reboot (`/run/reboot-required`, what kured watches) when a new
+//! image landed. The transfer file's `MatchPattern` names the Kubernetes minor, so sysupdate
+//! takes patch releases of it and never a new minor (the version-skew policy).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha512};
+
+use crate::render::model::RenderError;
+
+/// Everything Ignition needs to place one baked sysext.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sysext {
+    /// The extension name (`kubernetes`): `/etc/extensions/<name>.raw`.
+    pub name: String,
+    /// The image's file name, `<name>-<kubernetes version>-<arch>.raw`.
+    pub file: String,
+    /// Where nodes fetch it (`https://…/<file>`).
+    pub url: String,
+    /// sha512 of the exact bytes, hex.
+    pub sha512: String,
+    /// The bake's transfer file (`<name>.conf`), as written.
+    pub transfer: Vec<u8>,
+}
+
+/// A `<name>` of an extension: what systemd-sysext and a unit drop-in name accept.
+fn valid_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 64
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        && !n.starts_with('.')
+}
+
+impl Sysext {
+    /// Reads a baked sysext: `raw` is the `.raw` `kiln bake --format sysext` wrote, and its
+    /// transfer file `<name>.conf` is beside it. `url` is where nodes fetch the image; without
+    /// it, the transfer file's `[Source] Path=` (the definition's `update_url`) plus the file
+    /// name, which is where sysupdate looks for updates too.
+    pub fn from_bake(raw: &Path, url: Option<&str>) -> Result<Sysext, RenderError> {
+        let err = |path: &Path, message: String| RenderError::Sysext {
+            path: path.to_path_buf(),
+            message,
+        };
+        let file = raw
+            .file_name()
+            .and_then(|f| f.to_str())
+            .ok_or_else(|| err(raw, "expected a file name".into()))?
+            .to_string();
+        // `<name>-v<version>-<arch>.raw`: the name is what comes before `-v<digit>`.
+        let name = file
+            .strip_suffix(".raw")
+            .and_then(|stem| {
+                stem.match_indices("-v")
+                    .find(|(i, _)| stem[i + 2..].starts_with(|c: char| c.is_ascii_digit()))
+                    .map(|(i, _)| &stem[..i])
+            })
+            .filter(|n| valid_name(n))
+            .ok_or_else(|| {
+                err(
+                    raw,
+                    format!(
+                        "expected a baked sysext named <name>-v<kubernetes version>-<arch>.raw, found {file:?}"
+                    ),
+                )
+            })?
+            .to_string();
+        if !valid_name(&file) {
+            return Err(err(
+                raw,
+                format!("file name {file:?} has characters a URL or unit cannot carry"),
+            ));
+        }
+        let sha512 = sha512_file(raw).map_err(|e| RenderError::io(raw, e))?;
+        let conf_path: PathBuf = raw.with_file_name(format!("{name}.conf"));
+        let transfer = std::fs::read(&conf_path).map_err(|e| {
+            err(
+                &conf_path,
+                format!("the bake's systemd-sysupdate transfer file beside {file} cannot be read ({e}); kiln bake --format sysext writes it"),
+            )
+        })?;
+        let text = String::from_utf8_lossy(&transfer);
+        let base = source_path(&text).ok_or_else(|| {
+            err(
+                &conf_path,
+                format!("expected a [Source] section with Path= (the update URL) in the transfer file of {file}, found none"),
+            )
+        })?;
+        let url = match url {
+            Some(u) => u.to_string(),
+            None => format!("{}/{file}", base.trim_end_matches('/')),
+        };
+        if !(url.starts_with("https://") || url.starts_with("http://")) {
+            return Err(err(
+                raw,
+                format!(
+                    "nodes fetch the image from {url:?}: expected an https:// (or http://) URL"
+                ),
+            ));
+        }
+        Ok(Sysext {
+            name,
+            file,
+            url,
+            sha512,
+            transfer,
+        })
+    }
+
+    /// Where Ignition writes the image.
+    pub fn image_path(&self) -> String {
+        format!("/opt/extensions/{}/{}", self.name, self.file)
+    }
+
+    /// Ignition's `verification.hash` for the image.
+    pub fn hash(&self) -> String {
+        format!("sha512-{}", self.sha512)
+    }
+
+    /// The Ignition `storage.files` entries: the image (fetched and verified), the transfer
+    /// file, and a no-op transfer so the stock `systemd-sysupdate.service`, which also updates
+    /// `/etc/sysupdate.d/`, has something there and does not fail.
+    pub fn files(&self, root: &Value) -> Vec<Value> {
+        let data = |bytes: &[u8]| {
+            use base64::Engine as _;
+            format!(
+                "data:;base64,{}",
+                base64::engine::general_purpose::STANDARD.encode(bytes)
+            )
+        };
+        vec![
+            json!({
+                "path": self.image_path(),
+                "mode": 0o644,
+                "overwrite": true,
+                "user": root,
+                "group": root,
+                "contents": {"source": self.url, "verification": {"hash": self.hash()}},
+            }),
+            json!({
+                "path": format!("/etc/sysupdate.{0}.d/{0}.conf", self.name),
+                "mode": 0o644,
+                "overwrite": true,
+                "user": root,
+                "group": root,
+                "contents": {"source": data(&self.transfer)},
+            }),
+            json!({
+                "path": "/etc/sysupdate.d/noop.conf",
+                "mode": 0o644,
+                "overwrite": true,
+                "user": root,
+                "group": root,
+                "contents": {"source": data(NOOP_TRANSFER.as_bytes())},
+            }),
+        ]
+    }
+
+    /// The `storage.links` entry systemd-sysext merges.
+    pub fn link(&self) -> Value {
+        json!({
+            "path": format!("/etc/extensions/{}.raw", self.name),
+            "target": self.image_path(),
+            "hard": false,
+            "overwrite": true,
+        })
+    }
+
+    /// The `systemd.units` entries: the sysupdate timer enabled, and the service's drop-in.
+    pub fn units(&self) -> Vec<Value> {
+        vec![
+            json!({"name": "systemd-sysupdate.timer", "enabled": true}),
+            json!({
+                "name": "systemd-sysupdate.service",
+                "dropins": [{"name": format!("kiln-{}.conf", self.name), "contents": self.dropin()}],
+            }),
+        ]
+    }
+
+    /// The `systemd-sysupdate.service` drop-in: update this extension's transfer set, and
+    /// touch `/run/reboot-required` when the current image changed.
+    pub fn dropin(&self) -> String {
+        let n = &self.name;
+        format!(
+            "# Written by kiln render: update the {n} extension within its Kubernetes minor\n\
+             # (/etc/sysupdate.{n}.d/{n}.conf) and ask for a reboot when a new image landed.\n\
+             [Service]\n\
+             ExecStartPre=/usr/bin/sh -c 'readlink --canonicalize /etc/extensions/{n}.raw > /run/kiln-sysupdate-{n}.before'\n\
+             ExecStartPre=/usr/lib/systemd/systemd-sysupdate -C {n} update\n\
+             ExecStartPost=/usr/bin/sh -c 'readlink --canonicalize /etc/extensions/{n}.raw | cmp -s - /run/kiln-sysupdate-{n}.before || touch /run/reboot-required'\n"
+        )
+    }
+}
+
+/// A transfer that matches nothing: Flatcar's `systemd-sysupdate.service` runs
+/// `systemd-sysupdate update` on `/etc/sysupdate.d/`, which fails with no transfer at all.
+const NOOP_TRANSFER: &str =
+    "# Written by kiln render: systemd-sysupdate.service updates /etc/sysupdate.d/ too,\n\
+# and fails when it holds no transfer; this one matches nothing.\n\
+[Source]\n\
+Type=regular-file\n\
+Path=/\n\
+MatchPattern=kiln-noop-@v.raw\n\
+\n\
+[Target]\n\
+Type=regular-file\n\
+Path=/\n";
+
+/// `Path=` of the `[Source]` section of a transfer file.
+fn source_path(text: &str) -> Option<String> {
+    let mut in_source = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_source = line == "[Source]";
+        } else if in_source {
+            if let Some(v) = line.strip_prefix("Path=") {
+                return Some(v.trim().to_string()).filter(|v| !v.is_empty());
+            }
+        }
+    }
+    None
+}
+
+fn sha512_file(path: &Path) -> std::io::Result<String> {
+    let mut f = std::fs::File::open(path)?;
+    let mut h = Sha512::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bake(dir: &Path, file: &str, conf: Option<&str>) -> PathBuf {
+        let raw = dir.join(file);
+        std::fs::write(&raw, b"sqsh-stand-in").unwrap();
+        if let Some(c) = conf {
+            std::fs::write(dir.join("kubernetes.conf"), c).unwrap();
+        }
+        raw
+    }
+
+    const CONF: &str = "[Transfer]\nVerify=false\n\n[Source]\nType=url-file\nPath=https://images.example.com/kiln/flatcar/\nMatchPattern=kubernetes-v1.36.@v-x86-64.raw\n";
+
+    #[test]
+    fn reads_a_bake_and_derives_the_url() {
+        let d = tempfile::tempdir().unwrap();
+        let raw = bake(d.path(), "kubernetes-v1.36.1-x86-64.raw", Some(CONF));
+        let s = Sysext::from_bake(&raw, None).unwrap();
+        assert_eq!(s.name, "kubernetes");
+        assert_eq!(
+            s.url,
+            "https://images.example.com/kiln/flatcar/kubernetes-v1.36.1-x86-64.raw"
+        );
+        assert_eq!(s.sha512.len(), 128);
+        assert_eq!(s.transfer, CONF.as_bytes());
+        assert!(s
+            .dropin()
+            .contains("systemd-sysupdate -C kubernetes update"));
+        let s = Sysext::from_bake(&raw, Some("http://127.0.0.1:1/x.raw")).unwrap();
+        assert_eq!(s.url, "http://127.0.0.1:1/x.raw");
+    }
+
+    #[test]
+    fn refuses_what_bake_does_not_write() {
+        let d = tempfile::tempdir().unwrap();
+        let cases = [
+            (
+                "kubernetes.raw",
+                Some(CONF),
+                "expected a baked sysext named",
+            ),
+            ("kubernetes-v1.36.1-x86-64.raw", None, "transfer file"),
+            (
+                "kubernetes-v1.36.1-x86-64.raw",
+                Some("[Transfer]\nVerify=false\n"),
+                "[Source] section with Path=",
+            ),
+            (
+                "k8s$(id)-v1.36.1-x86-64.raw",
+                Some(CONF),
+                "expected a baked sysext named",
+            ),
+        ];
+        for (file, conf, want) in cases {
+            let _ = std::fs::remove_file(d.path().join("kubernetes.conf"));
+            let raw = bake(d.path(), file, conf);
+            let e = Sysext::from_bake(&raw, None).unwrap_err().to_string();
+            assert!(e.contains(want) && e.contains(file), "{file}: {e}");
+        }
+        let raw = bake(d.path(), "kubernetes-v1.36.1-x86-64.raw", Some(CONF));
+        let e = Sysext::from_bake(&raw, Some("ftp://mirror/x.raw"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected an https://"), "{e}");
+    }
+}

@@ -1,0 +1,240 @@
+//! `kiln render --sysext`: the Ignition that places a baked Flatcar sysext, run by Debian's
+//! real Ignition (2.14, spec 3.3.0) against a loopback HTTP mirror: the image lands
+//! byte-identical where systemd-sysext finds it, with the bake's transfer file and the
+//! sysupdate timer; a wrong hash is refused by Ignition itself; `render --check` accepts what
+//! kiln emits and refuses an unverified remote source.
+
+mod render_support;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use render_support::*;
+use serde_json::Value;
+
+const IGNITION: &str = "/usr/lib/dracut/modules.d/30ignition/ignition";
+const IGNITION_VALIDATE: &str = "/usr/bin/ignition-validate";
+
+/// Serves `body` for every GET on a loopback port until the process ends; returns the port.
+fn serve(body: Vec<u8>) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            let mut req = [0u8; 4096];
+            let _ = c.read(&mut req);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = c
+                .write_all(head.as_bytes())
+                .and_then(|()| c.write_all(&body));
+        }
+    });
+    port
+}
+
+/// A bake output directory: a `.raw` and its transfer file, as `kiln bake --format sysext`
+/// names them. The image bytes are not a squashfs: Ignition only moves and hashes them.
+fn bake_dir(dir: &Path) -> (PathBuf, Vec<u8>) {
+    let raw = dir.join("kubernetes-v1.36.1-x86-64.raw");
+    let bytes: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&raw, &bytes).unwrap();
+    std::fs::write(
+        dir.join("kubernetes.conf"),
+        "[Transfer]\nVerify=false\n\n[Source]\nType=url-file\nPath=https://images.example.com/kiln/flatcar/\n\
+         MatchPattern=kubernetes-v1.36.@v-x86-64.raw\n\n[Target]\nInstancesMax=3\nType=regular-file\n\
+         Path=/opt/extensions/kubernetes\nCurrentSymlink=/etc/extensions/kubernetes.raw\n",
+    )
+    .unwrap();
+    (raw, bytes)
+}
+
+fn render(dir: &Path, raw: &Path, url: &str) -> PathBuf {
+    let out = dir.join("node.ign");
+    run(kiln()
+        .args([
+            "--quiet",
+            "render",
+            "-p",
+            "ignition",
+            "--ignition-spec",
+            "3.3.0",
+        ])
+        .arg(dir.join("node.toml"))
+        .arg("--sysext")
+        .arg(raw)
+        .args(["--sysext-url", url, "-o"])
+        .arg(&out));
+    out
+}
+
+/// Runs Ignition's fetch-offline and files stages on `config` into a fresh sysroot.
+fn ignition(work: &Path, config: &Path) -> (PathBuf, std::process::Output) {
+    // A no-op stand-in for SELinux's `setfiles` (Debian builds Ignition with relabelling on,
+    // and the temp sysroot has no policy); everything else is the real Ignition.
+    let bin = work.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("setfiles"), "#!/bin/sh\ncat >/dev/null\n").unwrap();
+    std::fs::set_permissions(
+        bin.join("setfiles"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let sysroot = work.join("sysroot");
+    std::fs::create_dir_all(sysroot.join("etc/selinux")).unwrap();
+    std::fs::write(
+        sysroot.join("etc/selinux/config"),
+        "SELINUX=disabled\nSELINUXTYPE=targeted\n",
+    )
+    .unwrap();
+    let stage = |stage: &str| {
+        Command::new(IGNITION)
+            .env("IGNITION_CONFIG_FILE", config)
+            .env("PATH", &path)
+            .args(["-platform", "file", "-log-to-stdout", "-stage", stage])
+            .arg("-root")
+            .arg(&sysroot)
+            .arg("-config-cache")
+            .arg(work.join("ignition.json"))
+            .arg("-state-file")
+            .arg(work.join("state"))
+            .arg("-neednet")
+            .arg(work.join("neednet"))
+            .output()
+            .expect("ignition is installed by scripts/deps.sh")
+    };
+    let fetch = stage("fetch-offline");
+    assert!(fetch.status.success(), "fetch-offline: {fetch:?}");
+    let files = stage("files");
+    (sysroot, files)
+}
+
+#[test]
+fn real_ignition_places_the_sysext_and_its_updates() {
+    let dir = node_dir(&full_node_toml("kubelet"));
+    let d = dir.path();
+    let (raw, bytes) = bake_dir(d);
+    let port = serve(bytes.clone());
+    let url = format!("http://127.0.0.1:{port}/kiln/flatcar/kubernetes-v1.36.1-x86-64.raw");
+    let config = render(d, &raw, &url);
+    let out = run(Command::new(IGNITION_VALIDATE).arg(&config));
+    assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
+
+    let (root, out) = ignition(&d.join("ok"), &config);
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && log.contains("Ignition finished successfully"),
+        "{log}"
+    );
+    let placed = root.join("opt/extensions/kubernetes/kubernetes-v1.36.1-x86-64.raw");
+    assert_eq!(std::fs::read(&placed).unwrap(), bytes, "not byte-identical");
+    assert_eq!(
+        std::fs::read_link(root.join("etc/extensions/kubernetes.raw")).unwrap(),
+        Path::new("/opt/extensions/kubernetes/kubernetes-v1.36.1-x86-64.raw")
+    );
+    let transfer =
+        std::fs::read_to_string(root.join("etc/sysupdate.kubernetes.d/kubernetes.conf")).unwrap();
+    assert_eq!(
+        transfer,
+        std::fs::read_to_string(d.join("kubernetes.conf")).unwrap()
+    );
+    assert!(root.join("etc/sysupdate.d/noop.conf").is_file());
+    let dropin = std::fs::read_to_string(
+        root.join("etc/systemd/system/systemd-sysupdate.service.d/kiln-kubernetes.conf"),
+    )
+    .unwrap();
+    assert!(dropin.contains("touch /run/reboot-required"), "{dropin}");
+    let presets =
+        std::fs::read_to_string(root.join("etc/systemd/system-preset/20-ignition.preset")).unwrap();
+    assert!(
+        presets.contains("enable systemd-sysupdate.timer"),
+        "{presets}"
+    );
+    // The node's own files are there as without --sysext.
+    firstboot_accepts(&root, "kubelet");
+
+    // Another image at the URL (a mirror serving the wrong bytes): Ignition refuses it.
+    let mut other = bytes.clone();
+    other[1000] ^= 1;
+    let port = serve(other);
+    let bad = render(
+        &d.join("."),
+        &raw,
+        &format!("http://127.0.0.1:{port}/kubernetes-v1.36.1-x86-64.raw"),
+    );
+    let (root, out) = ignition(&d.join("bad"), &bad);
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{log}");
+    assert!(log.contains("hash verification failed"), "{log}");
+    assert!(!root
+        .join("opt/extensions/kubernetes/kubernetes-v1.36.1-x86-64.raw")
+        .exists());
+}
+
+#[test]
+fn check_accepts_what_kiln_emits_and_refuses_unverified_fetches() {
+    let dir = node_dir(&full_node_toml("kubelet"));
+    let d = dir.path();
+    let (raw, _) = bake_dir(d);
+    let config = render(
+        d,
+        &raw,
+        "https://mirror.example/kubernetes-v1.36.1-x86-64.raw",
+    );
+    let out = run(kiln().args(["render", "--check"]).arg(&config));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("fetches /opt/extensions/kubernetes/kubernetes-v1.36.1-x86-64.raw from https://mirror.example/"),
+        "{text}"
+    );
+    let doc: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    fn image(doc: &mut Value) -> &mut Value {
+        doc["storage"]["files"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|f| f["path"].as_str().unwrap().starts_with("/opt/extensions/"))
+            .unwrap()
+    }
+    type Edit = fn(&mut Value);
+    let cases: [(&str, Edit); 4] = [
+        ("no verification", |f| {
+            f["contents"]
+                .as_object_mut()
+                .unwrap()
+                .remove("verification");
+        }),
+        ("sha1", |f| {
+            f["contents"]["verification"]["hash"] = Value::from("sha1-0123");
+        }),
+        ("tftp", |f| {
+            f["contents"]["source"] = Value::from("tftp://10.0.0.1/k.raw");
+        }),
+        ("into /etc/kiln", |f| {
+            f["path"] = Value::from("/etc/kiln/node.env");
+        }),
+    ];
+    for (what, edit) in cases {
+        let mut bad = doc.clone();
+        edit(image(&mut bad));
+        let p = d.join("bad.ign");
+        std::fs::write(&p, serde_json::to_vec(&bad).unwrap()).unwrap();
+        let out = kiln().args(["render", "--check"]).arg(&p).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{what}: accepted");
+        assert!(
+            err.contains("bad.ign") && err.contains("storage.files["),
+            "{what}: {err}"
+        );
+    }
+}
