@@ -78,6 +78,14 @@ impl Sysext {
                 format!("file name {file:?} has characters a URL or unit cannot carry"),
             ));
         }
+        // A FIFO or device named like an image would be read forever: only a regular file.
+        let meta = std::fs::metadata(raw).map_err(|e| RenderError::io(raw, e))?;
+        if !meta.is_file() {
+            return Err(err(
+                raw,
+                "expected a regular file (the baked image), found something else".into(),
+            ));
+        }
         let sha512 = sha512_file(raw).map_err(|e| RenderError::io(raw, e))?;
         let conf_path: PathBuf = raw.with_file_name(format!("{name}.conf"));
         let transfer = std::fs::read(&conf_path).map_err(|e| {
@@ -303,6 +311,14 @@ mod tests {
             let e = Sysext::from_bake(&raw, None).unwrap_err().to_string();
             assert!(e.contains(want) && e.contains(file), "{file}: {e}");
         }
+        let fifo = d.path().join("kubernetes-v1.36.2-x86-64.raw");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let e = Sysext::from_bake(&fifo, None).unwrap_err().to_string();
+        assert!(e.contains("expected a regular file"), "{e}");
         let raw = bake(d.path(), "kubernetes-v1.36.1-x86-64.raw", Some(CONF));
         let e = Sysext::from_bake(&raw, Some("ftp://mirror/x.raw"))
             .unwrap_err()
