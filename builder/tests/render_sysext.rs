@@ -14,9 +14,6 @@ use std::process::Command;
 use render_support::*;
 use serde_json::Value;
 
-const IGNITION: &str = "/usr/lib/dracut/modules.d/30ignition/ignition";
-const IGNITION_VALIDATE: &str = "/usr/bin/ignition-validate";
-
 /// Serves `body` for every GET on a loopback port until the process ends; returns the port.
 fn serve(body: Vec<u8>) -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -73,52 +70,6 @@ fn render(dir: &Path, raw: &Path, url: &str) -> PathBuf {
     out
 }
 
-/// Runs Ignition's fetch-offline and files stages on `config` into a fresh sysroot.
-fn ignition(work: &Path, config: &Path) -> (PathBuf, std::process::Output) {
-    // A no-op stand-in for SELinux's `setfiles` (Debian builds Ignition with relabelling on,
-    // and the temp sysroot has no policy); everything else is the real Ignition.
-    let bin = work.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::fs::write(bin.join("setfiles"), "#!/bin/sh\ncat >/dev/null\n").unwrap();
-    std::fs::set_permissions(
-        bin.join("setfiles"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let sysroot = work.join("sysroot");
-    std::fs::create_dir_all(sysroot.join("etc/selinux")).unwrap();
-    std::fs::write(
-        sysroot.join("etc/selinux/config"),
-        "SELINUX=disabled\nSELINUXTYPE=targeted\n",
-    )
-    .unwrap();
-    let stage = |stage: &str| {
-        Command::new(IGNITION)
-            .env("IGNITION_CONFIG_FILE", config)
-            .env("PATH", &path)
-            .args(["-platform", "file", "-log-to-stdout", "-stage", stage])
-            .arg("-root")
-            .arg(&sysroot)
-            .arg("-config-cache")
-            .arg(work.join("ignition.json"))
-            .arg("-state-file")
-            .arg(work.join("state"))
-            .arg("-neednet")
-            .arg(work.join("neednet"))
-            .output()
-            .expect("ignition is installed by scripts/deps.sh")
-    };
-    let fetch = stage("fetch-offline");
-    assert!(fetch.status.success(), "fetch-offline: {fetch:?}");
-    let files = stage("files");
-    (sysroot, files)
-}
-
 #[test]
 fn real_ignition_places_the_sysext_and_its_updates() {
     let dir = node_dir(&full_node_toml("kubelet"));
@@ -130,7 +81,7 @@ fn real_ignition_places_the_sysext_and_its_updates() {
     let out = run(Command::new(IGNITION_VALIDATE).arg(&config));
     assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
 
-    let (root, out) = ignition(&d.join("ok"), &config);
+    let (root, out) = run_ignition(&d.join("ok"), &config);
     let log = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && log.contains("Ignition finished successfully"),
@@ -172,7 +123,7 @@ fn real_ignition_places_the_sysext_and_its_updates() {
         &raw,
         &format!("http://127.0.0.1:{port}/kubernetes-v1.36.1-x86-64.raw"),
     );
-    let (root, out) = ignition(&d.join("bad"), &bad);
+    let (root, out) = run_ignition(&d.join("bad"), &bad);
     let log = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "{log}");
     assert!(log.contains("hash verification failed"), "{log}");

@@ -224,10 +224,6 @@ fn vendored_schema_is_the_upstream_file() {
     );
 }
 
-/// Debian 12's Ignition (2.14, package `ignition`): its validator and its real engine.
-const IGNITION: &str = "/usr/lib/dracut/modules.d/30ignition/ignition";
-const IGNITION_VALIDATE: &str = "/usr/bin/ignition-validate";
-
 fn render_cli_ignition(dir: &Path, spec: &str, gzip: bool) -> std::path::PathBuf {
     let out = dir.join(format!("config-{spec}-{gzip}.ign"));
     let mut cmd = kiln();
@@ -263,22 +259,6 @@ fn real_ignition_validates_and_writes_the_rendered_files() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unsupported config version"));
 
-    // A no-op stand-in for SELinux's `setfiles`: Debian builds Ignition with relabelling on,
-    // and the temp sysroot has no policy to relabel with. Everything else is real Ignition.
-    let bin = d.join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    std::fs::write(bin.join("setfiles"), "#!/bin/sh\ncat >/dev/null\n").unwrap();
-    std::fs::set_permissions(
-        bin.join("setfiles"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-
     for gzip in [false, true] {
         let config = render_cli_ignition(d, "3.3.0", gzip);
         let out = run(Command::new(IGNITION_VALIDATE).arg(&config));
@@ -287,31 +267,7 @@ fn real_ignition_validates_and_writes_the_rendered_files() {
             "warnings: {out:?}"
         );
 
-        let work = d.join(format!("ign-{gzip}"));
-        let sysroot = work.join("sysroot");
-        std::fs::create_dir_all(sysroot.join("etc/selinux")).unwrap();
-        std::fs::write(
-            sysroot.join("etc/selinux/config"),
-            "SELINUX=disabled\nSELINUXTYPE=targeted\n",
-        )
-        .unwrap();
-        let common = |stage: &str| {
-            let mut c = Command::new(IGNITION);
-            c.env("IGNITION_CONFIG_FILE", &config)
-                .env("PATH", &path)
-                .args(["-platform", "file", "-log-to-stdout", "-stage", stage])
-                .arg("-root")
-                .arg(&sysroot)
-                .arg("-config-cache")
-                .arg(work.join("ignition.json"))
-                .arg("-state-file")
-                .arg(work.join("state"))
-                .arg("-neednet")
-                .arg(work.join("neednet"));
-            c
-        };
-        run(&mut common("fetch-offline"));
-        let out = run(&mut common("files"));
+        let (sysroot, out) = run_ignition(&d.join(format!("ign-{gzip}")), &config);
         let log = String::from_utf8_lossy(&out.stdout);
         assert!(log.contains("Ignition finished successfully"), "{log}");
         assert_eq!(files::read_tree(&sysroot).unwrap(), files, "gzip={gzip}");

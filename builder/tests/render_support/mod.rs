@@ -168,3 +168,54 @@ pub fn firstboot_accepts(root: &Path, join_mode: &str) {
         ),
     }
 }
+
+/// Debian 12's Ignition (2.14, package `ignition`): its real engine and its validator.
+pub const IGNITION: &str = "/usr/lib/dracut/modules.d/30ignition/ignition";
+pub const IGNITION_VALIDATE: &str = "/usr/bin/ignition-validate";
+
+/// Runs real Ignition's `fetch-offline` (which must succeed) and `files` stages on `config`
+/// into a fresh sysroot under `work`; returns the sysroot and the `files` stage's output.
+pub fn run_ignition(work: &Path, config: &Path) -> (PathBuf, std::process::Output) {
+    // A no-op stand-in for SELinux's `setfiles`: Debian builds Ignition with relabelling on,
+    // and the temp sysroot has no policy to relabel with. Everything else is real Ignition.
+    let bin = work.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("setfiles"), "#!/bin/sh\ncat >/dev/null\n").unwrap();
+    std::fs::set_permissions(
+        bin.join("setfiles"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let sysroot = work.join("sysroot");
+    std::fs::create_dir_all(sysroot.join("etc/selinux")).unwrap();
+    std::fs::write(
+        sysroot.join("etc/selinux/config"),
+        "SELINUX=disabled\nSELINUXTYPE=targeted\n",
+    )
+    .unwrap();
+    let stage = |stage: &str| {
+        Command::new(IGNITION)
+            .env("IGNITION_CONFIG_FILE", config)
+            .env("PATH", &path)
+            .args(["-platform", "file", "-log-to-stdout", "-stage", stage])
+            .arg("-root")
+            .arg(&sysroot)
+            .arg("-config-cache")
+            .arg(work.join("ignition.json"))
+            .arg("-state-file")
+            .arg(work.join("state"))
+            .arg("-neednet")
+            .arg(work.join("neednet"))
+            .output()
+            .expect("ignition is installed by scripts/deps.sh")
+    };
+    let fetch = stage("fetch-offline");
+    assert!(fetch.status.success(), "fetch-offline: {fetch:?}");
+    let files = stage("files");
+    (sysroot, files)
+}

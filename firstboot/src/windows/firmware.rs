@@ -19,8 +19,43 @@ const RSMB: u32 = u32::from_be_bytes(*b"RSMB");
 /// SMBIOS 3 tables are at most a few tens of KiB; anything larger is refused.
 const MAX_TABLE: u32 = 1 << 20;
 
+/// `KEY_QUERY_VALUE` / `KEY_SET_VALUE` access rights.
+pub(crate) const KEY_QUERY_VALUE: u32 = 0x0001;
+pub(crate) const KEY_SET_VALUE: u32 = 0x0002;
+/// `ERROR_FILE_NOT_FOUND`: the key or value does not exist.
+pub(crate) const ERROR_FILE_NOT_FOUND: i32 = 2;
+
+// The registry calls kiln-firstboot makes, declared once for every Windows module.
 #[link(name = "advapi32")]
 extern "system" {
+    pub(crate) fn RegOpenKeyExW(
+        key: Handle,
+        subkey: *const u16,
+        options: u32,
+        sam: u32,
+        out: *mut Handle,
+    ) -> i32;
+    pub(crate) fn RegCreateKeyExW(
+        key: Handle,
+        subkey: *const u16,
+        reserved: u32,
+        class: *mut u16,
+        options: u32,
+        sam: u32,
+        security: *mut c_void,
+        result: *mut Handle,
+        disposition: *mut u32,
+    ) -> i32;
+    pub(crate) fn RegSetValueExW(
+        key: Handle,
+        name: *const u16,
+        reserved: u32,
+        kind: u32,
+        data: *const u8,
+        len: u32,
+    ) -> i32;
+    pub(crate) fn RegDeleteValueW(key: Handle, name: *const u16) -> i32;
+    pub(crate) fn RegCloseKey(key: Handle) -> i32;
     fn RegGetValueW(
         key: Handle,
         subkey: *const u16,

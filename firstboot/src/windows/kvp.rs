@@ -10,43 +10,17 @@
 //! and `KILN_STATUS` holds the piece count, written last so a reader that sees a count finds
 //! its pieces.
 
-use std::ffi::c_void;
 use std::ptr::null_mut;
 
-use super::firmware::{registry_string, wide, Handle, ERROR_SUCCESS, HKEY_LOCAL_MACHINE};
+use super::firmware::{
+    registry_string, wide, Handle, RegCloseKey, RegCreateKeyExW, RegDeleteValueW, RegSetValueExW,
+    ERROR_FILE_NOT_FOUND, ERROR_SUCCESS, HKEY_LOCAL_MACHINE, KEY_QUERY_VALUE, KEY_SET_VALUE,
+};
 
 /// The guest pool: values the guest publishes to the host.
 pub const GUEST_KEY: &str = r"SOFTWARE\Microsoft\Virtual Machine\Guest";
 
 const REG_SZ: u32 = 1;
-const KEY_QUERY_VALUE: u32 = 0x0001;
-const KEY_SET_VALUE: u32 = 0x0002;
-const ERROR_FILE_NOT_FOUND: i32 = 2;
-
-#[link(name = "advapi32")]
-extern "system" {
-    fn RegCreateKeyExW(
-        key: Handle,
-        subkey: *const u16,
-        reserved: u32,
-        class: *mut u16,
-        options: u32,
-        sam: u32,
-        security: *mut c_void,
-        result: *mut Handle,
-        disposition: *mut u32,
-    ) -> i32;
-    fn RegSetValueExW(
-        key: Handle,
-        name: *const u16,
-        reserved: u32,
-        kind: u32,
-        data: *const u8,
-        len: u32,
-    ) -> i32;
-    fn RegDeleteValueW(key: Handle, name: *const u16) -> i32;
-    fn RegCloseKey(key: Handle) -> i32;
-}
 
 /// An open registry key, closed on drop.
 struct Key(Handle);

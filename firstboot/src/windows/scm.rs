@@ -9,6 +9,10 @@
 use std::ffi::c_void;
 use std::ptr::{null, null_mut};
 
+use super::firmware::{
+    RegCloseKey, RegDeleteValueW, RegOpenKeyExW, RegSetValueExW, ERROR_FILE_NOT_FOUND,
+    HKEY_LOCAL_MACHINE, KEY_SET_VALUE,
+};
 use super::{ServiceError, ServiceManager, ServiceReport, ServiceSpec, ServiceState, StartType};
 
 pub(super) type Handle = *mut c_void;
@@ -111,33 +115,7 @@ extern "system" {
     fn CloseServiceHandle(handle: Handle) -> i32;
 }
 
-#[link(name = "advapi32")]
-extern "system" {
-    fn RegOpenKeyExW(
-        key: Handle,
-        subkey: *const u16,
-        options: u32,
-        sam: u32,
-        out: *mut Handle,
-    ) -> i32;
-    fn RegSetValueExW(
-        key: Handle,
-        name: *const u16,
-        reserved: u32,
-        kind: u32,
-        data: *const u8,
-        len: u32,
-    ) -> i32;
-    fn RegDeleteValueW(key: Handle, name: *const u16) -> i32;
-    fn RegCloseKey(key: Handle) -> i32;
-}
-
-/// HKEY_LOCAL_MACHINE, a predefined handle: `(HKEY)(ULONG_PTR)(LONG)0x80000002`, so
-/// sign-extended on 64-bit.
-const HKEY_LOCAL_MACHINE: Handle = 0x8000_0002_u32 as i32 as isize as Handle;
-const KEY_SET_VALUE: u32 = 0x0002;
 const REG_MULTI_SZ: u32 = 7;
-const ERROR_FILE_NOT_FOUND: i32 = 2;
 
 #[link(name = "kernel32")]
 extern "system" {
