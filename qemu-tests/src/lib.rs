@@ -10,6 +10,7 @@ pub mod assets;
 pub mod console;
 pub mod disk;
 pub mod guest;
+pub mod ignition;
 pub mod kubeadm;
 pub mod metadata;
 pub mod node;

@@ -369,16 +369,22 @@ pub fn boot_sysext_node(spec: &NodeBoot) -> Result<(Booted, String)> {
     // This guest has no NIC (metadata comes from fw_cfg): nothing for network-online.target
     // to wait for, and systemd-networkd-wait-online would hold it for its 2-minute timeout.
     root.mask("systemd-networkd-wait-online.service")?;
-    let dest = root.dir.join("var/lib/extensions").join(&name);
-    std::fs::create_dir_all(dest.parent().unwrap_or(&root.dir)).map_err(io_err(&dest))?;
-    std::fs::copy(&raw, &dest).map_err(io_err(&dest))?;
     let node_toml = scenario::node_toml(&work.path().join("node"), &spec.node)?;
     root.write(
         scenario::SIGNED_CLIENT,
         scenario::signed_client(&work.path().join("node"))?,
         0o600,
     )?;
-    scenario::render_files(tools, &node_toml, &root.dir)?;
+    // As a Flatcar user adds it to a stock image: Ignition fetches the sysext (verified by
+    // its sha512) into /opt/extensions/ and links it from /etc/extensions/, and writes the
+    // node files; nothing else puts the extension on this disk.
+    crate::ignition::place(
+        tools,
+        &node_toml,
+        &raw,
+        &root,
+        &work.path().join("ignition"),
+    )?;
     finish_root(&root, &spec.kubelet_mode, Arch::Amd64)?;
     crate::pod::install(&root, "flatcar")?;
     let disk = root.into_disk(&work.path().join("root.ext4"), 512)?;

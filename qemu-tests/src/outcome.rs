@@ -34,6 +34,8 @@ kiln-firstboot doctor >/run/kiln-test-doctor.txt 2>&1; echo \"KILN-TEST-DOCTOR-E
 sed 's/^/KILN-TEST-DOCTOR /' /run/kiln-test-doctor.txt
 echo \"KILN-TEST-FACT uname-m $(uname -m)\"
 for b in kubelet containerd kiln-firstboot; do echo \"KILN-TEST-FACT elf-machine:/usr/bin/$b $(od -An -tu2 -j18 -N2 /usr/bin/$b 2>/dev/null | tr -d ' ')\"; done
+echo \"KILN-TEST-FACT sysext-link $(readlink /etc/extensions/kubernetes.raw 2>/dev/null)\"
+echo \"KILN-TEST-FACT sysext-status $(systemd-sysext status 2>&1 | tr -s ' ' | tr '\\n' ';')\"
 echo KILN-TEST-DONE"
     )
 }
@@ -54,7 +56,9 @@ pub struct Outcome {
     pub doctor: BTreeMap<String, (String, String)>,
     /// Its exit code.
     pub doctor_exit: Option<i32>,
-    /// Facts the report unit printed (`KILN-TEST-FACT <key> <value>`): `uname-m`, and
+    /// Facts the report unit printed (`KILN-TEST-FACT <key> <value>`): `uname-m`,
+    /// `sysext-link` (where `/etc/extensions/kubernetes.raw` points), `sysext-status`
+    /// (`systemd-sysext status`, lines joined by `;`), and
     /// `elf-machine:<path>`, the ELF `e_machine` of kubelet, containerd and kiln-firstboot
     /// as installed (62 x86-64, 183 aarch64).
     pub facts: BTreeMap<String, String>,

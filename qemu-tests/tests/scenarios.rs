@@ -272,13 +272,27 @@ fn flatcar_sysext() {
         o.status["provider"], "qemu",
         "auto detection: QEMU DMI + fw_cfg entries"
     );
-    // systemd-sysext really merged the extension at boot.
+    // systemd-sysext really merged the extension at boot: the one Ignition fetched into
+    // /opt/extensions/ (from `kiln render --sysext`), through the /etc/extensions/ link.
     assert!(
         b.lines
             .iter()
             .any(|l| l.text.contains("Merge System Extension Images")
                 || l.text.contains("systemd-sysext")),
         "no systemd-sysext on the console"
+    );
+    assert_eq!(
+        o.facts.get("sysext-link").map(String::as_str),
+        Some(format!("/opt/extensions/kubernetes/{ext}").as_str()),
+        "{:?}",
+        o.facts
+    );
+    assert!(
+        o.facts
+            .get("sysext-status")
+            .is_some_and(|s| s.contains("/usr") && s.contains("kubernetes")),
+        "{:?}",
+        o.facts
     );
     let i = test_instance();
     assert_eq!(o.kubelet_env("NODE_IP").as_deref(), Some("10.0.4.9"));
