@@ -146,6 +146,7 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
         fetch_missing(&a, &lock, &store, &store_dir, &def, arch, global)?;
     }
     let inputs = bake::inputs_from_lock(&lock, &store, &def, arch)?;
+    let images = bake::images::images_from_lock(&lock, &store, &def, arch)?;
     let epoch = bake::epoch_from_env().map_err(anyhow::Error::msg)?;
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let work = tempfile::Builder::new()
@@ -173,6 +174,7 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
         arch,
         format,
         artifacts: &inputs,
+        images: &images,
         firstboot: &firstboot,
         epoch,
         work: work.path(),
