@@ -344,6 +344,7 @@ fn arm64_layers_get_arm64_and_lock_images_for_other_platforms_stay_out() {
 
 fn fails_with(o: &std::process::Output, code: i32, needles: &[&str]) {
     let err = String::from_utf8_lossy(&o.stderr);
+    eprintln!("{err}");
     assert_eq!(o.status.code(), Some(code), "{err}");
     for n in needles {
         assert!(err.contains(n), "missing {n:?} in:\n{err}");

@@ -408,13 +408,23 @@ pub fn sandbox_image(def: &ImageDef, images: &[ImageInput]) -> Result<String, Ba
     let Ok(w) = ImageRef::parse(want) else {
         return Ok(want.clone());
     };
-    for img in images {
-        let Ok(r) = ImageRef::parse(&img.reference) else {
-            continue;
-        };
-        if (&r.host, &r.repository) != (&w.host, &w.repository) {
-            continue;
-        }
+    let same_repo = |img: &&ImageInput| {
+        ImageRef::parse(&img.reference)
+            .is_ok_and(|r| (&r.host, &r.repository) == (&w.host, &w.repository))
+    };
+    // The image with the definition's tag, else any of its repository (which must then agree).
+    let hit = images
+        .iter()
+        .filter(same_repo)
+        .find(|i| ImageRef::parse(&i.reference).is_ok_and(|r| r.tag == w.tag))
+        .or_else(|| images.iter().find(same_repo));
+    if let Some(img) = hit {
+        let r = ImageRef::parse(&img.reference).map_err(|e| BakeError::Artifact {
+            image: def.name.clone(),
+            name: img.name.clone(),
+            expected: "a reference HOST/REPO[:TAG]".into(),
+            found: e,
+        })?;
         if w.tag.is_some() && r.tag.is_some() && w.tag != r.tag {
             return Err(BakeError::Artifact {
                 image: def.name.clone(),
@@ -446,6 +456,49 @@ mod tests {
             media_type: manifest::OCI_INDEX.into(),
             platform_digest: format!("sha256:{}", "cd".repeat(32)),
             blobs: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_sandbox_image_is_pinned_to_the_baked_image_of_its_tag() {
+        let def = ImageDef::parse(
+            include_str!("../../../images/ubuntu.toml"),
+            Path::new("images/ubuntu.toml"),
+        )
+        .unwrap();
+        assert_eq!(def.containerd.sandbox_image, "registry.k8s.io/pause:3.10");
+        let d = format!("sha256:{}", "ab".repeat(32));
+        let other = ImageInput {
+            name: "other".into(),
+            ..input("registry.example/pause:3.10")
+        };
+        let (old, new) = (
+            input("registry.k8s.io/pause:3.9"),
+            input("registry.k8s.io/pause:3.10"),
+        );
+        let cases: Vec<(Vec<ImageInput>, Result<String, &str>)> = vec![
+            (vec![], Ok("registry.k8s.io/pause:3.10".into())),
+            (vec![other.clone()], Ok("registry.k8s.io/pause:3.10".into())),
+            (
+                vec![other, old.clone(), new],
+                Ok(format!("registry.k8s.io/pause:3.10@{d}")),
+            ),
+            (
+                vec![old],
+                Err("make containerd.sandbox_image and the lock agree"),
+            ),
+            (
+                vec![input("registry.k8s.io/pause")],
+                Ok(format!("registry.k8s.io/pause@{d}")),
+            ),
+        ];
+        for (images, want) in cases {
+            let got = sandbox_image(&def, &images).map_err(|e| e.to_string());
+            match (&got, want) {
+                (Ok(g), Ok(w)) => assert_eq!(g, &w),
+                (Err(g), Err(w)) => assert!(g.contains(w), "{g}"),
+                (g, w) => panic!("{g:?} vs {w:?}"),
+            }
         }
     }
 
