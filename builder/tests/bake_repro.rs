@@ -1,8 +1,13 @@
 //! Same inputs, same bytes: every format baked twice — different output directories,
 //! different umask, shuffled lock and definition order, a different thread count — gives
 //! byte-identical outputs; SOURCE_DATE_EPOCH changes them, and only through timestamps.
+//! Linux layers carry a lock image (issue 16), whose OCI archive must be as reproducible.
+
+// Both support trees include testkit/optout.rs; this test uses both.
+#![allow(clippy::duplicate_mod)]
 
 mod bake_support;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -82,6 +87,20 @@ fn check_format(image: &str, format: &str) {
     arts.reverse();
     let lock2 = d.join("reversed.lock");
     std::fs::write(&lock2, lock_text(&arts)).unwrap();
+    if format != "windows" {
+        // A lock image in both locks; its blobs in the store.
+        let img = support::registry::build_image(
+            &d.join("layout"),
+            "t",
+            &[("amd64", std::fs::read("/bin/busybox").unwrap())],
+        );
+        support::registry::store_layout(&img.layout, &fx.store);
+        let entry = support::registry::image_entry("registry.k8s.io/pause:3.10", &img);
+        for l in [&fx.lock, &lock2] {
+            let text = std::fs::read_to_string(l).unwrap();
+            std::fs::write(l, format!("{text}{entry}")).unwrap();
+        }
+    }
     // The pinned AWS table travels with the definition (sizing.aws_table is relative to it).
     std::fs::create_dir_all(d.join("defs/data")).unwrap();
     std::fs::copy(
@@ -141,6 +160,13 @@ fn check_format(image: &str, format: &str) {
         serde_json::from_slice(&std::fs::read(a.join(manifest_name(&oa))).unwrap()).unwrap();
     let mc: serde_json::Value =
         serde_json::from_slice(&std::fs::read(c.join(manifest_name(&oc))).unwrap()).unwrap();
+    if format != "windows" {
+        let listing = std::fs::read_to_string(a.join(manifest_name(&oa))).unwrap();
+        assert!(
+            listing.contains("usr/share/kiln/images/pause.oci.tar"),
+            "{format}: the lock image is not in the layer"
+        );
+    }
     assert_eq!(
         ma["image_id"], mc["image_id"],
         "the image id is content-derived, not time-derived"

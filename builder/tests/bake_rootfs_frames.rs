@@ -136,6 +136,7 @@ fn test_layer(dir: &Path, variant: u64) -> (Layer, BTreeMap<String, Vec<u8>>) {
         image_id: "sha256:test".into(),
         entries,
         artifacts: Vec::new(),
+        images: Vec::new(),
     };
     (layer, want)
 }

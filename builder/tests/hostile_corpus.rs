@@ -568,6 +568,7 @@ fn bake_with(dir: &Path, archive: &Path, kind: ArchiveKind) -> Result<(), String
         arch: Arch::Amd64,
         format: Format::Rootfs,
         artifacts: &inputs,
+        images: &[],
         firstboot: &dir.join("fb"),
         epoch: 0,
         work: &dir.join("work"),

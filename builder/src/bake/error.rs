@@ -65,6 +65,29 @@ pub enum BakeError {
         /// What the blob hashes to.
         found: String,
     },
+    /// A lock image the layer bakes is missing from the store, incomplete, or for another
+    /// platform.
+    #[error("image {image}: lock image {lock_image}: {detail}")]
+    Image {
+        /// Image definition name.
+        image: String,
+        /// The lock image (`name (reference)`).
+        lock_image: String,
+        /// What is wrong, naming the digest.
+        detail: String,
+    },
+    /// A store blob of a lock image does not hash to its digest.
+    #[error("lock image {lock_image}: blob {path}: expected {expected}, found {found}; `kiln mirror verify` quarantines it and `kiln fetch` fetches it again")]
+    ImageBlob {
+        /// The lock image (`name (reference)`).
+        lock_image: String,
+        /// The store blob.
+        path: PathBuf,
+        /// The digest (and size) its parent names.
+        expected: String,
+        /// What was read.
+        found: String,
+    },
     /// A binary failed the inspection gate.
     #[error("inspection refused {what} ({path}): {why}")]
     Inspect {
@@ -118,6 +141,7 @@ impl BakeError {
         match self {
             BakeError::Inspect { .. }
             | BakeError::Blob { .. }
+            | BakeError::ImageBlob { .. }
             | BakeError::SizingTable { .. }
             | BakeError::Extract(extract::ExtractError::Hostile { .. }) => ExitClass::Verify,
             _ => ExitClass::Failure,

@@ -90,6 +90,13 @@ pub enum Origin {
     Config(BTreeMap<String, String>),
     /// Written by kiln itself (units, directories, image facts).
     Kiln(String),
+    /// The OCI archive of a lock image (`[[image]]`).
+    Image {
+        /// Lock image name.
+        name: String,
+        /// Its pinned digest.
+        digest: String,
+    },
 }
 
 /// A node in the layer tree.
@@ -136,6 +143,21 @@ pub struct ArtifactRecord {
     pub sha256: String,
 }
 
+/// A container image baked into the layer, as recorded in the SBOM.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ImageRecord {
+    /// Lock image name.
+    pub name: String,
+    /// The lock's reference, `HOST/REPO[:TAG]`.
+    pub reference: String,
+    /// The pinned digest (index, or manifest of a single-platform image).
+    pub digest: String,
+    /// The layer platform's manifest digest.
+    pub platform_digest: String,
+    /// The archive's path in the layer.
+    pub path: String,
+}
+
 /// A layer: every path with its bytes and provenance, sorted.
 #[derive(Debug, Clone)]
 pub struct Layer {
@@ -157,6 +179,8 @@ pub struct Layer {
     pub entries: BTreeMap<String, Entry>,
     /// The artifacts it was baked from, by name.
     pub artifacts: Vec<ArtifactRecord>,
+    /// The container images it carries, in lock order.
+    pub images: Vec<ImageRecord>,
 }
 
 /// Checks one binary before it is baked: `(file, label)` → `Err(why)` to refuse.
@@ -172,6 +196,9 @@ pub struct BakeRequest<'a> {
     pub format: Format,
     /// The lock's artifacts for this OS/arch, with their blobs.
     pub artifacts: &'a [ArtifactInput],
+    /// The lock's images pinned for this OS/arch, resolved from the store
+    /// ([`crate::bake::images::images_from_lock`]); empty for none.
+    pub images: &'a [crate::bake::images::ImageInput],
     /// The kiln-firstboot binary to ship.
     pub firstboot: &'a Path,
     /// Timestamp for every entry.
@@ -244,6 +271,7 @@ pub(crate) fn describe(o: &Origin) -> String {
             keys.keys().cloned().collect::<Vec<_>>().join(",")
         ),
         Origin::Kiln(w) => format!("kiln {w}"),
+        Origin::Image { name, digest } => format!("image {name} {digest}"),
     }
 }
 
@@ -296,6 +324,7 @@ impl Layer {
             image_id: String::new(),
             entries: BTreeMap::new(),
             artifacts: Vec::new(),
+            images: Vec::new(),
         }
     }
 

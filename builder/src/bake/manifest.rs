@@ -258,6 +258,15 @@ pub fn diff(old: &Manifest, new: &Manifest) -> Vec<Change> {
                 if cx.is_some() || cy.is_some() {
                     why.extend(why_config(cx.as_ref(), cy.as_ref()));
                 }
+                if let (
+                    Some(Origin::Image { digest: d0, .. }),
+                    Some(Origin::Image { name, digest }),
+                ) = (x, y)
+                {
+                    if d0 != digest {
+                        why.push(format!("image {name} {d0} -> {digest}"));
+                    }
+                }
                 if matches!(y.or(x), Some(Origin::Kiln(w)) if w.starts_with("image facts")) {
                     if old.image_id != new.image_id {
                         why.push(format!("image id {} -> {}", old.image_id, new.image_id));

@@ -8,6 +8,7 @@ pub mod chunk_cache;
 pub mod error;
 pub mod extract;
 pub mod gpg;
+pub mod images;
 pub mod layer;
 pub mod manifest;
 pub mod options;
@@ -32,8 +33,8 @@ pub(crate) use error::io_err;
 pub use error::BakeError;
 pub use layer::{write_atomic, write_atomic_with};
 pub use layer::{
-    ArtifactInput, ArtifactRecord, BakeRequest, Data, Entry, Gate, InputKind, Layer, MemberMap,
-    Node, Origin, DEFAULT_EPOCH, INSTALL_MANIFEST,
+    ArtifactInput, ArtifactRecord, BakeRequest, Data, Entry, Gate, ImageRecord, InputKind, Layer,
+    MemberMap, Node, Origin, DEFAULT_EPOCH, INSTALL_MANIFEST,
 };
 pub use options::WriteOptions;
 

@@ -4,13 +4,68 @@
 use std::collections::BTreeMap;
 
 use crate::bake::error::{io_err, BakeError};
+use crate::bake::images;
 use crate::bake::layer::*;
 use crate::bake::render;
 use crate::bake::units;
+use crate::digest::{self, Sums};
 use crate::image_def::{Format, ImageDef};
 use sha2::{Digest, Sha256};
 
 impl Layer {
+    /// The lock's images as OCI archives under [`images::IMAGES_DIR`], written into the bake's
+    /// scratch directory and checked as they stream; returns their paths on the node, for
+    /// `kiln-images.service`. The unit runs `/usr/bin/ctr`, so the layer must ship it.
+    fn add_images(&mut self, req: &BakeRequest<'_>) -> Result<Vec<String>, BakeError> {
+        let mut out = Vec::new();
+        if req.images.is_empty() {
+            return Ok(out);
+        }
+        if !self.entries.contains_key("usr/bin/ctr") {
+            return Err(BakeError::Artifact {
+                image: req.def.name.clone(),
+                name: "containerd".into(),
+                expected: format!(
+                    "a member placed at /usr/bin/ctr: kiln-images.service imports the {} baked image(s) with it",
+                    req.images.len()
+                ),
+                found: "no /usr/bin/ctr in the layer (add it to the containerd artifact's members, or drop it from `only`)".into(),
+            });
+        }
+        for img in req.images {
+            let path = img.layer_path();
+            let scratch = req
+                .work
+                .join("images")
+                .join(format!("{}.oci.tar", img.name));
+            images::write_archive_file(img, &scratch)?;
+            let d = digest::hash_file(&scratch, Sums::Sha256AndSha1).map_err(io_err(&scratch))?;
+            self.add(
+                &path,
+                Node::File {
+                    data: Data::File(scratch),
+                    mode: 0o644,
+                    size: d.size,
+                    sha256: d.sha256,
+                    sha1: d.sha1.unwrap_or_default(),
+                },
+                Origin::Image {
+                    name: img.name.clone(),
+                    digest: img.digest.clone(),
+                },
+            )?;
+            self.images.push(ImageRecord {
+                name: img.name.clone(),
+                reference: img.reference.clone(),
+                digest: img.digest.clone(),
+                platform_digest: img.platform_digest.clone(),
+                path: format!("/{path}"),
+            });
+            out.push(format!("/{path}"));
+        }
+        Ok(out)
+    }
+
     /// One `certs.d/<host>/hosts.toml` per registry, with its CA files beside it.
     /// `layer_dir` is the layer path of `certs.d`; `node_path` turns a layer path into the
     /// path containerd sees on the node (`/usr/lib/…` or `C:\k\…`).
@@ -103,18 +158,26 @@ impl Layer {
     ) -> Result<(), BakeError> {
         let def = req.def;
         let containerd_version = lock_keys.get("lock.containerd.version").map(String::as_str);
+        let archives = self.add_images(req)?;
+        let sandbox = images::sandbox_image(def, req.images)?;
+        let mut config_keys = config_origin(
+            lock_keys,
+            &[
+                "containerd.sandbox_image",
+                "kubernetes.cgroup_driver",
+                "containerd.registry",
+                "lock.containerd.version",
+            ],
+        );
+        if sandbox != def.containerd.sandbox_image {
+            if let Origin::Config(k) = &mut config_keys {
+                k.insert("lock.image.sandbox".into(), sandbox.clone());
+            }
+        }
         self.add_text(
             "usr/lib/kiln/containerd/config.toml",
-            render::containerd_config(def, containerd_version),
-            config_origin(
-                lock_keys,
-                &[
-                    "containerd.sandbox_image",
-                    "kubernetes.cgroup_driver",
-                    "containerd.registry",
-                    "lock.containerd.version",
-                ],
-            ),
+            render::containerd_config(def, containerd_version, &sandbox),
+            config_keys,
         )?;
         self.add_registries(def, keys, "usr/lib/kiln/containerd/certs.d", |p| {
             format!("/{p}")
@@ -178,6 +241,14 @@ impl Layer {
                 config_origin(keys, &["containerd.proxy"]),
             ),
         ];
+        if !archives.is_empty() {
+            unit_texts.push((
+                "kiln-images.service".into(),
+                units::kiln_images(&archives, &format!("linux/{}", req.arch)),
+                true,
+                Origin::Kiln("unit".into()),
+            ));
+        }
         for u in &def.units {
             unit_texts.push((
                 u.name.clone(),

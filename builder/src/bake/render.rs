@@ -138,11 +138,16 @@ pub fn modules_conf(def: &ImageDef) -> String {
 pub const CERTS_DIR: &str = "/usr/lib/kiln/containerd/certs.d";
 
 /// containerd's `config.toml`. containerd 2.x reads config version 3 (new CRI plugin
-/// names); 1.x reads version 2; the layer's containerd version decides.
-pub fn containerd_config(def: &ImageDef, containerd_version: Option<&str>) -> String {
+/// names); 1.x reads version 2; the layer's containerd version decides. `sandbox` is the
+/// sandbox image as [`crate::bake::images::sandbox_image`] resolved it (pinned by digest
+/// when the layer bakes it).
+pub fn containerd_config(
+    def: &ImageDef,
+    containerd_version: Option<&str>,
+    sandbox: &str,
+) -> String {
     let systemd = def.kubernetes.cgroup_driver == CgroupDriver::Systemd;
     let major = containerd_major(containerd_version);
-    let sandbox = &def.containerd.sandbox_image;
     if major >= 2 {
         format!(
             "\
@@ -501,7 +506,7 @@ mod tests {
             ),
         ];
         for (ver, a, b) in cases {
-            let c = containerd_config(&d, *ver);
+            let c = containerd_config(&d, *ver, &d.containerd.sandbox_image);
             assert!(c.contains(a) && c.contains(b), "{ver:?}:\n{c}");
             toml::from_str::<toml::Value>(&c).unwrap();
         }

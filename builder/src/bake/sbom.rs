@@ -84,6 +84,53 @@ pub fn spdx_json(layer: &Layer) -> Result<String, BakeError> {
             "relatedSpdxElement": id,
         }));
     }
+    // Each baked image: the pinned digest, the platform's manifest digest, and a package URL
+    // (purl `oci` type: the repository's last component, the digest as version).
+    for img in &layer.images {
+        let id = format!("SPDXRef-Image-{}", spdx_id(&img.name));
+        let (repo, tag) = match crate::supply::lock_image::ImageRef::parse(&img.reference) {
+            Ok(r) => (format!("{}/{}", r.host, r.repository), r.tag),
+            Err(_) => (img.reference.clone(), None),
+        };
+        let last = repo.rsplit('/').next().unwrap_or(&repo);
+        let mut purl = format!(
+            "pkg:oci/{last}@{}?arch={}&repository_url={repo}",
+            img.digest.replace(':', "%3A"),
+            layer.arch
+        );
+        if let Some(t) = &tag {
+            purl.push_str(&format!("&tag={t}"));
+        }
+        packages.push(json!({
+            "SPDXID": id,
+            "name": img.name,
+            "versionInfo": img.digest,
+            "downloadLocation": "NOASSERTION",
+            "filesAnalyzed": false,
+            "primaryPackagePurpose": "CONTAINER",
+            "checksums": [{
+                "algorithm": "SHA256",
+                "checksumValue": img.digest.trim_start_matches("sha256:"),
+            }],
+            "externalRefs": [{
+                "referenceCategory": "PACKAGE-MANAGER",
+                "referenceType": "purl",
+                "referenceLocator": purl,
+            }],
+            "licenseConcluded": "NOASSERTION",
+            "licenseDeclared": "NOASSERTION",
+            "copyrightText": "NOASSERTION",
+            "comment": format!(
+                "container image {} pinned by {}; {}/{} manifest {}; baked as {}",
+                img.reference, img.digest, layer.os, layer.arch, img.platform_digest, img.path
+            ),
+        }));
+        rels.push(json!({
+            "spdxElementId": layer_id,
+            "relationshipType": "DEPENDS_ON",
+            "relatedSpdxElement": id,
+        }));
+    }
     let mut files = Vec::new();
     for (i, (path, e)) in layer.entries.iter().enumerate() {
         let Node::File { sha256, sha1, .. } = &e.node else {
@@ -113,6 +160,14 @@ pub fn spdx_json(layer: &Layer) -> Result<String, BakeError> {
                 keys.keys().cloned().collect::<Vec<_>>().join(", ")
             ),
             Origin::Kiln(what) => format!("written by kiln: {what}"),
+            Origin::Image { name, digest } => {
+                rels.push(json!({
+                    "spdxElementId": id,
+                    "relationshipType": "GENERATED_FROM",
+                    "relatedSpdxElement": format!("SPDXRef-Image-{}", spdx_id(name)),
+                }));
+                format!("OCI archive of container image {name} {digest}")
+            }
         };
         files.push(json!({
             "fileName": format!("./{path}"),

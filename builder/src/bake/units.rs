@@ -8,6 +8,7 @@ pub const BUILTIN_UNITS: &[&str] = &[
     "kiln-report.service",
     "kiln-report.timer",
     "containerd.service",
+    "kiln-images.service",
 ];
 
 /// `kiln-firstboot.service`: runs once per boot, after the network and containerd are up.
@@ -94,6 +95,45 @@ Unit=kiln-report.service
 WantedBy=timers.target
 ";
 
+/// `kiln-images.service`: imports the layer's baked image archives into containerd's `k8s.io`
+/// namespace (the CRI plugin's) before kubelet or kiln-firstboot starts, with no registry:
+/// `ctr images import` reads the archive only. One `ExecStart=` per archive, in order; the
+/// first that fails fails the unit, on the console. `--platform` imports and unpacks exactly
+/// the layer's platform (the archive holds no other); unpacking into the default snapshotter
+/// (overlayfs, as kiln's containerd config) is what the CRI plugin needs to run a container.
+/// Importing again is harmless: blobs already in the content store are not written again and
+/// the image records are replaced by identical ones (docs/contract.md, "Baked images").
+/// `Wants=`, not `Requires=`, on containerd: kiln-firstboot restarts containerd for a node
+/// proxy, and `Requires=` would restart this unit with it (systemd.unit(5)); a containerd that
+/// is not running fails the import, loudly, all the same.
+pub fn kiln_images(archives: &[String], platform: &str) -> String {
+    let mut exec = String::new();
+    for a in archives {
+        exec.push_str(&format!(
+            "ExecStart=/usr/bin/ctr --namespace k8s.io images import --platform {platform} {a}\n"
+        ));
+    }
+    format!(
+        "\
+[Unit]
+Description=kiln: import the container images baked into this layer into containerd (k8s.io)
+Documentation=https://github.com/kiln-project/kiln/blob/main/docs/contract.md
+Wants=containerd.service
+After=containerd.service
+Before=kubelet.service kiln-firstboot.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+{exec}StandardOutput=journal+console
+StandardError=journal+console
+
+[Install]
+WantedBy=multi-user.target
+"
+    )
+}
+
 /// `containerd.service`, after upstream's unit, pointed at kiln's config. `proxy` lines are
 /// the image's `KEY=value` pairs added as `Environment=`; the node's proxy from node.env
 /// comes later through `/run/kiln/containerd.env`, which kiln-firstboot writes (restarting
@@ -172,6 +212,34 @@ mod tests {
         for (unit, want) in cases {
             assert_eq!(wanted_by(unit), *want, "{unit}");
         }
+    }
+
+    #[test]
+    fn images_unit_imports_each_archive_before_kubelet() {
+        let u = kiln_images(
+            &[
+                "/usr/share/kiln/images/a.oci.tar".into(),
+                "/usr/share/kiln/images/b.oci.tar".into(),
+            ],
+            "linux/arm64",
+        );
+        let execs: Vec<&str> = u.lines().filter(|l| l.starts_with("ExecStart=")).collect();
+        assert_eq!(
+            execs,
+            [
+                "ExecStart=/usr/bin/ctr --namespace k8s.io images import --platform linux/arm64 /usr/share/kiln/images/a.oci.tar",
+                "ExecStart=/usr/bin/ctr --namespace k8s.io images import --platform linux/arm64 /usr/share/kiln/images/b.oci.tar",
+            ]
+        );
+        for needle in [
+            "Wants=containerd.service",
+            "After=containerd.service",
+            "Before=kubelet.service kiln-firstboot.service",
+            "Type=oneshot",
+        ] {
+            assert!(u.lines().any(|l| l == needle), "{needle}\n{u}");
+        }
+        assert_eq!(wanted_by(&u), ["multi-user.target"]);
     }
 
     #[test]

@@ -163,6 +163,7 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    let images = bake::images::images_from_lock(&lock, &store, &def, arch)?;
     let epoch = bake::epoch_from_env().map_err(anyhow::Error::msg)?;
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let work = tempfile::Builder::new()
@@ -190,6 +191,7 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
         arch,
         format,
         artifacts: &inputs,
+        images: &images,
         firstboot: &firstboot,
         epoch,
         work: work.path(),

@@ -214,6 +214,7 @@ pub fn docker_config(dir: &Path, host: &str, user: &str, password: &str) -> Path
 
 /// A test image as an OCI layout: per platform, one gzip layer holding `/pause` (a real
 /// static binary for amd64, stand-in bytes elsewhere) and a config naming the platform.
+#[derive(Debug)]
 pub struct TestImage {
     pub layout: PathBuf,
     pub index_digest: String,
@@ -507,4 +508,25 @@ fn proxy_one(
         _ => w.write_all(body)?,
     }
     Ok(())
+}
+
+/// Puts every blob of an OCI layout into the store at `store` (verified, like a sync would),
+/// so a bake finds the image without a registry.
+pub fn store_layout(layout: &Path, store: &Path) {
+    let s = kiln::supply::store::Store::open(store).unwrap();
+    for e in std::fs::read_dir(layout.join("blobs/sha256")).unwrap() {
+        let p = e.unwrap().path();
+        let bytes = std::fs::read(&p).unwrap();
+        let hex = p.file_name().unwrap().to_string_lossy().into_owned();
+        s.put_reader(
+            &bytes[..],
+            &kiln::supply::store::Expect {
+                sha256: hex,
+                size: bytes.len() as u64,
+                exact: true,
+                what: "test image blob".into(),
+            },
+        )
+        .unwrap();
+    }
 }
