@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::arch::Arch;
@@ -212,6 +212,57 @@ pub fn in_pod_subnet(ip: Ipv4Addr) -> bool {
     u32::from(ip) & mask == u32::from(net) & mask
 }
 
+/// Pins the pause stand-in of `arch` as the lock `[[image]]` a bake carries (issue 16: the
+/// sandbox image baked into the layer and imported by kiln-images.service, with no registry
+/// in the guest). Its blobs from the `cri-images.sh` archive go into `store`; the return is
+/// the lock entry, whose digest is the stand-in's manifest (a single-platform image).
+pub fn pin_sandbox(image: &str, arch: Arch, store: &Path, work: &Path) -> Result<String> {
+    let sandbox = sandbox_image(image)?;
+    let archive = images_archive(&sandbox, arch)?;
+    let x = work.join("cri-images");
+    std::fs::create_dir_all(&x).map_err(io_err(&x))?;
+    run(Command::new("tar")
+        .arg("-xf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&x))?;
+    let index_path = x.join("index.json");
+    let index: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(&index_path).map_err(io_err(&index_path))?,
+    )
+    .map_err(|e| Error::Command {
+        command: format!("parse {}", index_path.display()),
+        detail: e.to_string(),
+    })?;
+    let digest = index["manifests"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["annotations"]["io.containerd.image.name"] == sandbox.as_str())
+        .and_then(|m| m["digest"].as_str())
+        .ok_or_else(|| Error::Missing {
+            what: format!("{sandbox} in {}", archive.display()),
+            hint: "cri-images.sh names the pause stand-in after the sandbox image".into(),
+        })?
+        .to_string();
+    let blobs = store.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).map_err(io_err(&blobs))?;
+    let from = x.join("blobs/sha256");
+    for e in std::fs::read_dir(&from).map_err(io_err(&from))? {
+        let e = e.map_err(io_err(&from))?;
+        let to = blobs.join(e.file_name());
+        if !to.exists() {
+            std::fs::copy(e.path(), &to).map_err(io_err(&to))?;
+        }
+    }
+    Ok(format!(
+        "\n[[image]]\nname = \"pause\"\nreference = \"{sandbox}\"\ndigest = \"{digest}\"\n\
+         verified = \"boot-test stand-in for pause, built by qemu-tests/assets/cri-images.sh\"\n\
+         platforms = [{{ os = \"linux\", arch = \"{}\" }}]\n",
+        arch.name()
+    ))
+}
+
 /// Checks that a real sandbox and container ran on the node: the runtime and its network
 /// were ready, the sandbox used `sandbox` (the definition's sandbox image), the pod got an
 /// address of the scenario's CNI network, the container printed its line and exited 0 in a
@@ -228,11 +279,20 @@ pub fn check_ran(
     if r.is_empty() {
         return fail("no pod ran: cri-smoke wrote no report".into());
     }
+    // The definition's sandbox image, pinned by the digest of the image the layer carries
+    // (`pin_sandbox`; containerd resolves a tag+digest reference by its digest alone).
+    let pinned = r
+        .get("sandbox_image")
+        .and_then(|v| v.strip_prefix(sandbox)?.strip_prefix("@sha256:"));
+    if !pinned.is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit())) {
+        return fail(format!(
+            "sandbox_image is not {sandbox}@sha256:<the baked image's digest>"
+        ));
+    }
     for (key, value) in [
         ("result", "success"),
         ("runtime_ready", "true"),
         ("network_ready", "true"),
-        ("sandbox_image", sandbox),
         ("cni_network", CNI_NETWORK),
         ("cgroup_driver", cgroup_driver),
         ("container_exit_code", "0"),
@@ -312,7 +372,7 @@ mod tests {
             "result=success",
             "runtime_ready=true",
             "network_ready=true",
-            "sandbox_image=registry.k8s.io/pause:3.10",
+            "sandbox_image=registry.k8s.io/pause:3.10@sha256:8a2f9e3c1b0d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b",
             "cni_network=kiln-test-pods",
             "cgroup_driver=systemd",
             "sandbox_id=abc",
@@ -328,6 +388,9 @@ mod tests {
             (7, "pod_ip=10.86.0.2"),
             (7, "pod_ip=169.254.169.15"),
             (3, "sandbox_image=registry.k8s.io/pause:3.9"),
+            // The tag alone: the sandbox did not come from the baked, digest-pinned image.
+            (3, "sandbox_image=registry.k8s.io/pause:3.10"),
+            (3, "sandbox_image=registry.k8s.io/pause:3.10@sha256:8a2f"),
             (8, "container_exit_code=1"),
             (11, "cleaned_up=false"),
             (10, "sandbox_cgroup=0::/system.slice/kubelet.service"),

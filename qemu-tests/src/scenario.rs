@@ -223,21 +223,33 @@ pub fn bake_for(
     // images' leading `v`; the fixture lock writes the stand-in's without it (`X.Y.Z-standin`).
     // Bake from a copy whose kube* entries say `vX.Y.Z-standin`, re-signed with the fixture's own throwaway
     // key (the bytes and hashes are untouched).
+    // The copy also pins the pause stand-in as an `[[image]]` (issue 16): the layer carries
+    // it and kiln-images.service imports it, so the pod's sandbox comes from the baked image
+    // with no registry in the guest. Its blobs go into a store made of hard links to the
+    // fixture mirror's plus the image's.
+    let store = out.join("store");
+    run(Command::new("cp")
+        .arg("-al")
+        .arg(tools.fixture.join("mirror"))
+        .arg(&store))?;
+    let image_entry = crate::pod::pin_sandbox(image, arch, &store, out)?;
+    let mut fixed = lock_text.clone();
     if let Some(v) = kubelet_version.clone().filter(|v| !v.starts_with('v')) {
-        let fixed = lock_text.replace(
+        fixed = fixed.replace(
             &format!("version = \"{v}\""),
             &format!("version = \"v{v}\""),
         );
-        let copy = out.join("artifacts.lock");
-        std::fs::write(&copy, fixed).map_err(io_err(&copy))?;
-        run(Command::new(&tools.kiln)
-            .args(["--quiet", "lock", "sign"])
-            .arg(&copy)
-            .arg("--secret-key")
-            .arg(tools.fixture.join("keys/fixture.key")))?;
-        lock = copy;
         kubelet_version = Some(format!("v{v}"));
     }
+    fixed.push_str(&image_entry);
+    let copy = out.join("artifacts.lock");
+    std::fs::write(&copy, fixed).map_err(io_err(&copy))?;
+    run(Command::new(&tools.kiln)
+        .args(["--quiet", "lock", "sign"])
+        .arg(&copy)
+        .arg("--secret-key")
+        .arg(tools.fixture.join("keys/fixture.key")))?;
+    lock = copy;
     let def = fixture_image_def(
         image,
         &fixture_artifacts(&lock_text),
@@ -256,7 +268,7 @@ pub fn bake_for(
         .arg("--trusted-key")
         .arg(tools.fixture.join("keys/fixture.pub"))
         .arg("--store")
-        .arg(tools.fixture.join("mirror"))
+        .arg(&store)
         .arg("--firstboot")
         .arg(firstboot)
         .env("SOURCE_DATE_EPOCH", "1700000000"))?;
