@@ -500,11 +500,52 @@ fn a_kill_mid_run_leaves_no_loop_device_or_mount() {
             std::thread::sleep(Duration::from_millis(50));
         }
         assert!(!outdir.join("node.qcow2").exists());
-        // What a kill does leave: the working copy (a named temp file; nothing removes it
-        // without a handler), which the test removes.
-        for f in leftovers(&outdir, &[]) {
-            assert!(f.starts_with(".kiln-image-") && f.ends_with(".raw"), "{f}");
-            std::fs::remove_file(outdir.join(f)).unwrap();
-        }
+        // What a kill does leave: the working copy and the (empty, unmounted) mount point,
+        // named temp files nothing removes without a handler; the test removes them.
+        let mut left = leftovers(&outdir, &[]);
+        left.sort();
+        assert_eq!(left.len(), 2, "{left:?}");
+        assert!(
+            left[0].starts_with(".kiln-image-") && left[0].ends_with(".raw"),
+            "{left:?}"
+        );
+        assert!(left[1].starts_with(".kiln-image-root-"), "{left:?}");
+        std::fs::remove_file(outdir.join(&left[0])).unwrap();
+        std::fs::remove_dir(outdir.join(&left[1])).expect("an empty, unmounted directory");
+    }
+}
+
+/// The guard itself, in process: dropped on return or while unwinding from a panic, it
+/// unmounts and the loop device goes (kiln's namespace is not what cleans up here: the test
+/// thread's namespace lives on).
+#[test]
+fn the_mount_guard_unmounts_and_detaches_on_drop_and_unwind() {
+    if !require(TOOLS, true) {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    let base = gpt_base(d);
+    let at = part_offset(&base, 2);
+    kiln::image::mount::private_namespace().unwrap();
+    let mine = || std::fs::read_to_string("/proc/thread-self/mountinfo").unwrap();
+    for unwind in [false, true] {
+        let seen = std::sync::Mutex::new(String::new());
+        let r = std::panic::catch_unwind(|| {
+            let m = kiln::image::mount::Mounted::new(&base, at, 48 << 20, "ext4", d).unwrap();
+            assert!(m.path().join("usr/bin/bash").is_file());
+            *seen.lock().unwrap() = m.path().to_string_lossy().into_owned();
+            assert!(mine().contains(&*seen.lock().unwrap()));
+            assert_eq!(loops_in(d).len(), 1, "{:?}", loops_in(d));
+            if unwind {
+                panic!("an error while mounted");
+            }
+        });
+        assert_eq!(r.is_err(), unwind);
+        let path = seen.lock().unwrap().clone();
+        assert!(!path.is_empty());
+        assert!(!mine().contains(&path), "still mounted after drop");
+        assert!(!Path::new(&path).exists(), "mount point left");
+        assert_eq!(loops_in(d), Vec::<String>::new(), "loop device left");
     }
 }

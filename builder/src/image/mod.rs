@@ -143,7 +143,7 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
         tool: "unshare(CLONE_NEWNS)".into(),
         why: format!("{e}: kiln image mounts the root partition through a loop device and needs root (the unprivileged mode is not built yet)"),
     })?;
-    let mounted = mount::Mounted::new(work.path(), part.offset, part.size, "ext4")?;
+    let mounted = mount::Mounted::new(work.path(), part.offset, part.size, "ext4", &dir)?;
     let root = mounted.path().to_path_buf();
 
     // Checks before the first write: whose node this is, and whether the layer fits.

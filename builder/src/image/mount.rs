@@ -50,13 +50,21 @@ pub struct Mounted {
 }
 
 impl Mounted {
-    /// Mounts the `fstype` filesystem of `size` bytes at `offset` in `image`.
-    pub fn new(image: &Path, offset: u64, size: u64, fstype: &str) -> Result<Mounted, ImageError> {
+    /// Mounts the `fstype` filesystem of `size` bytes at `offset` in `image`, on a new
+    /// directory in `scratch` (beside the working copy, so whatever a kill leaves is in one
+    /// place).
+    pub fn new(
+        image: &Path,
+        offset: u64,
+        size: u64,
+        fstype: &str,
+        scratch: &Path,
+    ) -> Result<Mounted, ImageError> {
         let dir = tempfile::Builder::new()
-            .prefix("kiln-image-root-")
-            .tempdir()
+            .prefix(".kiln-image-root-")
+            .tempdir_in(scratch)
             .map_err(|source| ImageError::Io {
-                path: std::env::temp_dir(),
+                path: scratch.to_path_buf(),
                 source,
             })?;
         let out = Command::new("mount")

@@ -252,7 +252,7 @@ pub fn kiln_mounts() -> Vec<String> {
     std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap()
         .lines()
-        .filter(|l| l.contains("kiln-image-root-"))
+        .filter(|l| l.contains(".kiln-image-root-"))
         .map(str::to_string)
         .collect()
 }
