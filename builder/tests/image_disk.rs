@@ -178,6 +178,26 @@ fn qcow2_gpt_base_becomes_a_node_in_every_format() {
         );
         std::fs::remove_file(&back).unwrap();
     }
+    // A fixed VHD as the base: read as a VHD (its footer is not part of the disk).
+    let again = outdir.join("again.raw");
+    let o = image(&[
+        &"--base",
+        &outdir.join("node.vhd"),
+        &"--layer",
+        &layer,
+        &"--out",
+        &again,
+        &"--format",
+        &"raw",
+    ]);
+    ok(&o, "kiln image on a VHD base");
+    assert!(stdout(&o).contains("(vpc, GPT table)"), "{}", stdout(&o));
+    assert_eq!(std::fs::metadata(&again).unwrap().len(), 64 << 20);
+    assert_eq!(tree_at(&again, root_at, d), after);
+    std::fs::remove_file(&again).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&raw_out).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o644);
     assert_eq!(
         leftovers(
             &outdir,

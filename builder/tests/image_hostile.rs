@@ -367,6 +367,33 @@ fn roots_kiln_cannot_write_are_refused() {
         1,
         &["other.raw: has no partition 9"],
     );
+    // Not root: refused before the base is copied (run as nobody).
+    if require(&["setpriv"], true) {
+        let outdir = d.join("unpriv");
+        std::fs::create_dir_all(&outdir).unwrap();
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        std::fs::set_permissions(&outdir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+            .unwrap();
+        let o = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_kiln"))
+            .arg("image")
+            .arg("--base")
+            .arg(&other)
+            .arg("--layer")
+            .arg(&layer)
+            .arg("--out")
+            .arg(outdir.join("node.qcow2"))
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1));
+        assert!(
+            stderr(&o).contains("needs root (the unprivileged mode is not built yet)"),
+            "{}",
+            stderr(&o)
+        );
+        assert_eq!(leftovers(&outdir, &[]), Vec::<String>::new());
+    }
     // --out naming the base.
     let o = image(&[&"--base", &other, &"--layer", &layer, &"--out", &other]);
     assert_eq!(o.status.code(), Some(1));

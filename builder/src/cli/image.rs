@@ -88,9 +88,11 @@ pub fn run_image(a: ImageArgs, global: &Global) -> anyhow::Result<ExitCode> {
     print_report(&r.install, &a.layer, false, global);
     if !global.quiet {
         println!(
-            "wrote {} ({:?}), image id {}",
+            "wrote {} ({}), image id {}",
             r.out.display(),
-            a.format,
+            clap::ValueEnum::to_possible_value(&a.format)
+                .map(|v| v.get_name().to_string())
+                .unwrap_or_default(),
             r.image_id.as_deref().unwrap_or("(none)")
         );
     }

@@ -62,12 +62,27 @@ pub fn probe(base: &Path) -> Result<String, ImageError> {
         why: format!("info of {}: unreadable JSON ({e})", base.display()),
     })?;
     match v.get("format").and_then(|f| f.as_str()) {
+        // A fixed VHD is raw bytes and a 512-byte footer, which qemu-img's probe does not
+        // look for: read as raw, the footer would become part of the disk.
+        Some("raw") if has_vhd_footer(base) => Ok("vpc".into()),
         Some(f) => Ok(f.to_string()),
         None => Err(ImageError::Tool {
             tool: "qemu-img".into(),
             why: format!("info of {} names no format", base.display()),
         }),
     }
+}
+
+/// Whether `path` ends in a VHD footer (cookie `conectix`; Microsoft's "Virtual Hard Disk
+/// Image Format Specification", Hard Disk Footer Format).
+fn has_vhd_footer(path: &Path) -> bool {
+    use std::os::unix::fs::FileExt;
+    let Ok(f) = File::open(path) else {
+        return false;
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut cookie = [0u8; 8];
+    len >= 512 && f.read_exact_at(&mut cookie, len - 512).is_ok() && &cookie == b"conectix"
 }
 
 /// Makes `work` a raw copy of `base` (format `format`): a reflink or sparse copy of a raw

@@ -105,6 +105,29 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
             .tempfile_in(&dir)
             .map_err(io_err(&dir))
     };
+    match std::fs::metadata(&dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(ImageError::Io {
+                path: dir,
+                source: std::io::Error::other("is not a directory (the directory of --out)"),
+            })
+        }
+        Err(e) => {
+            return Err(ImageError::Io {
+                path: dir,
+                source: std::io::Error::new(
+                    e.kind(),
+                    format!("the directory of --out: {e}; create it first"),
+                ),
+            })
+        }
+    }
+    // Before the copy, so a run without root fails at once rather than after gigabytes.
+    mount::private_namespace().map_err(|e| ImageError::Tool {
+        tool: "unshare(CLONE_NEWNS)".into(),
+        why: format!("{e}: kiln image mounts the root partition through a loop device and needs root (the unprivileged mode is not built yet)"),
+    })?;
     let work = temp(".raw")?;
     disk::working_copy(&o.base, &base_format, work.path())?;
 
@@ -139,10 +162,6 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
     }
     drop(file);
 
-    mount::private_namespace().map_err(|e| ImageError::Tool {
-        tool: "unshare(CLONE_NEWNS)".into(),
-        why: format!("{e}: kiln image mounts the root partition through a loop device and needs root (the unprivileged mode is not built yet)"),
-    })?;
     let mounted = mount::Mounted::new(work.path(), part.offset, part.size, "ext4", &dir)?;
     let root = mounted.path().to_path_buf();
 
@@ -186,6 +205,7 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
 
     if o.format == Format::Raw {
         sync(work.path())?;
+        publish_mode(work.path())?;
         work.persist(&o.out).map_err(|e| ImageError::Io {
             path: o.out.clone(),
             source: e.error,
@@ -194,6 +214,7 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
         let out = temp(".out")?;
         disk::convert_out(work.path(), o.format, out.path())?;
         sync(out.path())?;
+        publish_mode(out.path())?;
         out.persist(&o.out).map_err(|e| ImageError::Io {
             path: o.out.clone(),
             source: e.error,
@@ -211,6 +232,12 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
         install: report,
         out: o.out.clone(),
     })
+}
+
+/// Gives OUT the mode of a file created under the usual umask (temporary files are 0600).
+fn publish_mode(path: &Path) -> Result<(), ImageError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).map_err(io_err(path))
 }
 
 /// Flushes a file a child process wrote (by path: the tool may have replaced the inode).
