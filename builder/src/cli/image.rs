@@ -21,7 +21,9 @@ pub struct ImageArgs {
     /// The base disk image: raw, qcow2, or any format `qemu-img` reads. Never written.
     #[arg(long, value_name = "FILE")]
     pub base: PathBuf,
-    /// The rootfs layer (`kiln bake --format rootfs`), applied as `kiln install` applies it.
+    /// The rootfs layer (`kiln bake --format rootfs`), applied as `kiln install` applies it;
+    /// or a sysext (`--format sysext`, NAME.raw) for a Flatcar base, placed in
+    /// /etc/extensions/ of its ROOT partition.
     #[arg(long, value_name = "FILE")]
     pub layer: PathBuf,
     /// The node image to write (through a temporary file in its directory and a rename).

@@ -19,6 +19,7 @@ pub mod layer;
 pub mod mount;
 pub mod partition;
 pub mod pick;
+pub mod sysext;
 
 pub use disk::Format;
 use error::io_err;
@@ -92,7 +93,16 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
     }
     std::fs::metadata(&o.base).map_err(io_err(&o.base))?;
     // The layer first: a layer that cannot be read fails before gigabytes are copied.
-    let facts = layer::peek(&o.layer)?;
+    let is_sysext = sysext::is_sysext(&o.layer);
+    let facts = if is_sysext {
+        layer::LayerFacts {
+            unpacked_bytes: std::fs::metadata(&o.layer).map_err(io_err(&o.layer))?.len(),
+            entries: 1,
+            image_id: None,
+        }
+    } else {
+        layer::peek(&o.layer)?
+    };
     let base_format = disk::probe(&o.base)?;
     let dir = match o.out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -166,7 +176,12 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
     let root = mounted.path().to_path_buf();
 
     // Checks before the first write: whose node this is, and whether the layer fits.
-    let installed = layer::installed_image_id(&root)?;
+    // (A sysext's other versions are found, and refused without --replace, when placing.)
+    let installed = if is_sysext {
+        None
+    } else {
+        layer::installed_image_id(&root)?
+    };
     if let (Some(have), false) = (&installed, o.replace) {
         if facts.image_id.as_deref() != Some(have.as_str()) {
             return Err(ImageError::OtherVersion {
@@ -194,13 +209,30 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
         });
     }
 
-    let report = crate::install::install(&o.layer, &root, &o.install).map_err(|source| {
-        ImageError::Install {
-            base: o.base.clone(),
-            partition: part.number,
-            source: Box::new(source),
+    let report = if is_sysext {
+        let p = sysext::place(
+            &o.layer,
+            &root,
+            &o.install.trust,
+            o.replace,
+            &o.base,
+            part.number,
+        )?;
+        InstallReport {
+            verified: p.verified,
+            written: [p.written].into_iter().filter(|w| !w.is_empty()).collect(),
+            removed: p.removed,
+            ..Default::default()
         }
-    })?;
+    } else {
+        crate::install::install(&o.layer, &root, &o.install).map_err(|source| {
+            ImageError::Install {
+                base: o.base.clone(),
+                partition: part.number,
+                source: Box::new(source),
+            }
+        })?
+    };
     mounted.unmount()?;
 
     if o.format == Format::Raw {
