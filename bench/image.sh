@@ -33,7 +33,7 @@ while IFS= read -r f; do
   cp "$f" "$W/tree/usr/bin/$(basename "$f").$n"; n=$((n + s))
 done < <(find /usr/lib/x86_64-linux-gnu /usr/bin /usr/libexec -type f -size +64k 2>/dev/null | sort)
 truncate -s 2G "$W/base.raw"
-sgdisk -q -n1:2048:+1M -t1:EF00 -n2:4096:0 -t2:4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709 -c2:root "$W/base.raw"
+sgdisk -n1:2048:+1M -t1:EF00 -n2:4096:0 -t2:4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709 -c2:root "$W/base.raw" >/dev/null
 start=$(sgdisk -i2 "$W/base.raw" | awk '/First sector/ {print $3}')
 end=$(sgdisk -i2 "$W/base.raw" | awk '/Last sector/ {print $3}')
 mkfs.ext4 -q -F -L root -d "$W/tree" "$W/root.ext4" $(( (end - start + 1) / 2 ))k
