@@ -82,9 +82,11 @@ pub fn installed_image_id(root: &Path) -> Result<Option<String>, ImageError> {
         .take(MAX_ENV)
         .read_to_string(&mut text)
         .map_err(io)?;
-    let env = envfile::parse(&text).map_err(|e| ImageError::Layer {
-        layer: host.clone(),
-        why: e.to_string(),
+    let env = envfile::parse(&text).map_err(|e| ImageError::Io {
+        path: host.clone(),
+        source: std::io::Error::other(format!(
+            "the base's kiln image.env is unreadable ({e}); expected KEY=VALUE lines"
+        )),
     })?;
     Ok(Some(
         env.get(image_env::KILN_IMAGE_ID)
