@@ -10,6 +10,7 @@ pub mod cli;
 pub mod digest;
 pub mod exit;
 pub mod firstboot_man;
+pub mod image;
 pub mod image_def;
 pub mod install;
 pub mod plan;

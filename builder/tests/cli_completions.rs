@@ -63,6 +63,7 @@ fn bash_completes_subcommands_and_flags() {
         "lock",
         "render",
         "install",
+        "image",
         "completions",
         "man",
     ] {

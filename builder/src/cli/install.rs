@@ -1,6 +1,6 @@
 //! Command line for `kiln install --root DIR LAYER.tar.zst`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
@@ -8,7 +8,7 @@ use clap::Args;
 
 use crate::archive_rules::DEFAULT_MAX_BYTES;
 use crate::cli::common::{announce_key, exit, Global};
-use crate::install::{InstallError, InstallOptions, LayerTrust};
+use crate::install::{InstallError, InstallOptions, InstallReport, LayerTrust};
 use crate::supply::sign::TrustedKey;
 
 /// `kiln install`
@@ -22,6 +22,15 @@ pub struct InstallArgs {
     /// Check and report, write nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// How the layer is checked.
+    #[command(flatten)]
+    pub checks: LayerChecks,
+}
+
+/// The flags that say what a layer must prove and may contain, shared by `kiln install`
+/// and `kiln image`.
+#[derive(Debug, Args)]
+pub struct LayerChecks {
     /// The checksum file to check the layer against (default: the `SHA256SUMS` beside the
     /// layer, as `kiln bake` writes it).
     #[arg(long, value_name = "FILE")]
@@ -40,6 +49,37 @@ pub struct InstallArgs {
     /// Refuse a layer that unpacks to more than this many bytes.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_BYTES)]
     pub max_size: u64,
+}
+
+impl LayerChecks {
+    /// The install options these flags make (announcing a `--trusted-key`).
+    pub fn options(&self) -> anyhow::Result<InstallOptions> {
+        let a = self;
+        let trust = match (&a.trusted_key, a.allow_unverified) {
+            (Some(p), _) => {
+                let key = TrustedKey::from_file(p)?;
+                announce_key(&key, p, "--trusted-key");
+                LayerTrust::Signed {
+                    sums: a.sums.clone(),
+                    key,
+                }
+            }
+            (None, true) => LayerTrust::AllowUnverified {
+                sums: a.sums.clone(),
+            },
+            (None, false) => LayerTrust::Sums {
+                sums: a.sums.clone(),
+            },
+        };
+        let mut opts = InstallOptions::new(trust);
+        opts.max_bytes = a.max_size;
+        opts.allow_setid = a
+            .allow_setid
+            .iter()
+            .map(|p| p.trim_start_matches('/').to_string())
+            .collect();
+        Ok(opts)
+    }
 }
 
 /// Runs `kiln install`: exit 3 when a check refused the layer (hostile entry, checksum or
@@ -63,45 +103,30 @@ pub fn run_install(a: InstallArgs, global: &Global) -> anyhow::Result<ExitCode> 
 }
 
 fn install_inner(a: InstallArgs, global: &Global) -> anyhow::Result<ExitCode> {
-    let trust = match (&a.trusted_key, a.allow_unverified) {
-        (Some(p), _) => {
-            let key = TrustedKey::from_file(p)?;
-            announce_key(&key, p, "--trusted-key");
-            LayerTrust::Signed {
-                sums: a.sums.clone(),
-                key,
-            }
-        }
-        (None, true) => LayerTrust::AllowUnverified {
-            sums: a.sums.clone(),
-        },
-        (None, false) => LayerTrust::Sums {
-            sums: a.sums.clone(),
-        },
-    };
-    let mut opts = InstallOptions::new(trust);
+    let mut opts = a.checks.options()?;
     opts.dry_run = a.dry_run;
-    opts.max_bytes = a.max_size;
-    opts.allow_setid = a
-        .allow_setid
-        .iter()
-        .map(|p| p.trim_start_matches('/').to_string())
-        .collect();
     let r = crate::install::install(&a.layer, &a.root, &opts)
         .with_context(|| format!("installing {} into {}", a.layer.display(), a.root.display()))?;
     if global.json {
         println!("{}", serde_json::to_string(&r).unwrap_or_default());
         return Ok(ExitCode::SUCCESS);
     }
+    print_report(&r, &a.layer, a.dry_run, global);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints what an install did (or, `dry_run`, would do): the verification, then the counts
+/// and paths, as `kiln install` and `kiln image` both report it.
+pub fn print_report(r: &InstallReport, layer: &Path, dry_run: bool, global: &Global) {
     if let Some(v) = &r.verified {
         if v.sums.is_none() {
-            eprintln!("kiln: warning: {}", v.describe(&a.layer));
+            eprintln!("kiln: warning: {}", v.describe(layer));
         } else if !global.quiet {
-            println!("{}", v.describe(&a.layer));
+            println!("{}", v.describe(layer));
         }
     }
     if !global.quiet {
-        let verb = if a.dry_run { "would write" } else { "wrote" };
+        let verb = if dry_run { "would write" } else { "wrote" };
         println!(
             "{verb} {}, unchanged {}, removed {}, kept (modified) {}, new directories {}",
             r.written.len(),
@@ -120,5 +145,4 @@ fn install_inner(a: InstallArgs, global: &Global) -> anyhow::Result<ExitCode> {
             println!("  kept /{p} (modified since install)");
         }
     }
-    Ok(ExitCode::SUCCESS)
 }

@@ -10,6 +10,7 @@ pub mod common;
 pub mod completions;
 pub mod fail;
 pub mod fetch;
+pub mod image;
 pub mod inspect;
 pub mod install;
 pub mod lock;
@@ -59,6 +60,8 @@ pub enum Command {
     Diff(bake::DiffArgs),
     /// Apply a rootfs layer to a root directory (a Packer/image-builder step).
     Install(install::InstallArgs),
+    /// Turn a base disk image into a node image without booting it (rootful, loop device).
+    Image(image::ImageArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(completions::CompletionsArgs),
     /// Write kiln's man pages (one per command) into a directory.
@@ -97,6 +100,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bake(a) => bake::run_bake(a, &cli.global),
         Command::Diff(a) => bake::run_diff(a, &cli.global),
         Command::Install(a) => install::run_install(a, &cli.global),
+        Command::Image(a) => image::run_image(a, &cli.global),
         Command::Completions(a) => completions::run_completions(a, Cli::command()),
         Command::Man(a) => completions::run_man(a, Cli::command(), &cli.global),
     }

@@ -329,6 +329,19 @@ impl Dir {
         Ok(d)
     }
 
+    /// The names in this directory (without `.` and `..`), sorted.
+    pub fn names(&self) -> io::Result<Vec<String>> {
+        let mut out = Vec::new();
+        for e in rustix::fs::Dir::read_from(&self.fd).map_err(to_io)? {
+            let name = e.map_err(to_io)?.file_name().to_string_lossy().into_owned();
+            if name != "." && name != ".." {
+                out.push(name);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
     /// Creates a new temp file (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600) and returns its name.
     pub fn create_temp(&self) -> io::Result<(String, File)> {
         let mut file = None;

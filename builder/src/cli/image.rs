@@ -1,0 +1,102 @@
+//! Command line for `kiln image --base BASE --layer LAYER --out OUT`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::cli::common::{exit, Global};
+use crate::cli::install::{print_report, LayerChecks};
+use crate::image::{Format, ImageOptions};
+
+/// `kiln image`
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Modes: rootful only (run as root): the root partition of a copy of \
+the base is loop-mounted in a private mount namespace. An unprivileged mode (e2fsprogs' \
+debugfs -w on IMAGE?offset=N) is not built yet. Root filesystems: ext4 (xfs and btrfs are \
+recognised and refused)."
+)]
+pub struct ImageArgs {
+    /// The base disk image: raw, qcow2, or any format `qemu-img` reads. Never written.
+    #[arg(long, value_name = "FILE")]
+    pub base: PathBuf,
+    /// The rootfs layer (`kiln bake --format rootfs`), applied as `kiln install` applies it;
+    /// or a sysext (`--format sysext`, NAME.raw) for a Flatcar base, placed in
+    /// /etc/extensions/ of its ROOT partition.
+    #[arg(long, value_name = "FILE")]
+    pub layer: PathBuf,
+    /// The node image to write (through a temporary file in its directory and a rename).
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// The output format (vhd: fixed, whole MiB, for Azure; vmdk: stream-optimised).
+    #[arg(long, value_enum, default_value_t = Format::Qcow2)]
+    pub format: Format,
+    /// The root partition's number (as `sgdisk -p` counts), instead of finding it by GPT
+    /// type, label (cloudimg-rootfs, root, ROOT) or MBR type 0x83.
+    #[arg(long, value_name = "N")]
+    pub partition: Option<u32>,
+    /// Upgrade a base that is already a kiln node of another image (files the old layer
+    /// installed and the new one lacks are removed, as `kiln install` does).
+    #[arg(long)]
+    pub replace: bool,
+    /// How the layer is checked.
+    #[command(flatten)]
+    pub checks: LayerChecks,
+}
+
+/// Runs `kiln image`: exit 3 when a check refused the layer, 1 for other failures.
+pub fn run_image(a: ImageArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let opts = ImageOptions {
+        base: a.base.clone(),
+        layer: a.layer.clone(),
+        out: a.out.clone(),
+        format: a.format,
+        partition: a.partition,
+        replace: a.replace,
+        install: a.checks.options()?,
+    };
+    let r = match crate::image::build(&opts) {
+        Ok(r) => r,
+        Err(e) => {
+            let refused = e.is_refusal();
+            crate::cli::fail::print_chain(&anyhow::Error::from(e));
+            return Ok(ExitCode::from(if refused {
+                exit::VERIFY
+            } else {
+                exit::FAILURE
+            }));
+        }
+    };
+    if global.json {
+        println!("{}", serde_json::to_string(&r).unwrap_or_default());
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !global.quiet {
+        println!(
+            "base {} ({}, {} table): root is partition {} at byte {} ({} bytes), {} bytes free",
+            a.base.display(),
+            r.base_format,
+            r.table,
+            r.partition,
+            r.offset,
+            r.size,
+            r.free_before
+        );
+        if let Some(old) = &r.replaced {
+            println!("replaced kiln node {old}");
+        }
+    }
+    print_report(&r.install, &a.layer, false, global);
+    if !global.quiet {
+        println!(
+            "wrote {} ({}), image id {}",
+            r.out.display(),
+            clap::ValueEnum::to_possible_value(&a.format)
+                .map(|v| v.get_name().to_string())
+                .unwrap_or_default(),
+            r.image_id.as_deref().unwrap_or("(none)")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,96 @@
+//! What `kiln image` must know about a rootfs layer before it copies a base: how much it
+//! unpacks to (for the free-space check) and which image it is (its `image.env`).
+//! This pass only measures; `kiln install` verifies and checks every entry when it applies.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+use kiln_firstboot::contract::{envfile, image_env, paths};
+
+use crate::image::error::ImageError;
+
+/// Facts about a layer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LayerFacts {
+    /// The sum of the entries' sizes.
+    pub unpacked_bytes: u64,
+    /// How many entries (each takes an inode).
+    pub entries: u64,
+    /// `KILN_IMAGE_ID` of the layer's `image.env`, when it has one.
+    pub image_id: Option<String>,
+}
+
+/// The most of `image.env` read (the env-file codec's own limit is lower).
+const MAX_ENV: u64 = 1 << 20;
+
+/// Reads `layer` (tar.zst) once, measuring it.
+pub fn peek(layer: &Path) -> Result<LayerFacts, ImageError> {
+    let bad = |why: String| ImageError::Layer {
+        layer: layer.to_path_buf(),
+        why,
+    };
+    let f = File::open(layer).map_err(|e| bad(e.to_string()))?;
+    let dec = zstd::Decoder::new(f).map_err(|e| bad(format!("not zstd: {e}")))?;
+    let mut tar = tar::Archive::new(dec);
+    let mut facts = LayerFacts::default();
+    let want = paths::IMAGE_ENV.trim_start_matches('/');
+    for e in tar
+        .entries()
+        .map_err(|e| bad(format!("not a tar archive: {e}")))?
+    {
+        let mut e = e.map_err(|e| bad(format!("reading an entry: {e}")))?;
+        facts.entries += 1;
+        facts.unpacked_bytes = facts.unpacked_bytes.saturating_add(e.size());
+        let name = String::from_utf8_lossy(&e.path_bytes()).into_owned();
+        if name.trim_start_matches("./") == want {
+            let mut text = String::new();
+            e.by_ref()
+                .take(MAX_ENV)
+                .read_to_string(&mut text)
+                .map_err(|e| bad(format!("{want}: {e}")))?;
+            let env = envfile::parse(&text).map_err(|e| bad(format!("{want}: {e}")))?;
+            facts.image_id = env.get(image_env::KILN_IMAGE_ID).map(str::to_string);
+        }
+    }
+    Ok(facts)
+}
+
+/// `KILN_IMAGE_ID` of the `image.env` a mounted root holds, read without following a
+/// symlink out of the root; `None` when it has none (a stock base).
+pub fn installed_image_id(root: &Path) -> Result<Option<String>, ImageError> {
+    use crate::install::root::{Node, Root};
+    let host = root.join(paths::IMAGE_ENV.trim_start_matches('/'));
+    let io = |e: std::io::Error| ImageError::Io {
+        path: host.clone(),
+        source: e,
+    };
+    let r = Root::open(root, None).map_err(io)?;
+    let (dir, name) = paths::IMAGE_ENV
+        .trim_start_matches('/')
+        .rsplit_once('/')
+        .expect("a path with a directory");
+    let Ok(Some(d)) = r.dir(dir) else {
+        return Ok(None);
+    };
+    if !matches!(d.node(name).map_err(io)?, Node::File { .. }) {
+        return Ok(None);
+    }
+    let mut text = String::new();
+    d.open_file(name)
+        .map_err(io)?
+        .take(MAX_ENV)
+        .read_to_string(&mut text)
+        .map_err(io)?;
+    let env = envfile::parse(&text).map_err(|e| ImageError::Io {
+        path: host.clone(),
+        source: std::io::Error::other(format!(
+            "the base's kiln image.env is unreadable ({e}); expected KEY=VALUE lines"
+        )),
+    })?;
+    Ok(Some(
+        env.get(image_env::KILN_IMAGE_ID)
+            .unwrap_or("(no KILN_IMAGE_ID)")
+            .to_string(),
+    ))
+}

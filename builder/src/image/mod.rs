@@ -1,0 +1,280 @@
+//! `kiln image --base BASE --layer LAYER --out OUT`: a base disk image in, a node image out,
+//! without booting it. The base is never written: kiln works on a raw copy in OUT's
+//! directory, finds the root partition in its table ([`partition`]), checks the filesystem
+//! ([`fs`]), loop-mounts it in a private mount namespace ([`mount`]), applies the rootfs
+//! layer with `kiln install`'s own code ([`crate::install::install`]), and writes OUT in the
+//! format asked for ([`disk`]) through a temporary file and a rename.
+//!
+//! One mode exists: rootful, through a loop device. An unprivileged mode (e2fsprogs'
+//! `debugfs -w` on `IMAGE?offset=N`) is not built yet.
+
+use std::path::{Path, PathBuf};
+
+use crate::install::{InstallOptions, InstallReport};
+
+pub mod disk;
+mod error;
+pub mod fs;
+pub mod layer;
+pub mod mount;
+pub mod partition;
+pub mod pick;
+pub mod sysext;
+
+pub use disk::Format;
+use error::io_err;
+pub use error::ImageError;
+
+/// Bytes kept free beyond the layer's size, for directories, inode tables and the journal.
+pub const SPACE_MARGIN: u64 = 16 << 20;
+
+/// What to build.
+#[derive(Debug, Clone)]
+pub struct ImageOptions {
+    /// The base disk image (raw, qcow2, or anything `qemu-img` reads). Read only.
+    pub base: PathBuf,
+    /// The rootfs layer (`kiln bake --format rootfs`).
+    pub layer: PathBuf,
+    /// Where the node image goes (replaced atomically).
+    pub out: PathBuf,
+    /// OUT's format.
+    pub format: Format,
+    /// The root partition's number, instead of finding it.
+    pub partition: Option<u32>,
+    /// Upgrade a base that is already a kiln node of another image.
+    pub replace: bool,
+    /// How the layer is installed (trust, setuid paths, size cap): `kiln install`'s options.
+    pub install: InstallOptions,
+}
+
+/// What one `kiln image` did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ImageReport {
+    /// The base's format as `qemu-img` named it.
+    pub base_format: String,
+    /// `GPT` or `MBR`.
+    pub table: String,
+    /// The root partition's number.
+    pub partition: u32,
+    /// Its byte offset.
+    pub offset: u64,
+    /// Its size in bytes.
+    pub size: u64,
+    /// The image id of the kiln node the base already was, if it was one.
+    pub replaced: Option<String>,
+    /// The layer's image id.
+    pub image_id: Option<String>,
+    /// Bytes free in the root filesystem before the install.
+    pub free_before: u64,
+    /// The install step's report.
+    pub install: InstallReport,
+    /// OUT.
+    pub out: PathBuf,
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+/// Builds the node image. Needs root (`CAP_SYS_ADMIN`): it moves the calling thread into
+/// a private mount namespace of its own.
+pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
+    if same_file(&o.base, &o.out) {
+        return Err(ImageError::Io {
+            path: o.out.clone(),
+            source: std::io::Error::other(
+                "is the base image; kiln image never writes the base, name another --out",
+            ),
+        });
+    }
+    std::fs::metadata(&o.base).map_err(io_err(&o.base))?;
+    // The layer first: a layer that cannot be read fails before gigabytes are copied.
+    let is_sysext = sysext::is_sysext(&o.layer);
+    let facts = if is_sysext {
+        layer::LayerFacts {
+            unpacked_bytes: std::fs::metadata(&o.layer).map_err(io_err(&o.layer))?.len(),
+            entries: 1,
+            image_id: None,
+        }
+    } else {
+        layer::peek(&o.layer)?
+    };
+    let base_format = disk::probe(&o.base)?;
+    let dir = match o.out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let temp = |suffix: &str| {
+        tempfile::Builder::new()
+            .prefix(".kiln-image-")
+            .suffix(suffix)
+            .tempfile_in(&dir)
+            .map_err(io_err(&dir))
+    };
+    match std::fs::metadata(&dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(ImageError::Io {
+                path: dir,
+                source: std::io::Error::other("is not a directory (the directory of --out)"),
+            })
+        }
+        Err(e) => {
+            return Err(ImageError::Io {
+                path: dir,
+                source: std::io::Error::new(
+                    e.kind(),
+                    format!("the directory of --out: {e}; create it first"),
+                ),
+            })
+        }
+    }
+    // Before the copy, so a run without root fails at once rather than after gigabytes.
+    mount::private_namespace().map_err(|e| ImageError::Tool {
+        tool: "unshare(CLONE_NEWNS)".into(),
+        why: format!("{e}: kiln image mounts the root partition through a loop device and needs root (the unprivileged mode is not built yet)"),
+    })?;
+    let work = temp(".raw")?;
+    disk::working_copy(&o.base, &base_format, work.path())?;
+
+    let file = std::fs::File::open(work.path()).map_err(io_err(work.path()))?;
+    let table = partition::read_table(&file).map_err(|source| ImageError::Table {
+        base: o.base.clone(),
+        source,
+    })?;
+    let part = pick::pick_root(&table, o.partition).map_err(|source| ImageError::Pick {
+        base: o.base.clone(),
+        source,
+    })?;
+    let probe = (partition::ReadAt::size(&file) - part.offset)
+        .min(part.size)
+        .min(fs::PROBE_BYTES as u64) as usize;
+    let head =
+        partition::ReadAt::read_at(&file, part.offset, probe).map_err(io_err(work.path()))?;
+    let fs_err = |found: String| ImageError::Filesystem {
+        base: o.base.clone(),
+        partition: part.number,
+        found,
+    };
+    match fs::detect(&head) {
+        Some(fs::FsKind::Ext4) => {}
+        Some(other) => {
+            return Err(fs_err(format!(
+                "{} (kiln image writes ext4 only so far)",
+                other.name()
+            )))
+        }
+        None => return Err(fs_err(fs::describe_unknown(&head))),
+    }
+    drop(file);
+
+    let mounted = mount::Mounted::new(work.path(), part.offset, part.size, "ext4", &dir)?;
+    let root = mounted.path().to_path_buf();
+
+    // Checks before the first write: whose node this is, and whether the layer fits.
+    // (A sysext's other versions are found, and refused without --replace, when placing.)
+    let installed = if is_sysext {
+        None
+    } else {
+        layer::installed_image_id(&root)?
+    };
+    if let (Some(have), false) = (&installed, o.replace) {
+        if facts.image_id.as_deref() != Some(have.as_str()) {
+            return Err(ImageError::OtherVersion {
+                base: o.base.clone(),
+                found: have.clone(),
+                want: facts
+                    .image_id
+                    .clone()
+                    .unwrap_or_else(|| "(no image id)".into()),
+            });
+        }
+    }
+    let st = rustix::fs::statvfs(&root).map_err(|e| ImageError::Io {
+        path: root.clone(),
+        source: e.into(),
+    })?;
+    let free = st.f_bavail.saturating_mul(st.f_frsize);
+    if free < facts.unpacked_bytes.saturating_add(SPACE_MARGIN) || st.f_favail < facts.entries {
+        return Err(ImageError::NoSpace {
+            base: o.base.clone(),
+            partition: part.number,
+            free,
+            need: facts.unpacked_bytes,
+            margin: SPACE_MARGIN,
+        });
+    }
+
+    let report = if is_sysext {
+        let p = sysext::place(
+            &o.layer,
+            &root,
+            &o.install.trust,
+            o.replace,
+            &o.base,
+            part.number,
+        )?;
+        InstallReport {
+            verified: p.verified,
+            written: [p.written].into_iter().filter(|w| !w.is_empty()).collect(),
+            removed: p.removed,
+            ..Default::default()
+        }
+    } else {
+        crate::install::install(&o.layer, &root, &o.install).map_err(|source| {
+            ImageError::Install {
+                base: o.base.clone(),
+                partition: part.number,
+                source: Box::new(source),
+            }
+        })?
+    };
+    mounted.unmount()?;
+
+    if o.format == Format::Raw {
+        sync(work.path())?;
+        publish_mode(work.path())?;
+        work.persist(&o.out).map_err(|e| ImageError::Io {
+            path: o.out.clone(),
+            source: e.error,
+        })?;
+    } else {
+        let out = temp(".out")?;
+        disk::convert_out(work.path(), o.format, out.path())?;
+        sync(out.path())?;
+        publish_mode(out.path())?;
+        out.persist(&o.out).map_err(|e| ImageError::Io {
+            path: o.out.clone(),
+            source: e.error,
+        })?;
+    }
+    Ok(ImageReport {
+        base_format,
+        table: table.scheme.to_string(),
+        partition: part.number,
+        offset: part.offset,
+        size: part.size,
+        replaced: installed.filter(|h| facts.image_id.as_deref() != Some(h.as_str())),
+        image_id: facts.image_id,
+        free_before: free,
+        install: report,
+        out: o.out.clone(),
+    })
+}
+
+/// Gives OUT the mode of a file created under the usual umask (temporary files are 0600).
+fn publish_mode(path: &Path) -> Result<(), ImageError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).map_err(io_err(path))
+}
+
+/// Flushes a file a child process wrote (by path: the tool may have replaced the inode).
+fn sync(path: &Path) -> Result<(), ImageError> {
+    std::fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(io_err(path))
+}

@@ -1,0 +1,393 @@
+//! `kiln image`: real base disks (sgdisk/sfdisk + mkfs.ext4 -d + dd), run as root through a
+//! loop device, and the output read back with debugfs and `qemu-img check`/`info`.
+
+mod bake_support;
+mod image_support;
+
+use std::path::Path;
+use std::process::Command;
+
+use image_support::*;
+
+const TOOLS: &[&str] = &[
+    "sgdisk",
+    "sfdisk",
+    "mkfs.ext4",
+    "debugfs",
+    "qemu-img",
+    "losetup",
+    "mount",
+];
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `qemu-img info`. A fixed VHD probes as raw (its only header is a footer), so the
+/// driver is named for it, as importers that are told "VHD" do.
+fn qemu_info(p: &Path, driver: Option<&str>) -> serde_json::Value {
+    let mut c = Command::new("qemu-img");
+    c.args(["info", "--output=json"]);
+    if let Some(d) = driver {
+        c.args(["-f", d]);
+    }
+    let o = sh(c.arg(p));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn to_raw(p: &Path, fmt: &str, raw: &Path) {
+    sh(Command::new("qemu-img")
+        .args(["convert", "-f", fmt, "-O", "raw"])
+        .arg(p)
+        .arg(raw));
+}
+
+#[test]
+fn qcow2_gpt_base_becomes_a_node_in_every_format() {
+    if !require(TOOLS, true) {
+        return;
+    }
+    let fx = fixture(Bins::Tiny);
+    let d = fx.dir.path();
+    let layer = layer(&fx, "3.10", &d.join("out"));
+    let raw_base = gpt_base(d);
+    let root_at = part_offset(&raw_base, 2);
+    let base = d.join("base.qcow2");
+    sh(Command::new("qemu-img")
+        .args(["convert", "-f", "raw", "-O", "qcow2"])
+        .arg(&raw_base)
+        .arg(&base));
+    let base_sum = sha256_file(&base);
+    let before = tree_at(&raw_base, root_at, d);
+    let outdir = d.join("images");
+    std::fs::create_dir_all(&outdir).unwrap();
+
+    // raw first: its tree is what every other format must hold.
+    let raw_out = outdir.join("node.raw");
+    let o = image(&[
+        &"--base",
+        &base,
+        &"--layer",
+        &layer,
+        &"--out",
+        &raw_out,
+        &"--format",
+        &"raw",
+    ]);
+    ok(&o, "kiln image --format raw");
+    let text = stdout(&o);
+    assert!(
+        text.contains("root is partition 2 at byte 8388608"),
+        "{text}"
+    );
+    assert!(text.contains("(qcow2, GPT table)"), "{text}");
+    assert_eq!(sha256_file(&base), base_sum, "the base was written");
+    let after = tree_at(&raw_out, root_at, d);
+    // The base's own files are kept; the layer's are added, with the install manifest.
+    for line in &before {
+        assert!(after.contains(line), "lost or changed: {line}\n{after:#?}");
+    }
+    let has = |p: &str| after.iter().any(|l| l.split(' ').nth(4) == Some(p));
+    for p in [
+        "usr/bin/kubelet",
+        "usr/lib/kiln/install.manifest",
+        "usr/lib/kiln/image.env",
+    ] {
+        assert!(has(p), "{p} missing: {after:#?}");
+    }
+    let link = "etc/systemd/system/multi-user.target.wants/kiln-firstboot.service";
+    let l = after
+        .iter()
+        .find(|l| l.ends_with(&format!("{link} ")))
+        .unwrap();
+    assert!(
+        l.starts_with("l 777 ") && l.contains("/usr/lib/systemd/system/kiln-firstboot.service"),
+        "{l}"
+    );
+    // The partition table and the other partition are the base's.
+    let table = |p: &Path| {
+        let o = sh(Command::new("sgdisk").arg("-p").arg(p));
+        // The first line names the file.
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(table(&raw_out), table(&raw_base));
+
+    for (fmt, driver) in [
+        ("qcow2", "qcow2"),
+        ("vhd", "vpc"),
+        ("vhdx", "vhdx"),
+        ("vmdk", "vmdk"),
+    ] {
+        let out = outdir.join(format!("node.{fmt}"));
+        let o = image(&[
+            &"--base",
+            &base,
+            &"--layer",
+            &layer,
+            &"--out",
+            &out,
+            &"--format",
+            &fmt,
+        ]);
+        ok(&o, &format!("kiln image --format {fmt}"));
+        let info = qemu_info(&out, (fmt == "vhd").then_some(driver));
+        assert_eq!(info["format"], driver, "{fmt}: {info}");
+        if fmt == "vmdk" {
+            let sub = &info["format-specific"]["data"]["create-type"];
+            assert_eq!(sub, "streamOptimized", "{info}");
+        }
+        if fmt == "vhd" {
+            // Azure: a fixed VHD, whole MiB, the "conectix" footer as the last 512 bytes.
+            let bytes = std::fs::read(&out).unwrap();
+            let footer = &bytes[bytes.len() - 512..];
+            assert_eq!(&footer[..8], b"conectix");
+            assert_eq!(
+                u32::from_be_bytes(footer[60..64].try_into().unwrap()),
+                2,
+                "disk type fixed"
+            );
+            assert_eq!(info["virtual-size"].as_u64().unwrap() % (1 << 20), 0);
+        } else {
+            // qemu-img check: the format's own consistency check (vpc has none).
+            let c = Command::new("qemu-img")
+                .args(["check", "-f", driver])
+                .arg(&out)
+                .output()
+                .unwrap();
+            assert!(
+                c.status.success(),
+                "qemu-img check {fmt}: {}{}",
+                stdout(&c),
+                stderr(&c)
+            );
+        }
+        let back = d.join(format!("back-{fmt}.raw"));
+        to_raw(&out, driver, &back);
+        assert_eq!(
+            tree_at(&back, root_at, d),
+            after,
+            "{fmt} holds another tree"
+        );
+        std::fs::remove_file(&back).unwrap();
+    }
+    // A fixed VHD as the base: read as a VHD (its footer is not part of the disk).
+    let again = outdir.join("again.raw");
+    let o = image(&[
+        &"--base",
+        &outdir.join("node.vhd"),
+        &"--layer",
+        &layer,
+        &"--out",
+        &again,
+        &"--format",
+        &"raw",
+    ]);
+    ok(&o, "kiln image on a VHD base");
+    assert!(stdout(&o).contains("(vpc, GPT table)"), "{}", stdout(&o));
+    assert_eq!(std::fs::metadata(&again).unwrap().len(), 64 << 20);
+    assert_eq!(tree_at(&again, root_at, d), after);
+    std::fs::remove_file(&again).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&raw_out).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o644);
+    assert_eq!(
+        leftovers(
+            &outdir,
+            &[
+                "node.raw",
+                "node.qcow2",
+                "node.vhd",
+                "node.vhdx",
+                "node.vmdk"
+            ]
+        ),
+        Vec::<String>::new()
+    );
+    assert_eq!(loops_in(&outdir), Vec::<String>::new());
+    assert_eq!(sha256_file(&base), base_sum, "the base was written");
+}
+
+#[test]
+fn same_base_and_layer_give_the_same_tree_and_rerunning_changes_nothing() {
+    if !require(TOOLS, true) {
+        return;
+    }
+    let fx = fixture(Bins::Tiny);
+    let d = fx.dir.path();
+    let layer = layer(&fx, "3.10", &d.join("out"));
+    let base = gpt_base(d);
+    let at = part_offset(&base, 2);
+    let (a, b) = (d.join("a.raw"), d.join("b.raw"));
+    ok(
+        &image(&[
+            &"--base",
+            &base,
+            &"--layer",
+            &layer,
+            &"--out",
+            &a,
+            &"--format",
+            &"raw",
+        ]),
+        "first",
+    );
+    ok(
+        &image(&[
+            &"--base",
+            &base,
+            &"--layer",
+            &layer,
+            &"--out",
+            &b,
+            &"--format",
+            &"raw",
+        ]),
+        "second",
+    );
+    let ta = tree_at(&a, at, d);
+    assert_eq!(ta, tree_at(&b, at, d));
+    // A node image as the base, with the same layer: nothing to write (kiln install's
+    // idempotence), no --replace needed.
+    let c = d.join("c.raw");
+    let o = image(&[
+        &"--base",
+        &a,
+        &"--layer",
+        &layer,
+        &"--out",
+        &c,
+        &"--format",
+        &"raw",
+    ]);
+    ok(&o, "node as base, same layer");
+    assert!(stdout(&o).contains("wrote 0, unchanged"), "{}", stdout(&o));
+    assert_eq!(tree_at(&c, at, d), ta);
+}
+
+#[test]
+fn a_node_of_another_image_needs_replace() {
+    if !require(TOOLS, true) {
+        return;
+    }
+    let fx = fixture(Bins::Tiny);
+    let d = fx.dir.path();
+    let v1 = layer(&fx, "3.10", &d.join("v1"));
+    let v2 = layer(&fx, "3.9", &d.join("v2"));
+    let base = gpt_base(d);
+    let at = part_offset(&base, 2);
+    let node = d.join("node-v1.raw");
+    ok(
+        &image(&[
+            &"--base",
+            &base,
+            &"--layer",
+            &v1,
+            &"--out",
+            &node,
+            &"--format",
+            &"raw",
+        ]),
+        "v1",
+    );
+    let out = d.join("node-v2.raw");
+    let o = image(&[
+        &"--base",
+        &node,
+        &"--layer",
+        &v2,
+        &"--out",
+        &out,
+        &"--format",
+        &"raw",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("is already a kiln node (sha256:") && e.contains("pass --replace"),
+        "{e}"
+    );
+    assert!(!out.exists());
+    let o = image(&[
+        &"--base",
+        &node,
+        &"--layer",
+        &v2,
+        &"--out",
+        &out,
+        &"--format",
+        &"raw",
+        &"--replace",
+    ]);
+    ok(&o, "v2 --replace");
+    assert!(
+        stdout(&o).contains("replaced kiln node sha256:"),
+        "{}",
+        stdout(&o)
+    );
+    // The result is what v2 makes of the stock base, file for file.
+    let fresh = d.join("fresh-v2.raw");
+    ok(
+        &image(&[
+            &"--base",
+            &base,
+            &"--layer",
+            &v2,
+            &"--out",
+            &fresh,
+            &"--format",
+            &"raw",
+        ]),
+        "v2 fresh",
+    );
+    let upgraded = tree_at(&out, at, d);
+    assert_eq!(upgraded, tree_at(&fresh, at, d));
+    assert_ne!(upgraded, tree_at(&node, at, d));
+}
+
+#[test]
+fn mbr_base_with_one_linux_partition() {
+    if !require(TOOLS, true) {
+        return;
+    }
+    let fx = fixture(Bins::Tiny);
+    let d = fx.dir.path();
+    let layer = layer(&fx, "3.10", &d.join("out"));
+    let tree = base_tree(d);
+    let fs = ext4(d, &tree, 40, "cloudimg-rootfs");
+    let disk = d.join("mbr.raw");
+    sh(Command::new("truncate").arg("-s48M").arg(&disk));
+    let mut c = Command::new("sfdisk");
+    c.args(["-q", "-X", "dos"])
+        .arg(&disk)
+        .stdin(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"start=2048, size=81920, type=83\n")
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    dd(&fs, &disk, 1);
+    let out = d.join("node.qcow2");
+    let o = image(&[&"--base", &disk, &"--layer", &layer, &"--out", &out]);
+    ok(&o, "kiln image on MBR");
+    assert!(
+        stdout(&o).contains("(raw, MBR table): root is partition 1 at byte 1048576"),
+        "{}",
+        stdout(&o)
+    );
+    let back = d.join("back.raw");
+    to_raw(&out, "qcow2", &back);
+    let t = tree_at(&back, 1 << 20, d);
+    assert!(t.iter().any(|l| l.contains(" usr/bin/kubelet ")), "{t:#?}");
+}
