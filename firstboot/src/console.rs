@@ -95,7 +95,7 @@ impl Console {
 
     /// Writes one line (the newline is added), waiting while the console drains; drops the
     /// rest of the line, and every later line, once the console has taken nothing for
-    /// [`STALL_LIMIT`].
+    /// 2 s (the stall limit).
     /// The console is readable through cloud APIs by people who must not see credentials:
     /// only redacted text goes there.
     pub fn line(&mut self, text: &Redacted) {

@@ -1,5 +1,5 @@
 //! Diagnosis on Windows: what the Service Control Manager says of kubelet and containerd.
-//! `diagnose` reads each [`ServiceReport`] as the unit state `systemctl show` gives on Linux
+//! `diagnose` reads each [`ServiceReport`](super::ServiceReport) as the unit state `systemctl show` gives on Linux
 //! (`UnitState::from_service`), so the same rules and reason codes apply. No Linux tool is
 //! called.
 
