@@ -80,7 +80,38 @@ pub fn render(files: &[NodeFile], gzip: bool, spec: Spec, sysext: Option<&Sysext
     out
 }
 
-fn data_url(bytes: &[u8]) -> String {
+/// An absolute path as Go's `filepath.Clean` makes it: no empty, `.` or `..` components
+/// (`..` at the root stays at the root).
+fn clean_path(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+/// A URL as messages show it: without `user:password@` and without the query, where
+/// presigned URLs carry their signature; at most 120 characters.
+pub(crate) fn url_for_message(url: &str) -> String {
+    let mut u = url.split(['?', '#']).next().unwrap_or("").to_string();
+    if let Some(scheme_end) = u.find("://") {
+        let rest = &u[scheme_end + 3..];
+        let host_end = rest.find('/').unwrap_or(rest.len());
+        if let Some(at) = rest[..host_end].rfind('@') {
+            u = format!("{}***@{}", &u[..scheme_end + 3], &rest[at + 1..]);
+        }
+    }
+    u.chars().take(120).collect()
+}
+
+/// `bytes` as an RFC 2397 `data:` URL, base64-encoded.
+pub(crate) fn data_url(bytes: &[u8]) -> String {
     format!(
         "data:;base64,{}",
         base64::engine::general_purpose::STANDARD.encode(bytes)
@@ -168,11 +199,16 @@ pub fn parse(text: &str, source: &str) -> Result<(Vec<NodeFile>, Vec<String>), R
         .unwrap_or_default();
     let mut files = Vec::new();
     for (i, f) in entries.iter().enumerate() {
-        let path = f
+        let raw_path = f
             .get("path")
             .and_then(Value::as_str)
             .ok_or_else(|| err(format!("storage.files[{i}] has no path")))?;
-        let at = format!("storage.files[{i}] ({path})");
+        // Ignition joins the path onto its root and cleans it (Go's filepath.Join), so
+        // `/etc//kiln/x` and `/etc/x/../kiln/x` write under /etc/kiln/ too: judge the
+        // cleaned path.
+        let cleaned = clean_path(raw_path);
+        let path = cleaned.as_str();
+        let at = format!("storage.files[{i}] ({raw_path})");
         let mode = match f.get("mode") {
             None | Some(Value::Null) => 0o644,
             Some(m) => m
@@ -202,18 +238,19 @@ pub fn parse(text: &str, source: &str) -> Result<(Vec<NodeFile>, Vec<String>), R
                     return Err(err(format!(
                         "{at}: fetches {:?} without an https/http URL and a sha512 or sha256 \
                          verification.hash (found {:?}): kiln refuses unverified remote sources",
-                        truncate(url),
+                        url_for_message(url),
                         truncate(hash)
                     )));
                 }
                 if path.starts_with(&format!("{LINUX_DIR}/")) {
                     return Err(err(format!(
                         "{at}: the node contract files are inline (data: URLs), found a fetch of {:?}",
-                        truncate(url)
+                        url_for_message(url)
                     )));
                 }
                 notes.push(format!(
-                    "fetches {path} from {url} (verified: {})",
+                    "fetches {path} from {} (verified: {})",
+                    url_for_message(url),
                     hash.split('-').next().unwrap_or("")
                 ));
                 continue;
@@ -271,6 +308,40 @@ mod tests {
         assert!(decode_data_url("data:,%zz")
             .unwrap_err()
             .contains("percent escape"));
+    }
+
+    #[test]
+    fn messages_show_no_url_credentials() {
+        assert_eq!(
+            url_for_message("https://user:s3cret@mirror.example/k.raw?X-Amz-Signature=abc"),
+            "https://***@mirror.example/k.raw"
+        );
+        assert_eq!(
+            url_for_message("tftp://10.0.0.1/k.raw"),
+            "tftp://10.0.0.1/k.raw"
+        );
+        let text = r#"{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/opt/k.raw","contents":{"source":"https://u:s3cret@m.example/k.raw?sig=s3cret"}}]}}"#;
+        let e = parse(text, "t.ign").unwrap_err().to_string();
+        assert!(
+            !e.contains("s3cret") && e.contains("m.example/k.raw"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn paths_are_judged_as_ignition_writes_them() {
+        assert_eq!(clean_path("/etc//kiln/./node.env"), "/etc/kiln/node.env");
+        assert_eq!(clean_path("/etc/x/../kiln/node.env"), "/etc/kiln/node.env");
+        assert_eq!(clean_path("/../../etc/kiln"), "/etc/kiln");
+        // A contract file written through a crafted path is still read as one.
+        let text = r#"{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc//kiln/x/../node.env","contents":{"source":"data:,A%3D1%0A"}}]}}"#;
+        let (files, notes) = parse(text, "t.ign").unwrap();
+        assert_eq!(files.len(), 1, "{notes:?}");
+        assert_eq!(files[0].name, "node.env");
+        // And a remote fetch into it is refused, however the path is spelled.
+        let text = r#"{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/./kiln/node.env","contents":{"source":"https://x.example/a","verification":{"hash":"sha256-0000000000000000000000000000000000000000000000000000000000000000"}}}]}}"#;
+        let e = parse(text, "t.ign").unwrap_err().to_string();
+        assert!(e.contains("inline"), "{e}");
     }
 
     #[test]

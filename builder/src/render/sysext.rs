@@ -109,7 +109,8 @@ impl Sysext {
             return Err(err(
                 raw,
                 format!(
-                    "nodes fetch the image from {url:?}: expected an https:// (or http://) URL"
+                    "nodes fetch the image from {:?}: expected an https:// (or http://) URL",
+                    crate::render::ignition::url_for_message(&url)
                 ),
             ));
         }
@@ -136,13 +137,7 @@ impl Sysext {
     /// file, and a no-op transfer so the stock `systemd-sysupdate.service`, which also updates
     /// `/etc/sysupdate.d/`, has something there and does not fail.
     pub fn files(&self, root: &Value) -> Vec<Value> {
-        let data = |bytes: &[u8]| {
-            use base64::Engine as _;
-            format!(
-                "data:;base64,{}",
-                base64::engine::general_purpose::STANDARD.encode(bytes)
-            )
-        };
+        let data = crate::render::ignition::data_url;
         vec![
             json!({
                 "path": self.image_path(),
@@ -320,9 +315,12 @@ mod tests {
         let e = Sysext::from_bake(&fifo, None).unwrap_err().to_string();
         assert!(e.contains("expected a regular file"), "{e}");
         let raw = bake(d.path(), "kubernetes-v1.36.1-x86-64.raw", Some(CONF));
-        let e = Sysext::from_bake(&raw, Some("ftp://mirror/x.raw"))
+        let e = Sysext::from_bake(&raw, Some("ftp://me:s3cret@mirror/x.raw"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("expected an https://"), "{e}");
+        assert!(
+            e.contains("expected an https://") && !e.contains("s3cret"),
+            "{e}"
+        );
     }
 }
