@@ -5,35 +5,14 @@
 //! kiln emits and refuses an unverified remote source.
 
 mod render_support;
+#[path = "../../testkit/serve.rs"]
+mod serve;
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use render_support::*;
 use serde_json::Value;
-
-/// Serves `body` for every GET on a loopback port until the process ends; returns the port.
-fn serve(body: Vec<u8>) -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for c in l.incoming() {
-            let Ok(mut c) = c else { continue };
-            let mut req = [0u8; 4096];
-            let _ = c.read(&mut req);
-            let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = c
-                .write_all(head.as_bytes())
-                .and_then(|()| c.write_all(&body));
-        }
-    });
-    port
-}
 
 /// A bake output directory: a `.raw` and its transfer file, as `kiln bake --format sysext`
 /// names them. The image bytes are not a squashfs: Ignition only moves and hashes them.
@@ -75,7 +54,7 @@ fn real_ignition_places_the_sysext_and_its_updates() {
     let dir = node_dir(&full_node_toml("kubelet"));
     let d = dir.path();
     let (raw, bytes) = bake_dir(d);
-    let port = serve(bytes.clone());
+    let port = serve::serve_bytes(bytes.clone()).unwrap();
     let url = format!("http://127.0.0.1:{port}/kiln/flatcar/kubernetes-v1.36.1-x86-64.raw");
     let config = render(d, &raw, &url);
     let out = run(Command::new(IGNITION_VALIDATE).arg(&config));
@@ -117,7 +96,7 @@ fn real_ignition_places_the_sysext_and_its_updates() {
     // Another image at the URL (a mirror serving the wrong bytes): Ignition refuses it.
     let mut other = bytes.clone();
     other[1000] ^= 1;
-    let port = serve(other);
+    let port = serve::serve_bytes(other).unwrap();
     let bad = render(
         &d.join("."),
         &raw,

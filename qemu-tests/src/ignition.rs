@@ -4,8 +4,6 @@
 //! the baked sysext from a loopback HTTP server. The initramfs does this on a Flatcar node
 //! with `/sysroot`; here the root is the guest's directory on the host.
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::Command;
 
@@ -16,34 +14,15 @@ use crate::{io_err, run, Error, Result};
 /// Debian's Ignition binary (package `ignition`, installed by `scripts/deps.sh`).
 pub const IGNITION: &str = "/usr/lib/dracut/modules.d/30ignition/ignition";
 
-/// Serves `body` for every request on a loopback port, for as long as the process lives;
-/// returns the port. Counts nothing and checks nothing: Ignition checks the bytes.
-fn serve(body: Vec<u8>) -> Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0")?;
-    let port = l.local_addr()?.port();
-    std::thread::spawn(move || {
-        for c in l.incoming() {
-            let Ok(mut c) = c else { continue };
-            let mut req = [0u8; 4096];
-            let _ = c.read(&mut req);
-            let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = c
-                .write_all(head.as_bytes())
-                .and_then(|()| c.write_all(&body));
-        }
-    });
-    Ok(port)
-}
+#[path = "../../testkit/serve.rs"]
+mod serve;
 
 /// Renders the Ignition config for `node_toml` with the baked sysext `raw` and runs real
 /// Ignition on `root`: the /etc/kiln files, the image fetched into `/opt/extensions/` and
 /// verified, the `/etc/extensions/` link, the sysupdate transfer file and units.
 pub fn place(tools: &Tools, node_toml: &Path, raw: &Path, root: &Root, work: &Path) -> Result<()> {
     let bytes = std::fs::read(raw).map_err(io_err(raw))?;
-    let port = serve(bytes)?;
+    let port = serve::serve_bytes(bytes)?;
     let name = raw
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

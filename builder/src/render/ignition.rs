@@ -4,7 +4,7 @@
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use crate::render::model::{NodeFile, RenderError, LINUX_DIR};
+use crate::render::model::{data_url, url_for_message, NodeFile, RenderError, LINUX_DIR};
 use crate::render::sysext::Sysext;
 
 /// The Ignition config spec versions kiln writes. What kiln uses (files as data: URLs with
@@ -94,28 +94,6 @@ fn clean_path(path: &str) -> String {
         }
     }
     format!("/{}", parts.join("/"))
-}
-
-/// A URL as messages show it: without `user:password@` and without the query, where
-/// presigned URLs carry their signature; at most 120 characters.
-pub(crate) fn url_for_message(url: &str) -> String {
-    let mut u = url.split(['?', '#']).next().unwrap_or("").to_string();
-    if let Some(scheme_end) = u.find("://") {
-        let rest = &u[scheme_end + 3..];
-        let host_end = rest.find('/').unwrap_or(rest.len());
-        if let Some(at) = rest[..host_end].rfind('@') {
-            u = format!("{}***@{}", &u[..scheme_end + 3], &rest[at + 1..]);
-        }
-    }
-    u.chars().take(120).collect()
-}
-
-/// `bytes` as an RFC 2397 `data:` URL, base64-encoded.
-pub(crate) fn data_url(bytes: &[u8]) -> String {
-    format!(
-        "data:;base64,{}",
-        base64::engine::general_purpose::STANDARD.encode(bytes)
-    )
 }
 
 /// Decodes an RFC 2397 `data:` URL (base64 or percent-encoded).

@@ -231,3 +231,26 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), RenderErr
     crate::atomic_file::write(path, ".kiln-render-", data, mode)
         .map_err(|e| RenderError::io(e.path, e.source))
 }
+
+/// A URL as messages show it: without `user:password@` and without the query, where
+/// presigned URLs carry their signature; at most 120 characters.
+pub(crate) fn url_for_message(url: &str) -> String {
+    let mut u = url.split(['?', '#']).next().unwrap_or("").to_string();
+    if let Some(scheme_end) = u.find("://") {
+        let rest = &u[scheme_end + 3..];
+        let host_end = rest.find('/').unwrap_or(rest.len());
+        if let Some(at) = rest[..host_end].rfind('@') {
+            u = format!("{}***@{}", &u[..scheme_end + 3], &rest[at + 1..]);
+        }
+    }
+    u.chars().take(120).collect()
+}
+
+/// `bytes` as an RFC 2397 `data:` URL, base64-encoded.
+pub(crate) fn data_url(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    format!(
+        "data:;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    )
+}

@@ -110,7 +110,7 @@ impl Sysext {
                 raw,
                 format!(
                     "nodes fetch the image from {:?}: expected an https:// (or http://) URL",
-                    crate::render::ignition::url_for_message(&url)
+                    crate::render::model::url_for_message(&url)
                 ),
             ));
         }
@@ -137,7 +137,7 @@ impl Sysext {
     /// file, and a no-op transfer so the stock `systemd-sysupdate.service`, which also updates
     /// `/etc/sysupdate.d/`, has something there and does not fail.
     pub fn files(&self, root: &Value) -> Vec<Value> {
-        let data = crate::render::ignition::data_url;
+        let data = crate::render::model::data_url;
         vec![
             json!({
                 "path": self.image_path(),
