@@ -167,11 +167,7 @@ const STALL_POLL: Duration = Duration::from_millis(5);
 
 /// Writes all of `buf`, waiting while the device takes bytes; stops with `WouldBlock` once it
 /// has taken none for [`STALL_LIMIT`], dropping the rest.
-fn write_nonblocking(file: &mut File, buf: &[u8]) -> std::io::Result<()> {
-    write_draining(file, buf, STALL_LIMIT)
-}
-
-fn write_draining(file: &mut File, mut buf: &[u8], stall_limit: Duration) -> std::io::Result<()> {
+fn write_nonblocking(file: &mut File, mut buf: &[u8]) -> std::io::Result<()> {
     let mut last_progress = Instant::now();
     while !buf.is_empty() {
         match file.write(buf) {
@@ -182,7 +178,7 @@ fn write_draining(file: &mut File, mut buf: &[u8], stall_limit: Duration) -> std
             }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                if last_progress.elapsed() >= stall_limit {
+                if last_progress.elapsed() >= STALL_LIMIT {
                     return Err(e);
                 }
                 std::thread::sleep(STALL_POLL);
