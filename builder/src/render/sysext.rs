@@ -30,6 +30,9 @@ pub struct Sysext {
     pub transfer: Vec<u8>,
 }
 
+/// The most a transfer file may hold.
+const MAX_TRANSFER: u64 = 64 * 1024;
+
 /// A `<name>` of an extension: what systemd-sysext and a unit drop-in name accept.
 fn valid_name(n: &str) -> bool {
     !n.is_empty()
@@ -88,12 +91,23 @@ impl Sysext {
         }
         let sha512 = sha512_file(raw).map_err(|e| RenderError::io(raw, e))?;
         let conf_path: PathBuf = raw.with_file_name(format!("{name}.conf"));
-        let transfer = std::fs::read(&conf_path).map_err(|e| {
-            err(
+        // A transfer file is a few hundred bytes; read at most 64 KiB (a symlink to a device
+        // or a huge file is refused, not read into the config).
+        let mut transfer = Vec::new();
+        std::fs::File::open(&conf_path)
+            .and_then(|f| f.take(MAX_TRANSFER + 1).read_to_end(&mut transfer))
+            .map_err(|e| {
+                err(
+                    &conf_path,
+                    format!("the bake's systemd-sysupdate transfer file beside {file} cannot be read ({e}); kiln bake --format sysext writes it"),
+                )
+            })?;
+        if transfer.len() as u64 > MAX_TRANSFER {
+            return Err(err(
                 &conf_path,
-                format!("the bake's systemd-sysupdate transfer file beside {file} cannot be read ({e}); kiln bake --format sysext writes it"),
-            )
-        })?;
+                format!("expected a systemd-sysupdate transfer file of at most {MAX_TRANSFER} bytes, found a larger one"),
+            ));
+        }
         let text = String::from_utf8_lossy(&transfer);
         let base = source_path(&text).ok_or_else(|| {
             err(
@@ -306,6 +320,13 @@ mod tests {
             let e = Sysext::from_bake(&raw, None).unwrap_err().to_string();
             assert!(e.contains(want) && e.contains(file), "{file}: {e}");
         }
+        let conf = d.path().join("kubernetes.conf");
+        let _ = std::fs::remove_file(&conf);
+        let raw = bake(d.path(), "kubernetes-v1.36.1-x86-64.raw", None);
+        std::os::unix::fs::symlink("/dev/zero", &conf).unwrap();
+        let e = Sysext::from_bake(&raw, None).unwrap_err().to_string();
+        assert!(e.contains("at most 65536 bytes"), "{e}");
+        std::fs::remove_file(&conf).unwrap();
         let fifo = d.path().join("kubernetes-v1.36.2-x86-64.raw");
         let made = std::process::Command::new("mkfifo")
             .arg(&fifo)
