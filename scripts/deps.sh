@@ -34,7 +34,10 @@ base=(
 # The arm64 one links against Debian's musl-dev:arm64 (Multi-Arch: same, made for
 # cross-linking with gcc-aarch64-linux-gnu) and is run once under qemu-aarch64-static.
 firstboot=(rustc-web cargo-web rust-web-src musl-tools gcc-aarch64-linux-gnu musl-dev:arm64 qemu-user-static)
-qemu=(busybox-static cpio kmod e2fsprogs squashfs-tools erofs-utils debootstrap zstd dosfstools mtools openssl util-linux)
+# grub-pc-bin and grub2-common give grub-mkimage and GRUB's BIOS images for the vendor-style
+# boot disk (qemu-tests/src/bootdisk.rs); never grub-pc, whose scripts would set up the host's
+# own bootloader.
+qemu=(busybox-static cpio kmod e2fsprogs squashfs-tools erofs-utils debootstrap zstd dosfstools mtools openssl util-linux grub-pc-bin grub2-common)
 windows=(rustc-web cargo-web rust-web-src gcc-mingw-w64-x86-64 wine64 wine)
 
 want=("${base[@]}" "${firstboot[@]}")

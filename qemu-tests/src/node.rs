@@ -147,6 +147,19 @@ pub fn boot(
     extra_disks: Vec<PathBuf>,
     prepare_ms: u64,
 ) -> Result<Booted> {
+    boot_with(assets, spec, prepare_ms, |cfg| {
+        cfg.root = Some(disk);
+        cfg.extra_disks = extra_disks;
+    })
+}
+
+/// [`boot`] with the disks (and how they boot) set by `disks`.
+pub fn boot_with(
+    assets: &Assets,
+    spec: &NodeBoot,
+    prepare_ms: u64,
+    disks: impl FnOnce(&mut VmConfig),
+) -> Result<Booted> {
     let work = tempfile::tempdir()?;
     let server = match &spec.metadata {
         Metadata::Aws => Some(MetadataServer::start(aws_imdsv2(test_instance()))?),
@@ -155,8 +168,7 @@ pub fn boot(
     };
     let log = log_path(&spec.name)?;
     let mut cfg = VmConfig::new(assets, &log);
-    cfg.root = Some(disk);
-    cfg.extra_disks = extra_disks;
+    disks(&mut cfg);
     match &spec.metadata {
         Metadata::Aws => {
             cfg.metadata_port = server.as_ref().map(MetadataServer::port);

@@ -52,6 +52,11 @@ pub struct VmConfig {
     pub cmdline: String,
     /// Root disk (ext4), attached first as `/dev/vda` with `snapshot=on`.
     pub root: Option<PathBuf>,
+    /// The root disk's format (`raw` unless a test boots a converted image).
+    pub root_format: &'static str,
+    /// Boot the root disk through its own bootloader (the firmware's, SeaBIOS on amd64):
+    /// no `-kernel`, `-initrd` or `-append`.
+    pub from_disk: bool,
     /// Further read-only disks (`/dev/vdb`, …).
     pub extra_disks: Vec<PathBuf>,
     /// Guest memory.
@@ -77,6 +82,8 @@ impl VmConfig {
             initrd: assets.initrd.clone(),
             cmdline: String::new(),
             root: None,
+            root_format: "raw",
+            from_disk: false,
             extra_disks: Vec::new(),
             memory_mib: 1024,
             cpus: 1,
@@ -111,27 +118,30 @@ impl VmConfig {
             "-smp".into(),
             self.cpus.to_string(),
         ]);
-        a.extend([
-            "-kernel".into(),
-            path(&self.kernel),
-            "-initrd".into(),
-            path(&self.initrd),
-        ]);
-        let mut cmdline = format!(
-            "console={} panic=-1 root=/dev/vda rootfstype=ext4",
-            self.arch.console()
-        );
-        if !self.cmdline.is_empty() {
-            cmdline.push(' ');
-            cmdline.push_str(&self.cmdline);
+        if !self.from_disk {
+            a.extend([
+                "-kernel".into(),
+                path(&self.kernel),
+                "-initrd".into(),
+                path(&self.initrd),
+            ]);
+            let mut cmdline = format!(
+                "console={} panic=-1 root=/dev/vda rootfstype=ext4",
+                self.arch.console()
+            );
+            if !self.cmdline.is_empty() {
+                cmdline.push(' ');
+                cmdline.push_str(&self.cmdline);
+            }
+            a.extend(["-append".into(), cmdline]);
         }
-        a.extend(["-append".into(), cmdline]);
         if let Some(root) = &self.root {
             a.extend([
                 "-drive".into(),
                 format!(
-                    "file={},format=raw,if=virtio,snapshot=on",
-                    escape(&path(root))
+                    "file={},format={},if=virtio,snapshot=on",
+                    escape(&path(root)),
+                    self.root_format
                 ),
             ]);
         }

@@ -576,3 +576,54 @@ mod arm64;
 // one short.
 #[path = "scenarios/runtime.rs"]
 mod runtime;
+
+/// The Packer-free pipeline (docs/image.md): a vendor-style bootable disk (GPT, ext4 root,
+/// GRUB in the BIOS boot partition) through `kiln image --node` to qcow2, booted by QEMU's
+/// firmware and the image's own GRUB, with no `-kernel`: the node joins from what `kiln
+/// image` put on the disk alone (layer and node config).
+#[test]
+fn image_boot() {
+    let (b, imaged) = expect_ok(kiln_qemu_tests::image_node::boot_image_node(&spec(
+        "image_boot",
+        "success",
+        Metadata::Aws,
+        240,
+    )));
+    eprintln!("kiln image said:\n{}", imaged.report);
+    eprintln!(
+        "image-boot timeline ({}):\n{}",
+        b.log.display(),
+        timeline(&b)
+    );
+    let o = &b.outcome;
+    assert!(
+        b.lines.iter().any(|l| l.text.contains("GRUB loading")),
+        "the node did not boot through the image's own GRUB (log {})",
+        b.log.display()
+    );
+    assert!(
+        imaged
+            .report
+            .contains("node config: wrote /etc/kiln/node.env"),
+        "{}",
+        imaged.report
+    );
+    let image_id = imaged
+        .report
+        .lines()
+        .find_map(|l| {
+            l.split_once("image id ")
+                .map(|(_, id)| id.trim().to_string())
+        })
+        .expect("kiln image names the image id");
+    assert_eq!(o.result(), "success", "status: {}", o.status);
+    assert_eq!(
+        o.status["image_id"],
+        image_id.as_str(),
+        "status: {}",
+        o.status
+    );
+    assert_eq!(o.status["provider"], "aws", "auto detection from DMI");
+    assert_pod_ran(o, "ubuntu");
+    assert_aws_node(&b, &test_instance(), &[]);
+}

@@ -40,6 +40,10 @@ pub struct ImageArgs {
     /// installed and the new one lacks are removed, as `kiln install` does).
     #[arg(long)]
     pub replace: bool,
+    /// A node config (node.toml): its files (what `kiln render --provisioner files` writes)
+    /// go into the image's /etc/kiln/, so the node needs no user data at boot.
+    #[arg(long, value_name = "NODE_TOML")]
+    pub node: Option<PathBuf>,
     /// How the layer is checked.
     #[command(flatten)]
     pub checks: LayerChecks,
@@ -47,6 +51,11 @@ pub struct ImageArgs {
 
 /// Runs `kiln image`: exit 3 when a check refused the layer, 1 for other failures.
 pub fn run_image(a: ImageArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    // Read before anything is copied: a node config that does not validate stops here.
+    let node_files = match &a.node {
+        Some(p) => crate::render::NodeConfig::load(p)?.files(),
+        None => Vec::new(),
+    };
     let opts = ImageOptions {
         base: a.base.clone(),
         layer: a.layer.clone(),
@@ -55,6 +64,7 @@ pub fn run_image(a: ImageArgs, global: &Global) -> anyhow::Result<ExitCode> {
         partition: a.partition,
         replace: a.replace,
         install: a.checks.options()?,
+        node_files,
     };
     let r = match crate::image::build(&opts) {
         Ok(r) => r,
@@ -88,6 +98,9 @@ pub fn run_image(a: ImageArgs, global: &Global) -> anyhow::Result<ExitCode> {
         }
     }
     print_report(&r.install, &a.layer, false, global);
+    if !global.quiet && !r.node_files.is_empty() {
+        println!("node config: wrote {}", r.node_files.join(" "));
+    }
     if !global.quiet {
         println!(
             "wrote {} ({}), image id {}",

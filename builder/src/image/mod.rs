@@ -19,6 +19,7 @@ pub mod layer;
 pub mod mount;
 pub mod partition;
 pub mod pick;
+pub mod provision;
 pub mod sysext;
 
 pub use disk::Format;
@@ -45,6 +46,8 @@ pub struct ImageOptions {
     pub replace: bool,
     /// How the layer is installed (trust, setuid paths, size cap): `kiln install`'s options.
     pub install: InstallOptions,
+    /// A node config's files for `/etc/kiln/` (`kiln image --node`), written after the layer.
+    pub node_files: Vec<crate::render::model::NodeFile>,
 }
 
 /// What one `kiln image` did.
@@ -68,6 +71,8 @@ pub struct ImageReport {
     pub free_before: u64,
     /// The install step's report.
     pub install: InstallReport,
+    /// The node config's files written into the image, as the node sees their paths.
+    pub node_files: Vec<String>,
     /// OUT.
     pub out: PathBuf,
 }
@@ -199,12 +204,18 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
         source: e.into(),
     })?;
     let free = st.f_bavail.saturating_mul(st.f_frsize);
-    if free < facts.unpacked_bytes.saturating_add(SPACE_MARGIN) || st.f_favail < facts.entries {
+    let need = facts.unpacked_bytes
+        + o.node_files
+            .iter()
+            .map(|f| f.contents.len() as u64)
+            .sum::<u64>();
+    let entries = facts.entries + o.node_files.len() as u64;
+    if free < need.saturating_add(SPACE_MARGIN) || st.f_favail < entries {
         return Err(ImageError::NoSpace {
             base: o.base.clone(),
             partition: part.number,
             free,
-            need: facts.unpacked_bytes,
+            need,
             margin: SPACE_MARGIN,
         });
     }
@@ -232,6 +243,11 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
                 source: Box::new(source),
             }
         })?
+    };
+    let node_files = if o.node_files.is_empty() {
+        Vec::new()
+    } else {
+        provision::place_node_files(&root, &o.node_files)?
     };
     mounted.unmount()?;
 
@@ -262,6 +278,7 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
         image_id: facts.image_id,
         free_before: free,
         install: report,
+        node_files,
         out: o.out.clone(),
     })
 }

@@ -1,0 +1,221 @@
+//! A bootable base disk image, standing in for a cloud vendor's image (Ubuntu's and Debian's
+//! cloud images have this shape): a GPT disk whose partition 1 is the ext4 root labelled
+//! `cloudimg-rootfs` holding the kernel, initramfs and GRUB's configuration under `/boot`, and
+//! whose partition 14 is a BIOS boot partition holding GRUB's core image, with GRUB's boot
+//! sector in the protective MBR. QEMU's default firmware (SeaBIOS) boots it like any PC BIOS:
+//! no `-kernel`, nothing from the host but the disk.
+//!
+//! Built without root and without loop devices: `sfdisk` writes the table into the file,
+//! `mkfs.ext4 -E offset=… -d` the root filesystem into partition 1, Debian's `grub-mkimage`
+//! (grub-pc-bin) the core image, and this module does the three patches `grub-bios-setup`
+//! would (Debian ships that tool only in grub-pc, whose maintainer scripts would install GRUB
+//! on the host's own disk). Offsets are GRUB 2.06's, from `include/grub/i386/pc/boot.h`
+//! (`GRUB_BOOT_MACHINE_KERNEL_SECTOR` 0x5c, `GRUB_BOOT_MACHINE_DRIVE_CHECK` 0x66,
+//! `GRUB_BOOT_MACHINE_WINDOWS_NT_MAGIC` 0x1b8, `GRUB_BOOT_MACHINE_LIST_SIZE` 12) and
+//! `util/setup.c` (the first block list entry sits at the end of core.img's first sector;
+//! on a hard disk the drive check's jump is replaced by two NOPs).
+
+use std::fs::OpenOptions;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::arch::Arch;
+use crate::assets::Assets;
+use crate::guest::Root;
+use crate::{disk, io_err, run, Error, Result};
+
+const SECTOR: u64 = 512;
+/// Partition 14, the BIOS boot partition: sectors 2048..10240 (4 MiB), as Ubuntu's images.
+const BIOS_BOOT_START: u64 = 2048;
+const BIOS_BOOT_SECTORS: u64 = 8192;
+/// Partition 1, the root, right after it.
+const ROOT_START: u64 = BIOS_BOOT_START + BIOS_BOOT_SECTORS;
+/// The label kiln image finds the root by (Ubuntu's cloud images use it).
+pub const ROOT_LABEL: &str = "cloudimg-rootfs";
+/// GPT type GUIDs: Linux filesystem data, BIOS boot (UEFI spec / util-linux's table).
+const LINUX_FS: &str = "0FC63DAF-8483-4772-8E79-3D69D8477DE4";
+const BIOS_BOOT: &str = "21686148-6449-6E6F-744E-656564454649";
+/// The GRUB modules the core image carries: enough to read the GPT and ext4, parse
+/// grub.cfg and boot a Linux kernel, so `/boot/grub` needs nothing but grub.cfg.
+const GRUB_MODULES: &[&str] = &[
+    "biosdisk",
+    "part_gpt",
+    "ext2",
+    "normal",
+    "linux",
+    "configfile",
+    "echo",
+];
+const GRUB_DIR: &str = "/usr/lib/grub/i386-pc";
+
+/// The kernel command line the vendor image's grub.cfg boots with (the same the `-kernel`
+/// boots get, with the root on partition 1).
+pub fn kernel_cmdline(arch: Arch) -> String {
+    format!(
+        "console={} panic=-1 root=/dev/vda1 rootfstype=ext4",
+        arch.console()
+    )
+}
+
+/// Turns a prepared guest root into a bootable raw disk at `out`: the assets' kernel and
+/// initramfs in `/boot`, a grub.cfg, an fstab naming the root by label, `free_mib` to spare.
+pub fn vendor_disk(root: Root, assets: &Assets, out: &Path, free_mib: u64) -> Result<PathBuf> {
+    if assets.arch != Arch::Amd64 {
+        return Err(Error::Missing {
+            what: "a BIOS boot disk for this architecture".into(),
+            hint: "the vendor-style disk boots through SeaBIOS, amd64 only".into(),
+        });
+    }
+    let grub_boot = Path::new(GRUB_DIR).join("boot.img");
+    if !grub_boot.is_file() {
+        return Err(Error::Missing {
+            what: format!("GRUB's BIOS boot sector ({})", grub_boot.display()),
+            hint:
+                "install grub-pc-bin and grub2-common with `make deps-qemu` (scripts/deps.sh qemu)"
+                    .into(),
+        });
+    }
+    let copy = |from: &Path, to: &str| -> Result<()> {
+        let bytes = std::fs::read(from).map_err(io_err(from))?;
+        root.write(to, bytes, 0o644).map(drop)
+    };
+    copy(&assets.kernel, "boot/vmlinuz")?;
+    copy(&assets.initrd, "boot/initrd.img")?;
+    root.write(
+        "boot/grub/grub.cfg",
+        format!(
+            "set timeout=0\nlinux /boot/vmlinuz {}\ninitrd /boot/initrd.img\nboot\n",
+            kernel_cmdline(assets.arch)
+        ),
+        0o644,
+    )?;
+    root.write(
+        "etc/fstab",
+        format!("LABEL={ROOT_LABEL} / ext4 rw,relatime 0 1\n"),
+        0o644,
+    )?;
+
+    let used = disk::tree_bytes(&root.dir)?;
+    let fs_mib = (used + used / 8) / (1 << 20) + free_mib + 16;
+    let fs_sectors = fs_mib << 11;
+    // The backup GPT takes the last 33 sectors; leave a whole MiB.
+    let total = (ROOT_START + fs_sectors + 2048) * SECTOR;
+    let f = std::fs::File::create(out).map_err(io_err(out))?;
+    f.set_len(total).map_err(io_err(out))?;
+    drop(f);
+    let table = format!(
+        "label: gpt\n\
+         part1 : start={ROOT_START}, size={fs_sectors}, type={LINUX_FS}, name=\"{ROOT_LABEL}\"\n\
+         part14 : start={BIOS_BOOT_START}, size={BIOS_BOOT_SECTORS}, type={BIOS_BOOT}\n"
+    );
+    run_stdin(Command::new("sfdisk").arg("-q").arg(out), &table)?;
+    run(Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-L", ROOT_LABEL, "-E"])
+        .arg(format!("root_owner=0:0,offset={}", ROOT_START * SECTOR))
+        .arg("-d")
+        .arg(&root.dir)
+        .arg(out)
+        .arg(format!("{fs_mib}M")))?;
+    install_grub(out)?;
+    Ok(out.to_path_buf())
+}
+
+/// GRUB's core image into the BIOS boot partition and its boot sector into the MBR, as
+/// `grub-bios-setup` places them.
+fn install_grub(disk: &Path) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let core_path = dir.path().join("core.img");
+    run(Command::new("grub-mkimage")
+        .args([
+            "-O",
+            "i386-pc",
+            "-d",
+            GRUB_DIR,
+            "-p",
+            "(hd0,gpt1)/boot/grub",
+            "-o",
+        ])
+        .arg(&core_path)
+        .args(GRUB_MODULES))?;
+    let mut core = std::fs::read(&core_path).map_err(io_err(&core_path))?;
+    let sectors = (core.len() as u64).div_ceil(SECTOR);
+    if sectors > BIOS_BOOT_SECTORS {
+        return Err(Error::Command {
+            command: "grub-mkimage".into(),
+            detail: format!(
+                "core image is {sectors} sectors, the BIOS boot partition {BIOS_BOOT_SECTORS}"
+            ),
+        });
+    }
+    core.resize((sectors * SECTOR) as usize, 0);
+    // util/setup.c: the first block list entry is the last 12 bytes of core.img's first
+    // sector (diskboot.img): the rest of the core image starts one sector on and is
+    // `sectors - 1` long; its load segment (the third field) keeps diskboot.img's default.
+    let list = SECTOR as usize - 12;
+    core[list..list + 8].copy_from_slice(&(BIOS_BOOT_START + 1).to_le_bytes());
+    core[list + 8..list + 10].copy_from_slice(&((sectors - 1) as u16).to_le_bytes());
+
+    let boot_img = Path::new(GRUB_DIR).join("boot.img");
+    let mut boot = std::fs::read(&boot_img).map_err(io_err(&boot_img))?;
+    if boot.len() != SECTOR as usize {
+        return Err(Error::Command {
+            command: boot_img.display().to_string(),
+            detail: format!(
+                "expected a 512-byte boot sector, found {} bytes",
+                boot.len()
+            ),
+        });
+    }
+    // boot.h: KERNEL_SECTOR (0x5c) is the LBA of core.img's first sector; DRIVE_CHECK (0x66)
+    // gets two NOPs on a hard disk. Only the code before WINDOWS_NT_MAGIC (0x1b8) is written,
+    // so the protective MBR's partition entry and signature stay as sfdisk wrote them.
+    boot[0x5c..0x64].copy_from_slice(&BIOS_BOOT_START.to_le_bytes());
+    boot[0x66] = 0x90;
+    boot[0x67] = 0x90;
+
+    let mut f = OpenOptions::new()
+        .write(true)
+        .open(disk)
+        .map_err(io_err(disk))?;
+    f.seek(SeekFrom::Start(BIOS_BOOT_START * SECTOR))
+        .and_then(|_| f.write_all(&core))
+        .and_then(|_| f.seek(SeekFrom::Start(0)))
+        .and_then(|_| f.write_all(&boot[..0x1b8]))
+        .and_then(|_| f.sync_all())
+        .map_err(io_err(disk))
+}
+
+fn run_stdin(cmd: &mut Command, input: &str) -> Result<()> {
+    use std::process::Stdio;
+    let shown = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::Command {
+            command: shown.clone(),
+            detail: format!("could not start: {e}"),
+        })?;
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(input.as_bytes())
+        .map_err(|e| Error::Command {
+            command: shown.clone(),
+            detail: e.to_string(),
+        })?;
+    let out = child.wait_with_output().map_err(|e| Error::Command {
+        command: shown.clone(),
+        detail: e.to_string(),
+    })?;
+    if !out.status.success() {
+        return Err(Error::Command {
+            command: shown,
+            detail: String::from_utf8_lossy(&out.stderr).into_owned(),
+        });
+    }
+    Ok(())
+}

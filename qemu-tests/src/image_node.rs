@@ -1,0 +1,88 @@
+//! A node made by `kiln image` and booted from its own bootloader: the Packer-free pipeline
+//! (docs/image.md) end to end. A vendor-style bootable disk ([`crate::bootdisk`]) stands in
+//! for the cloud's base image; `kiln image` applies the ubuntu rootfs layer and the node
+//! config to a copy and writes qcow2; QEMU boots that file through SeaBIOS and GRUB.
+//!
+//! The harness's own pieces (the report unit, the stand-in kubelet's mode, the pod check's
+//! images) are in the vendor disk before `kiln image` runs, as a vendor's agents would be:
+//! everything kiln contributes reaches the node through `kiln image` alone.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use crate::arch::Arch;
+use crate::guest::Root;
+use crate::node::{boot_with, finish_root, Booted, NodeBoot};
+use crate::{bootdisk, run, scenario, Result};
+
+/// What `kiln image` printed and the disk it wrote.
+#[derive(Debug)]
+pub struct Imaged {
+    /// The node image (qcow2).
+    pub image: PathBuf,
+    /// `kiln image`'s stdout.
+    pub report: String,
+}
+
+/// Builds the vendor disk under `work` and turns it into a node image with `kiln image`.
+pub fn make_image(work: &Path, spec: &NodeBoot) -> Result<Imaged> {
+    let assets = crate::assets::ensure()?;
+    let tools = scenario::tools()?;
+    let firstboot = scenario::firstboot_for(tools, assets.arch)?;
+    let baked = scenario::bake_for(
+        tools,
+        "ubuntu",
+        "rootfs",
+        &work.join("bake"),
+        assets.arch,
+        &firstboot,
+    )?;
+    let layer = scenario::pick(&baked, ".tar.zst")?;
+
+    // The node config (and the CA the stand-in's "cluster" signs with) first: the signed
+    // client certificate below is issued by that CA.
+    let node_toml = scenario::node_toml(&work.join("node"), &spec.node)?;
+    let root = Root::from_base(&assets.base, work)?;
+    root.write(
+        scenario::SIGNED_CLIENT,
+        scenario::signed_client(&work.join("node"))?,
+        0o600,
+    )?;
+    finish_root(&root, &spec.kubelet_mode, Arch::Amd64)?;
+    crate::pod::install(&root, "ubuntu")?;
+    let base = bootdisk::vendor_disk(root, assets, &work.join("vendor.raw"), 1024)?;
+    let _ = std::fs::remove_dir_all(work.join("root"));
+
+    let image = work.join("node.qcow2");
+    let out = run(Command::new(&tools.kiln)
+        .arg("image")
+        .arg("--base")
+        .arg(&base)
+        .arg("--layer")
+        .arg(&layer)
+        .arg("--node")
+        .arg(&node_toml)
+        .arg("--out")
+        .arg(&image)
+        .args(["--format", "qcow2"]))?;
+    Ok(Imaged {
+        image,
+        report: String::from_utf8_lossy(&out.stdout).into_owned(),
+    })
+}
+
+/// [`make_image`], then a boot of the node image from its own bootloader.
+pub fn boot_image_node(spec: &NodeBoot) -> Result<(Booted, Imaged)> {
+    let t0 = Instant::now();
+    let work = tempfile::tempdir()?;
+    let imaged = make_image(work.path(), spec)?;
+    let assets = crate::assets::ensure()?;
+    let disk = imaged.image.clone();
+    let booted = boot_with(assets, spec, t0.elapsed().as_millis() as u64, |cfg| {
+        cfg.root = Some(disk);
+        cfg.root_format = "qcow2";
+        cfg.from_disk = true;
+    })?;
+    Ok((booted, imaged))
+}
