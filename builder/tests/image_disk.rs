@@ -391,3 +391,86 @@ fn mbr_base_with_one_linux_partition() {
     let t = tree_at(&back, 1 << 20, d);
     assert!(t.iter().any(|l| l.contains(" usr/bin/kubelet ")), "{t:#?}");
 }
+
+/// `--node`: the node config's files land in the image's /etc/kiln with the contract's modes
+/// (the token 0600), the token never reaches kiln's output, and a node config that does not
+/// validate stops the run before the base is copied.
+#[test]
+fn node_config_goes_into_the_image() {
+    if !require(TOOLS, true) {
+        return;
+    }
+    let fx = fixture(Bins::Tiny);
+    let d = fx.dir.path();
+    let layer = layer(&fx, "3.10", &d.join("out"));
+    let base = gpt_base(d);
+    let node = d.join("node");
+    std::fs::create_dir_all(&node).unwrap();
+    sh(Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=kiln-test-ca"])
+        .args(["-days", "2", "-keyout"])
+        .arg(node.join("ca.key"))
+        .arg("-out")
+        .arg(node.join("ca.crt")));
+    let token = "07401b.f395accd246ae52d";
+    let toml = node.join("node.toml");
+    std::fs::write(
+        &toml,
+        format!(
+            "api_server = \"https://10.0.0.10:6443\"\ncluster_name = \"image-test\"\n\
+             join_mode = \"kubelet\"\nprovider = \"aws\"\n\n[ca]\nfile = \"ca.crt\"\n\n\
+             [bootstrap]\ntoken = \"{token}\"\n"
+        ),
+    )
+    .unwrap();
+    let bad = node.join("bad.toml");
+    std::fs::write(&bad, "api_server = 1\n").unwrap();
+
+    let out_dir = d.join("images");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = out_dir.join("node.raw");
+    let args = |n: &Path| -> Vec<std::ffi::OsString> {
+        [
+            "--base".as_ref(),
+            base.as_os_str(),
+            "--layer".as_ref(),
+            layer.as_os_str(),
+            "--node".as_ref(),
+            n.as_os_str(),
+            "--out".as_ref(),
+            out.as_os_str(),
+            "--format".as_ref(),
+            "raw".as_ref(),
+        ]
+        .into_iter()
+        .map(Into::into)
+        .collect()
+    };
+    let o = kiln().arg("image").args(args(&bad)).output().unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("bad.toml"), "{}", stderr(&o));
+    assert_eq!(leftovers(&out_dir, &[]), Vec::<String>::new());
+
+    let o = kiln().arg("image").args(args(&toml)).output().unwrap();
+    ok(&o, "kiln image --node");
+    assert!(
+        stdout(&o).contains("node config: wrote /etc/kiln/node.env /etc/kiln/ca.crt"),
+        "{}",
+        stdout(&o)
+    );
+    for text in [stdout(&o), stderr(&o)] {
+        assert!(!text.contains("f395accd246ae52d"), "the token leaked: {text}");
+    }
+    let t = tree_at(&out, part_offset(&out, 2), d);
+    let entry = |name: &str| {
+        t.iter()
+            .find(|l| l.split(' ').nth(4) == Some(name))
+            .unwrap_or_else(|| panic!("{name} not in the image: {t:#?}"))
+            .clone()
+    };
+    assert!(entry("etc/kiln").starts_with("d 755 "), "{t:#?}");
+    assert!(entry("etc/kiln/node.env").starts_with("f 644 "), "{t:#?}");
+    assert!(entry("etc/kiln/bootstrap-token").starts_with("f 600 "), "{t:#?}");
+    assert_eq!(leftovers(&out_dir, &["node.raw"]), Vec::<String>::new());
+}
