@@ -408,7 +408,12 @@ fn node_config_goes_into_the_image() {
     std::fs::create_dir_all(&node).unwrap();
     sh(Command::new("openssl")
         .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
-        .args(["ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=kiln-test-ca"])
+        .args([
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            "/CN=kiln-test-ca",
+        ])
         .args(["-days", "2", "-keyout"])
         .arg(node.join("ca.key"))
         .arg("-out")
@@ -460,7 +465,10 @@ fn node_config_goes_into_the_image() {
         stdout(&o)
     );
     for text in [stdout(&o), stderr(&o)] {
-        assert!(!text.contains("f395accd246ae52d"), "the token leaked: {text}");
+        assert!(
+            !text.contains("f395accd246ae52d"),
+            "the token leaked: {text}"
+        );
     }
     let t = tree_at(&out, part_offset(&out, 2), d);
     let entry = |name: &str| {
@@ -471,6 +479,9 @@ fn node_config_goes_into_the_image() {
     };
     assert!(entry("etc/kiln").starts_with("d 755 "), "{t:#?}");
     assert!(entry("etc/kiln/node.env").starts_with("f 644 "), "{t:#?}");
-    assert!(entry("etc/kiln/bootstrap-token").starts_with("f 600 "), "{t:#?}");
+    assert!(
+        entry("etc/kiln/bootstrap-token").starts_with("f 600 "),
+        "{t:#?}"
+    );
     assert_eq!(leftovers(&out_dir, &["node.raw"]), Vec::<String>::new());
 }

@@ -1,8 +1,8 @@
-//! A bootable base disk image, standing in for a cloud vendor's image (Ubuntu's and Debian's
-//! cloud images have this shape): a GPT disk whose partition 1 is the ext4 root labelled
-//! `cloudimg-rootfs` holding the kernel, initramfs and GRUB's configuration under `/boot`, and
-//! whose partition 14 is a BIOS boot partition holding GRUB's core image, with GRUB's boot
-//! sector in the protective MBR. QEMU's default firmware (SeaBIOS) boots it like any PC BIOS:
+//! A bootable base disk image, standing in for a cloud vendor's image: a GPT disk whose root
+//! partition (Ubuntu's and Debian's cloud images: 1, `cloudimg-rootfs`; Flatcar's: 9, `ROOT`)
+//! is ext4 holding the kernel, initramfs and GRUB's configuration under `/boot`, and whose BIOS
+//! boot partition (14; Flatcar's 2) holds GRUB's core image, with GRUB's boot sector in the
+//! protective MBR. QEMU's default firmware (SeaBIOS) boots it like any PC BIOS:
 //! no `-kernel`, nothing from the host but the disk.
 //!
 //! Built without root and without loop devices: `sfdisk` writes the table into the file,
@@ -26,16 +26,47 @@ use crate::guest::Root;
 use crate::{disk, io_err, run, Error, Result};
 
 const SECTOR: u64 = 512;
-/// Partition 14, the BIOS boot partition: sectors 2048..10240 (4 MiB), as Ubuntu's images.
+/// The BIOS boot partition: sectors 2048..10240 (4 MiB); the root right after it.
 const BIOS_BOOT_START: u64 = 2048;
 const BIOS_BOOT_SECTORS: u64 = 8192;
-/// Partition 1, the root, right after it.
 const ROOT_START: u64 = BIOS_BOOT_START + BIOS_BOOT_SECTORS;
-/// The label kiln image finds the root by (Ubuntu's cloud images use it).
-pub const ROOT_LABEL: &str = "cloudimg-rootfs";
-/// GPT type GUIDs: Linux filesystem data, BIOS boot (UEFI spec / util-linux's table).
+/// GPT type GUIDs: Linux filesystem data, BIOS boot (UEFI spec / util-linux's table),
+/// Flatcar's root (`ROOT`, Flatcar's `build_library/disk_layout.json`).
 const LINUX_FS: &str = "0FC63DAF-8483-4772-8E79-3D69D8477DE4";
 const BIOS_BOOT: &str = "21686148-6449-6E6F-744E-656564454649";
+const FLATCAR_ROOT: &str = "3884DD41-8582-4404-B9A8-E9B84F2DF50E";
+
+/// Where a vendor puts the root and the BIOS boot partition, and how it names the root.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout {
+    /// The root partition's number.
+    pub root: u32,
+    /// Its GPT name and ext4 label (what `kiln image` finds it by).
+    pub label: &'static str,
+    /// Its GPT type.
+    root_type: &'static str,
+    /// The BIOS boot partition's number.
+    bios: u32,
+}
+
+/// Ubuntu's (and Debian's) cloud images: root 1 `cloudimg-rootfs`, BIOS boot 14.
+pub const UBUNTU: Layout = Layout {
+    root: 1,
+    label: "cloudimg-rootfs",
+    root_type: LINUX_FS,
+    bios: 14,
+};
+
+/// Flatcar's numbering: BIOS-BOOT 2, ROOT 9 with Flatcar's root type. (A real Flatcar disk
+/// also has the EFI, USR-A/B and OEM partitions and a read-only `/usr`; this stand-in keeps
+/// the Debian userland on ROOT, as the other Flatcar scenarios do.)
+pub const FLATCAR: Layout = Layout {
+    root: 9,
+    label: "ROOT",
+    root_type: FLATCAR_ROOT,
+    bios: 2,
+};
+
 /// The GRUB modules the core image carries: enough to read the GPT and ext4, parse
 /// grub.cfg and boot a Linux kernel, so `/boot/grub` needs nothing but grub.cfg.
 const GRUB_MODULES: &[&str] = &[
@@ -50,17 +81,25 @@ const GRUB_MODULES: &[&str] = &[
 const GRUB_DIR: &str = "/usr/lib/grub/i386-pc";
 
 /// The kernel command line the vendor image's grub.cfg boots with (the same the `-kernel`
-/// boots get, with the root on partition 1).
-pub fn kernel_cmdline(arch: Arch) -> String {
+/// boots get, with the root on the layout's partition).
+pub fn kernel_cmdline(arch: Arch, layout: Layout) -> String {
     format!(
-        "console={} panic=-1 root=/dev/vda1 rootfstype=ext4",
-        arch.console()
+        "console={} panic=-1 root=/dev/vda{} rootfstype=ext4",
+        arch.console(),
+        layout.root
     )
 }
 
-/// Turns a prepared guest root into a bootable raw disk at `out`: the assets' kernel and
-/// initramfs in `/boot`, a grub.cfg, an fstab naming the root by label, `free_mib` to spare.
-pub fn vendor_disk(root: Root, assets: &Assets, out: &Path, free_mib: u64) -> Result<PathBuf> {
+/// Turns a prepared guest root into a bootable raw disk at `out` laid out as `layout`: the
+/// assets' kernel and initramfs in `/boot`, a grub.cfg, an fstab naming the root by label,
+/// `free_mib` to spare.
+pub fn vendor_disk(
+    root: Root,
+    assets: &Assets,
+    layout: Layout,
+    out: &Path,
+    free_mib: u64,
+) -> Result<PathBuf> {
     if assets.arch != Arch::Amd64 {
         return Err(Error::Missing {
             what: "a BIOS boot disk for this architecture".into(),
@@ -86,13 +125,13 @@ pub fn vendor_disk(root: Root, assets: &Assets, out: &Path, free_mib: u64) -> Re
         "boot/grub/grub.cfg",
         format!(
             "set timeout=0\nlinux /boot/vmlinuz {}\ninitrd /boot/initrd.img\nboot\n",
-            kernel_cmdline(assets.arch)
+            kernel_cmdline(assets.arch, layout)
         ),
         0o644,
     )?;
     root.write(
         "etc/fstab",
-        format!("LABEL={ROOT_LABEL} / ext4 rw,relatime 0 1\n"),
+        format!("LABEL={} / ext4 rw,relatime 0 1\n", layout.label),
         0o644,
     )?;
 
@@ -106,36 +145,31 @@ pub fn vendor_disk(root: Root, assets: &Assets, out: &Path, free_mib: u64) -> Re
     drop(f);
     let table = format!(
         "label: gpt\n\
-         part1 : start={ROOT_START}, size={fs_sectors}, type={LINUX_FS}, name=\"{ROOT_LABEL}\"\n\
-         part14 : start={BIOS_BOOT_START}, size={BIOS_BOOT_SECTORS}, type={BIOS_BOOT}\n"
+         part{} : start={ROOT_START}, size={fs_sectors}, type={}, name=\"{}\"\n\
+         part{} : start={BIOS_BOOT_START}, size={BIOS_BOOT_SECTORS}, type={BIOS_BOOT}\n",
+        layout.root, layout.root_type, layout.label, layout.bios
     );
     run_stdin(Command::new("sfdisk").arg("-q").arg(out), &table)?;
     run(Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-L", ROOT_LABEL, "-E"])
+        .args(["-q", "-F", "-L", layout.label, "-E"])
         .arg(format!("root_owner=0:0,offset={}", ROOT_START * SECTOR))
         .arg("-d")
         .arg(&root.dir)
         .arg(out)
         .arg(format!("{fs_mib}M")))?;
-    install_grub(out)?;
+    install_grub(out, layout)?;
     Ok(out.to_path_buf())
 }
 
 /// GRUB's core image into the BIOS boot partition and its boot sector into the MBR, as
 /// `grub-bios-setup` places them.
-fn install_grub(disk: &Path) -> Result<()> {
+fn install_grub(disk: &Path, layout: Layout) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let core_path = dir.path().join("core.img");
     run(Command::new("grub-mkimage")
-        .args([
-            "-O",
-            "i386-pc",
-            "-d",
-            GRUB_DIR,
-            "-p",
-            "(hd0,gpt1)/boot/grub",
-            "-o",
-        ])
+        .args(["-O", "i386-pc", "-d", GRUB_DIR, "-p"])
+        .arg(format!("(hd0,gpt{})/boot/grub", layout.root))
+        .arg("-o")
         .arg(&core_path)
         .args(GRUB_MODULES))?;
     let mut core = std::fs::read(&core_path).map_err(io_err(&core_path))?;

@@ -1,7 +1,8 @@
 //! A node made by `kiln image` and booted from its own bootloader: the Packer-free pipeline
 //! (docs/image.md) end to end. A vendor-style bootable disk ([`crate::bootdisk`]) stands in
-//! for the cloud's base image; `kiln image` applies the ubuntu rootfs layer and the node
-//! config to a copy and writes qcow2; QEMU boots that file through SeaBIOS and GRUB.
+//! for the cloud's base image; `kiln image` applies the layer (ubuntu's rootfs layer, or
+//! flatcar's sysext) and the node config to a copy and writes qcow2; QEMU boots that file
+//! through SeaBIOS and the image's GRUB.
 //!
 //! The harness's own pieces (the report unit, the stand-in kubelet's mode, the pod check's
 //! images) are in the vendor disk before `kiln image` runs, as a vendor's agents would be:
@@ -13,8 +14,18 @@ use std::time::Instant;
 
 use crate::arch::Arch;
 use crate::guest::Root;
-use crate::node::{boot_with, finish_root, Booted, NodeBoot};
+use crate::node::{boot_with, finish_root, make_flatcar_like, Booted, NodeBoot};
 use crate::{bootdisk, run, scenario, Result};
+
+/// Which vendor image the node is made from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vendor {
+    /// An Ubuntu-style cloud image and the ubuntu rootfs layer.
+    Ubuntu,
+    /// A Flatcar-style image (partition 9 `ROOT`, `ID=flatcar`, systemd-sysext at boot) and
+    /// the flatcar sysext, which `kiln image` places in `/etc/extensions/`.
+    Flatcar,
+}
 
 /// What `kiln image` printed and the disk it wrote.
 #[derive(Debug)]
@@ -23,22 +34,32 @@ pub struct Imaged {
     pub image: PathBuf,
     /// `kiln image`'s stdout.
     pub report: String,
+    /// The layer's file name (the sysext's `NAME.raw` for Flatcar).
+    pub layer_name: String,
 }
 
 /// Builds the vendor disk under `work` and turns it into a node image with `kiln image`.
-pub fn make_image(work: &Path, spec: &NodeBoot) -> Result<Imaged> {
+pub fn make_image(work: &Path, spec: &NodeBoot, vendor: Vendor) -> Result<Imaged> {
     let assets = crate::assets::ensure()?;
     let tools = scenario::tools()?;
-    let firstboot = scenario::firstboot_for(tools, assets.arch)?;
-    let baked = scenario::bake_for(
-        tools,
-        "ubuntu",
-        "rootfs",
-        &work.join("bake"),
-        assets.arch,
-        &firstboot,
-    )?;
-    let layer = scenario::pick(&baked, ".tar.zst")?;
+    let layer = match vendor {
+        Vendor::Ubuntu => {
+            let firstboot = scenario::firstboot_for(tools, assets.arch)?;
+            let baked = scenario::bake_for(
+                tools,
+                "ubuntu",
+                "rootfs",
+                &work.join("bake"),
+                assets.arch,
+                &firstboot,
+            )?;
+            scenario::pick(&baked, ".tar.zst")?
+        }
+        Vendor::Flatcar => {
+            let baked = scenario::bake(tools, "flatcar", "sysext", &work.join("bake"))?;
+            scenario::pick(&baked, ".raw")?
+        }
+    };
 
     // The node config (and the CA the stand-in's "cluster" signs with) first: the signed
     // client certificate below is issued by that CA.
@@ -49,9 +70,18 @@ pub fn make_image(work: &Path, spec: &NodeBoot) -> Result<Imaged> {
         scenario::signed_client(&work.join("node"))?,
         0o600,
     )?;
+    let (layout, image_name) = match vendor {
+        Vendor::Ubuntu => (bootdisk::UBUNTU, "ubuntu"),
+        Vendor::Flatcar => {
+            make_flatcar_like(&root)?;
+            // Metadata comes from fw_cfg: no NIC for network-online.target to wait for.
+            root.mask("systemd-networkd-wait-online.service")?;
+            (bootdisk::FLATCAR, "flatcar")
+        }
+    };
     finish_root(&root, &spec.kubelet_mode, Arch::Amd64)?;
-    crate::pod::install(&root, "ubuntu")?;
-    let base = bootdisk::vendor_disk(root, assets, &work.join("vendor.raw"), 1024)?;
+    crate::pod::install(&root, image_name)?;
+    let base = bootdisk::vendor_disk(root, assets, layout, &work.join("vendor.raw"), 1024)?;
     let _ = std::fs::remove_dir_all(work.join("root"));
 
     let image = work.join("node.qcow2");
@@ -69,14 +99,18 @@ pub fn make_image(work: &Path, spec: &NodeBoot) -> Result<Imaged> {
     Ok(Imaged {
         image,
         report: String::from_utf8_lossy(&out.stdout).into_owned(),
+        layer_name: layer
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
     })
 }
 
 /// [`make_image`], then a boot of the node image from its own bootloader.
-pub fn boot_image_node(spec: &NodeBoot) -> Result<(Booted, Imaged)> {
+pub fn boot_image_node(spec: &NodeBoot, vendor: Vendor) -> Result<(Booted, Imaged)> {
     let t0 = Instant::now();
     let work = tempfile::tempdir()?;
-    let imaged = make_image(work.path(), spec)?;
+    let imaged = make_image(work.path(), spec, vendor)?;
     let assets = crate::assets::ensure()?;
     let disk = imaged.image.clone();
     let booted = boot_with(assets, spec, t0.elapsed().as_millis() as u64, |cfg| {

@@ -8,6 +8,7 @@ mod deadline;
 use std::time::Duration;
 
 use kiln_qemu_tests::expect_ok;
+use kiln_qemu_tests::image_node::Vendor;
 use kiln_qemu_tests::metadata::{AwsInstance, IMDS_TOKEN};
 use kiln_qemu_tests::node::{
     boot_rootfs_node, boot_rootfs_node_edited, test_instance, timeline, Booted, Metadata, NodeBoot,
@@ -583,12 +584,10 @@ mod runtime;
 /// image` put on the disk alone (layer and node config).
 #[test]
 fn image_boot() {
-    let (b, imaged) = expect_ok(kiln_qemu_tests::image_node::boot_image_node(&spec(
-        "image_boot",
-        "success",
-        Metadata::Aws,
-        240,
-    )));
+    let (b, imaged) = expect_ok(kiln_qemu_tests::image_node::boot_image_node(
+        &spec("image_boot", "success", Metadata::Aws, 240),
+        Vendor::Ubuntu,
+    ));
     eprintln!("kiln image said:\n{}", imaged.report);
     eprintln!(
         "image-boot timeline ({}):\n{}",
@@ -626,4 +625,62 @@ fn image_boot() {
     assert_eq!(o.status["provider"], "aws", "auto detection from DMI");
     assert_pod_ran(o, "ubuntu");
     assert_aws_node(&b, &test_instance(), &[]);
+}
+
+/// The same pipeline from a Flatcar-style vendor disk (partition 9 `ROOT`, `ID=flatcar`,
+/// systemd-sysext at boot): `kiln image` places the sysext in the ROOT partition's
+/// `/etc/extensions/` and the node config in `/etc/kiln/`; the image's GRUB boots it, the
+/// real systemd-sysext merges the extension kiln placed, and the node joins from fw_cfg
+/// metadata.
+#[test]
+fn image_boot_flatcar() {
+    let mut s = spec(
+        "image_boot_flatcar",
+        "success",
+        Metadata::FwCfg(kiln_qemu_tests::node::fw_cfg_entries()),
+        240,
+    );
+    s.node.provider = "auto".into();
+    let (b, imaged) = expect_ok(kiln_qemu_tests::image_node::boot_image_node(
+        &s,
+        Vendor::Flatcar,
+    ));
+    eprintln!("kiln image said:\n{}", imaged.report);
+    let o = &b.outcome;
+    assert!(
+        b.lines.iter().any(|l| l.text.contains("GRUB loading")),
+        "the node did not boot through the image's own GRUB (log {})",
+        b.log.display()
+    );
+    assert_eq!(o.result(), "success", "status: {}", o.status);
+    assert_eq!(o.status["provider"], "qemu", "status: {}", o.status);
+    assert_pod_ran(o, "flatcar");
+    // Placed by kiln image as a file (no link), merged by the real systemd-sysext.
+    assert_eq!(
+        o.facts.get("sysext-link").map(String::as_str),
+        Some(""),
+        "{:?}",
+        o.facts
+    );
+    assert!(
+        o.facts
+            .get("sysext-status")
+            .is_some_and(|s| s.contains("/usr") && s.contains("kubernetes")),
+        "{:?}",
+        o.facts
+    );
+    assert!(
+        imaged
+            .report
+            .contains(&format!("etc/extensions/{}", imaged.layer_name)),
+        "{}",
+        imaged.report
+    );
+    assert_eq!(o.kubelet_env("NODE_IP").as_deref(), Some("10.0.4.9"));
+    assert_eq!(
+        o.units.get("containerd").map(String::as_str),
+        Some("active"),
+        "{:?}",
+        o.units
+    );
 }
