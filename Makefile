@@ -124,6 +124,7 @@ qemu-test: deps-qemu firstboot ## boot tests: QEMU boots what kiln baked (docs/b
 	$(CARGO) build --locked -p kiln -p cri-smoke
 	scripts/build-cri-smoke-arm64.sh target/cri-smoke/arm64/cri-smoke
 	qemu-tests/assets/fixture.sh $(FIXTURE_MIRROR)
+	scripts/sysupdate-tools.sh target/sysupdate >/dev/null  # the Flatcar guest's systemd-sysupdate
 	assets=$$($(QEMU_ASSETS) all arm64); set -a; eval "$$assets"; set +a; \
 	  KILN_FIXTURE_MIRROR=$(CURDIR)/$(FIXTURE_MIRROR) \
 	  $(CARGO) nextest run -p kiln-qemu-tests --all-targets --locked --no-fail-fast

@@ -64,7 +64,9 @@ resolve_initramfs() {
 }
 
 # base key: suite + package set + the recipe, and the kernel whose modules it carries.
-base_packages=systemd-sysv,udev,dbus,kmod,iproute2,ca-certificates
+# libcurl4: systemd-pull (the Flatcar stand-in's systemd-sysupdate downloads through it)
+# links it, as Flatcar's own systemd does.
+base_packages=systemd-sysv,udev,dbus,kmod,iproute2,ca-certificates,libcurl4
 # debootstrap does not resolve virtual packages: python3-cryptography needs the
 # python3-cffi-backend-api-* that python3-cffi-backend provides, so it is named here.
 cloudinit_packages=$base_packages,cloud-init,isc-dhcp-client,python3-cffi-backend

@@ -14,8 +14,7 @@ use crate::{io_err, run, Error, Result};
 /// Debian's Ignition binary (package `ignition`, installed by `scripts/deps.sh`).
 pub const IGNITION: &str = "/usr/lib/dracut/modules.d/30ignition/ignition";
 
-#[path = "../../testkit/serve.rs"]
-mod serve;
+use crate::serve;
 
 /// Renders the Ignition config for `node_toml` with the baked sysext `raw` and runs real
 /// Ignition on `root`: the /etc/kiln files, the image fetched into `/opt/extensions/` and

@@ -20,6 +20,9 @@ pub mod outcome;
 pub mod pod;
 pub mod relay;
 pub mod scenario;
+#[path = "../../testkit/serve.rs"]
+pub mod serve;
+pub mod sysupdate;
 pub mod vm;
 
 /// Everything the harness can fail with; each message names the file, command or deadline.

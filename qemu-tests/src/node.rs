@@ -363,23 +363,21 @@ pub fn fw_cfg_entries() -> Vec<(String, String)> {
     ]
 }
 
-/// A Flatcar-style node: the base with no Kubernetes bits, kiln's sysext in
-/// `/var/lib/extensions/`, metadata from fw_cfg.
-pub fn boot_sysext_node(spec: &NodeBoot) -> Result<(Booted, String)> {
+/// A Flatcar-style node: the base with no Kubernetes bits; real Ignition places kiln's sysext
+/// (`kiln render --sysext`); metadata from fw_cfg; after the join, the node's
+/// systemd-sysupdate updates the extension from the returned mirror ([`crate::sysupdate`]).
+pub fn boot_sysext_node(spec: &NodeBoot) -> Result<(Booted, crate::sysupdate::Mirror)> {
     let t0 = Instant::now();
     let assets = crate::assets::ensure()?;
     let tools = scenario::tools()?;
     let work = tempfile::tempdir()?;
     let baked = scenario::bake(tools, "flatcar", "sysext", &work.path().join("bake"))?;
     let raw = scenario::pick(&baked, ".raw")?;
-    let name = raw
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
     let root = Root::from_base(&assets.base, work.path())?;
     make_flatcar_like(&root)?;
-    // This guest has no NIC (metadata comes from fw_cfg): nothing for network-online.target
-    // to wait for, and systemd-networkd-wait-online would hold it for its 2-minute timeout.
+    // Metadata comes from fw_cfg; the NIC reaches only the update mirror, which nothing at
+    // boot waits for: systemd-networkd-wait-online would hold network-online.target (and
+    // kubelet, ordered after it) for as long as DHCP takes.
     root.mask("systemd-networkd-wait-online.service")?;
     let node_toml = scenario::node_toml(&work.path().join("node"), &spec.node)?;
     root.write(
@@ -399,15 +397,16 @@ pub fn boot_sysext_node(spec: &NodeBoot) -> Result<(Booted, String)> {
     )?;
     finish_root(&root, &spec.kubelet_mode, Arch::Amd64)?;
     crate::pod::install(&root, "flatcar")?;
+    // After the join, a patch update from the mirror the transfer file names.
+    crate::sysupdate::install_tools(&root)?;
+    crate::after_join::install(&root, &crate::sysupdate::after_join_script())?;
+    let mirror = crate::sysupdate::start_mirror(&raw)?;
     let disk = root.into_disk(&work.path().join("root.ext4"), 512)?;
-    let b = boot(
-        assets,
-        spec,
-        disk,
-        Vec::new(),
-        t0.elapsed().as_millis() as u64,
-    )?;
-    Ok((b, name))
+    let b = boot_with(assets, spec, t0.elapsed().as_millis() as u64, |cfg| {
+        cfg.root = Some(disk);
+        cfg.mirror_port = Some(mirror.port);
+    })?;
+    Ok((b, mirror))
 }
 
 /// A NoCloud seed disk (`cidata` label, vfat) holding the user data, made without mounting

@@ -138,6 +138,12 @@ pub fn fixture_image_def(
     let path = workspace().join(format!("images/{image}.toml"));
     let mut text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
     let images = workspace().join("images");
+    // The Flatcar sysext's update mirror is the one a boot test's guest reaches through its
+    // forward (crate::sysupdate); nothing else in the boot tests reads update_url.
+    text = text.replace(
+        "update_url = \"https://images.example.com/kiln/flatcar/\"",
+        &format!("update_url = \"{}\"", crate::sysupdate::UPDATE_URL),
+    );
     text = text.replace(
         "aws_table = \"data/",
         &format!("aws_table = \"{}/data/", images.display()),

@@ -63,8 +63,11 @@ pub struct VmConfig {
     pub memory_mib: u32,
     /// Virtual CPUs.
     pub cpus: u32,
-    /// The loopback port 169.254.169.254:80 is forwarded to; `None` means no NIC at all.
+    /// The loopback port 169.254.169.254:80 is forwarded to.
     pub metadata_port: Option<u16>,
+    /// The loopback port [`MIRROR_ADDR`] is forwarded to: an update mirror the guest reaches
+    /// (with neither forward the guest has no NIC at all).
+    pub mirror_port: Option<u16>,
     /// fw_cfg entries: (name, file), e.g. `opt/kiln/instance-id`.
     pub fw_cfg: Vec<(String, PathBuf)>,
     /// `-smbios` values, e.g. `type=1,manufacturer=Amazon EC2`.
@@ -88,6 +91,7 @@ impl VmConfig {
             memory_mib: 1024,
             cpus: 1,
             metadata_port: None,
+            mirror_port: None,
             fw_cfg: Vec::new(),
             smbios: Vec::new(),
             log: log.into(),
@@ -151,16 +155,22 @@ impl VmConfig {
                 format!("file={},format=raw,if=virtio,readonly=on", escape(&path(d))),
             ]);
         }
-        match self.metadata_port {
-            Some(port) => {
-                a.extend([
-                    "-netdev".into(),
-                    netdev(&path(relay), port),
-                    "-device".into(),
-                    "virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56".into(),
-                ]);
-            }
-            None => a.extend(["-nic".into(), "none".into()]),
+        let forwards: Vec<(&str, u16)> = [
+            self.metadata_port.map(|p| (METADATA_ADDR, p)),
+            self.mirror_port.map(|p| (MIRROR_ADDR, p)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if forwards.is_empty() {
+            a.extend(["-nic".into(), "none".into()]);
+        } else {
+            a.extend([
+                "-netdev".into(),
+                netdev(&path(relay), &forwards),
+                "-device".into(),
+                "virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56".into(),
+            ]);
         }
         for (name, file) in &self.fw_cfg {
             a.extend([
@@ -184,14 +194,26 @@ fn escape(v: &str) -> String {
     v.replace(',', ",,")
 }
 
+/// The metadata address the guest reaches through the forward.
+pub const METADATA_ADDR: &str = "169.254.169.254:80";
+/// The address of the update mirror a guest reaches through a forward (the Flatcar
+/// scenario's systemd-sysupdate source); inside the restricted network, never routed.
+pub const MIRROR_ADDR: &str = "169.254.169.80:80";
+
 /// The restricted user network in the link-local range: DHCP hands out 169.254.169.15+, the
-/// guest's only reachable service is the forward of 169.254.169.254:80 to the relay.
-pub fn netdev(relay: &str, port: u16) -> String {
-    format!(
-        "user,id=n0,restrict=on,net=169.254.169.0/24,host=169.254.169.2,dns=169.254.169.3,\
-         dhcpstart=169.254.169.15,guestfwd=tcp:169.254.169.254:80-cmd:{} 127.0.0.1 {port}",
-        escape(relay)
-    )
+/// guest's only reachable services are the `forwards` (guest `ip:port` → loopback port, each
+/// through the relay).
+pub fn netdev(relay: &str, forwards: &[(&str, u16)]) -> String {
+    let mut n = "user,id=n0,restrict=on,net=169.254.169.0/24,host=169.254.169.2,dns=169.254.169.3,\
+         dhcpstart=169.254.169.15"
+        .to_string();
+    for (guest, port) in forwards {
+        n.push_str(&format!(
+            ",guestfwd=tcp:{guest}-cmd:{} 127.0.0.1 {port}",
+            escape(relay)
+        ));
+    }
+    n
 }
 
 /// The relay binary QEMU runs per guest connection. Tests find it next to themselves
@@ -285,7 +307,7 @@ impl Vm {
     /// Starts QEMU for `cfg` with `accel`.
     pub fn start_with(cfg: &VmConfig, accel: Accel) -> Result<Vm> {
         let qemu = qemu_binary(cfg.arch)?;
-        let relay = if cfg.metadata_port.is_some() {
+        let relay = if cfg.metadata_port.is_some() || cfg.mirror_port.is_some() {
             relay_binary()?
         } else {
             PathBuf::new()
@@ -396,14 +418,26 @@ mod tests {
 
     #[test]
     fn netdev_is_restricted_and_forwards_only_the_metadata_address() {
-        let n = netdev("/t/kiln-qemu-relay", 4242);
+        let n = netdev("/t/kiln-qemu-relay", &[(METADATA_ADDR, 4242)]);
         assert!(n.contains("restrict=on"), "{n}");
         assert!(n.contains("net=169.254.169.0/24"), "{n}");
         assert!(
             n.ends_with("guestfwd=tcp:169.254.169.254:80-cmd:/t/kiln-qemu-relay 127.0.0.1 4242"),
             "{n}"
         );
-        assert_eq!(netdev("/a,b/relay", 1).matches("/a,,b/relay").count(), 1);
+        assert_eq!(
+            netdev("/a,b/relay", &[(METADATA_ADDR, 1)])
+                .matches("/a,,b/relay")
+                .count(),
+            1
+        );
+        let both = netdev("/r", &[(METADATA_ADDR, 1), (MIRROR_ADDR, 2)]);
+        assert!(
+            both.ends_with(
+                "guestfwd=tcp:169.254.169.254:80-cmd:/r 127.0.0.1 1,guestfwd=tcp:169.254.169.80:80-cmd:/r 127.0.0.1 2"
+            ),
+            "{both}"
+        );
     }
 
     #[test]

@@ -256,7 +256,7 @@ fn flatcar_sysext() {
         240,
     );
     s.node.provider = "auto".into();
-    let (b, ext) = expect_ok(kiln_qemu_tests::node::boot_sysext_node(&s));
+    let (b, mirror) = expect_ok(kiln_qemu_tests::node::boot_sysext_node(&s));
     eprintln!(
         "flatcar-sysext timeline ({}):\n{}",
         b.log.display(),
@@ -282,16 +282,45 @@ fn flatcar_sysext() {
                 || l.text.contains("systemd-sysext")),
         "no systemd-sysext on the console"
     );
+    let dir = "/opt/extensions/kubernetes";
+    let steps = kiln_qemu_tests::after_join::steps(&b.lines);
+    let step = |name: &str, key: &str| {
+        steps
+            .iter()
+            .find(|s| s.name == name)
+            .and_then(|s| s.get(key))
+            .unwrap_or_else(|| panic!("no {name} step with {key}=: {steps:?}"))
+            .to_string()
+    };
     assert_eq!(
-        o.facts.get("sysext-link").map(String::as_str),
-        Some(format!("/opt/extensions/kubernetes/{ext}").as_str()),
-        "{:?}",
-        o.facts
+        step("sysupdate-before", "link"),
+        format!("{dir}/{}", mirror.current)
     );
     assert!(
         o.facts
             .get("sysext-status")
             .is_some_and(|s| s.contains("/usr") && s.contains("kubernetes")),
+        "{:?}",
+        o.facts
+    );
+    // Then the node's systemd-sysupdate, with the transfer file and drop-in Ignition placed,
+    // took the next patch release from the mirror, never the next minor, moved the link
+    // and asked for a reboot.
+    let journal = kiln_qemu_tests::after_join::step_files(&b.lines, "sysupdate-journal");
+    assert_eq!(step("sysupdate", "result"), "ran", "{journal:?}");
+    assert_eq!(
+        step("sysupdate-after", "link"),
+        format!("{dir}/{}", mirror.next_patch)
+    );
+    let installed = step("sysupdate-installed", "files");
+    assert!(installed.contains(&mirror.current), "{installed}");
+    assert!(installed.contains(&mirror.next_patch), "{installed}");
+    assert!(!installed.contains(&mirror.next_minor), "{installed}");
+    assert_eq!(step("reboot-required", "present"), "yes");
+    assert!(
+        o.facts
+            .get("sysext-link")
+            .is_some_and(|l| l.ends_with(&mirror.next_patch)),
         "{:?}",
         o.facts
     );
@@ -326,7 +355,6 @@ fn flatcar_sysext() {
     assert!(o
         .files
         .contains_key("/run/cluster-api/bootstrap-success.complete"));
-    assert!(ext.ends_with(".raw"), "{ext}");
 }
 
 #[test]
