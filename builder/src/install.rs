@@ -51,6 +51,10 @@ pub struct InstallOptions {
     /// made, files staged, renames and removals) fails as if the disk had.
     #[doc(hidden)]
     pub fail_at: Option<usize>,
+    /// Flush every file and directory as it is committed (the default: a power cut leaves
+    /// the old or the new file, never an empty one). `kiln image` turns it off: it writes into
+    /// a throw-away working copy that is flushed once, whole, before it is published.
+    pub durable: bool,
 }
 
 impl InstallOptions {
@@ -63,6 +67,7 @@ impl InstallOptions {
             max_bytes: archive_rules::DEFAULT_MAX_BYTES,
             resolver: None,
             fail_at: None,
+            durable: true,
         }
     }
 
@@ -529,7 +534,7 @@ pub fn install(
             Parent::Planned => None,
         })
         .collect();
-    let mut tx = apply::Transaction::new(&rootfs, dirs, opts.fail_at);
+    let mut tx = apply::Transaction::new(&rootfs, dirs, opts.fail_at, opts.durable);
     let staged = tx.run(|tx| {
         tx.make_dirs(&plan.mkdirs)?;
         read_layer(

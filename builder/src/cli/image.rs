@@ -82,6 +82,11 @@ pub fn run_image(a: ImageArgs, global: &Global) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string(&r).unwrap_or_default());
         return Ok(ExitCode::SUCCESS);
     }
+    if !global.quiet && !r.swept.is_empty() {
+        for p in &r.swept {
+            println!("removed {} (left by a killed kiln image)", p.display());
+        }
+    }
     if !global.quiet {
         println!(
             "base {} ({}, {} table): root is partition {} at byte {} ({} bytes), {} bytes free",

@@ -16,6 +16,7 @@ pub mod disk;
 mod error;
 pub mod fs;
 pub mod layer;
+pub mod leftovers;
 pub mod mount;
 pub mod partition;
 pub mod pick;
@@ -73,6 +74,8 @@ pub struct ImageReport {
     pub install: InstallReport,
     /// The node config's files written into the image, as the node sees their paths.
     pub node_files: Vec<String>,
+    /// Leftovers of killed runs removed from OUT's directory.
+    pub swept: Vec<PathBuf>,
     /// OUT.
     pub out: PathBuf,
 }
@@ -114,11 +117,13 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
         _ => PathBuf::from("."),
     };
     let temp = |suffix: &str| {
-        tempfile::Builder::new()
-            .prefix(".kiln-image-")
+        let t = tempfile::Builder::new()
+            .prefix(leftovers::PREFIX)
             .suffix(suffix)
             .tempfile_in(&dir)
-            .map_err(io_err(&dir))
+            .map_err(io_err(&dir))?;
+        leftovers::hold(t.as_file()).map_err(io_err(t.path()))?;
+        Ok::<_, ImageError>(t)
     };
     match std::fs::metadata(&dir) {
         Ok(m) if m.is_dir() => {}
@@ -143,6 +148,8 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
         tool: "unshare(CLONE_NEWNS)".into(),
         why: format!("{e}: kiln image mounts the root partition through a loop device and needs root (the unprivileged mode is not built yet)"),
     })?;
+    // What killed runs left here (a working copy can be as big as the base).
+    let swept = leftovers::sweep(&dir);
     let work = temp(".raw")?;
     disk::working_copy(&o.base, &base_format, work.path())?;
 
@@ -236,7 +243,13 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
             ..Default::default()
         }
     } else {
-        crate::install::install(&o.layer, &root, &o.install).map_err(|source| {
+        // The working copy is thrown away on failure and flushed whole before it is
+        // published: per-file fsyncs through the loop device buy nothing.
+        let install = InstallOptions {
+            durable: false,
+            ..o.install.clone()
+        };
+        crate::install::install(&o.layer, &root, &install).map_err(|source| {
             ImageError::Install {
                 base: o.base.clone(),
                 partition: part.number,
@@ -279,6 +292,7 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
         free_before: free,
         install: report,
         node_files,
+        swept,
         out: o.out.clone(),
     })
 }

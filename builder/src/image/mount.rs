@@ -47,6 +47,8 @@ pub fn private_namespace() -> io::Result<()> {
 pub struct Mounted {
     dir: Option<tempfile::TempDir>,
     image: PathBuf,
+    // Marks the mount point as in use (crate::image::leftovers) until it is removed.
+    _held: Option<crate::image::leftovers::HeldDir>,
 }
 
 impl Mounted {
@@ -65,6 +67,11 @@ impl Mounted {
             .tempdir_in(scratch)
             .map_err(|source| ImageError::Io {
                 path: scratch.to_path_buf(),
+                source,
+            })?;
+        let held =
+            crate::image::leftovers::hold_dir(dir.path()).map_err(|source| ImageError::Io {
+                path: dir.path().to_path_buf(),
                 source,
             })?;
         let out = Command::new("mount")
@@ -89,6 +96,7 @@ impl Mounted {
         Ok(Mounted {
             dir: Some(dir),
             image: image.to_path_buf(),
+            _held: Some(held),
         })
     }
 

@@ -80,6 +80,7 @@ pub(super) struct Transaction<'a> {
     undo: Vec<Undo>,
     changes: usize,
     fail_at: Option<usize>,
+    durable: bool,
 }
 
 impl<'a> Transaction<'a> {
@@ -88,6 +89,7 @@ impl<'a> Transaction<'a> {
         root: &'a Root,
         dirs: BTreeMap<String, Rc<Dir>>,
         fail_at: Option<usize>,
+        durable: bool,
     ) -> Transaction<'a> {
         Transaction {
             root,
@@ -96,6 +98,7 @@ impl<'a> Transaction<'a> {
             undo: Vec::new(),
             changes: 0,
             fail_at,
+            durable,
         }
     }
 
@@ -203,7 +206,9 @@ impl<'a> Transaction<'a> {
         use std::os::unix::fs::PermissionsExt;
         f.set_permissions(std::fs::Permissions::from_mode(mode))
             .map_err(io_err(&tmp_host))?;
-        f.sync_all().map_err(io_err(&tmp_host))?;
+        if self.durable {
+            f.sync_all().map_err(io_err(&tmp_host))?;
+        }
         self.staged.insert(
             path.to_string(),
             Staged {
@@ -314,8 +319,14 @@ impl<'a> Transaction<'a> {
         problems
     }
 
-    /// Drops the backups and flushes every directory touched.
+    /// Drops the backups and flushes every directory touched (when durable).
     fn finish(&mut self) {
+        let durable = self.durable;
+        let sync = |d: &Dir| {
+            if durable {
+                d.sync()
+            }
+        };
         for u in std::mem::take(&mut self.undo) {
             match u {
                 Undo::Replaced { dir, backup, .. } | Undo::Removed { dir, backup, .. } => {
@@ -325,10 +336,10 @@ impl<'a> Transaction<'a> {
                             dir.host(&backup).display()
                         );
                     }
-                    dir.sync();
+                    sync(&dir);
                 }
-                Undo::Added { dir, .. } => dir.sync(),
-                Undo::MadeDir { parent, .. } => parent.sync(),
+                Undo::Added { dir, .. } => sync(&dir),
+                Undo::MadeDir { parent, .. } => sync(&parent),
                 Undo::Temp { .. } => {}
             }
         }
