@@ -557,6 +557,7 @@ fn a_kill_mid_run_leaves_no_loop_device_or_mount() {
         }
         assert_eq!(leftovers(&outdir, &["node.qcow2"]), Vec::<String>::new());
         std::fs::remove_file(&out).unwrap();
+        std::fs::remove_file(outdir.join("node.qcow2.spdx.json")).unwrap();
     }
 }
 

@@ -107,6 +107,7 @@ pub fn run_image(a: ImageArgs, global: &Global) -> anyhow::Result<ExitCode> {
         println!("node config: wrote {}", r.node_files.join(" "));
     }
     if !global.quiet {
+        println!("wrote {} (SPDX SBOM)", r.sbom.display());
         println!(
             "wrote {} ({}), image id {}",
             r.out.display(),

@@ -21,6 +21,7 @@ pub mod mount;
 pub mod partition;
 pub mod pick;
 pub mod provision;
+pub mod sbom;
 pub mod sysext;
 
 pub use disk::Format;
@@ -76,6 +77,8 @@ pub struct ImageReport {
     pub node_files: Vec<String>,
     /// Leftovers of killed runs removed from OUT's directory.
     pub swept: Vec<PathBuf>,
+    /// The SBOM written beside OUT.
+    pub sbom: PathBuf,
     /// OUT.
     pub out: PathBuf,
 }
@@ -100,6 +103,12 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
         });
     }
     std::fs::metadata(&o.base).map_err(io_err(&o.base))?;
+    // The base's sha256 for the SBOM, read beside the rest of the run (the base is never
+    // written, so any moment gives the same bytes).
+    let base_hash = {
+        let p = o.base.clone();
+        std::thread::spawn(move || crate::digest::hash_file(&p, crate::digest::Sums::Sha256))
+    };
     // The layer first: a layer that cannot be read fails before gigabytes are copied.
     let is_sysext = sysext::is_sysext(&o.layer);
     let facts = if is_sysext {
@@ -264,6 +273,31 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
     };
     mounted.unmount()?;
 
+    // The SBOM before OUT appears, so no image is published without one.
+    let base_sha256 = base_hash
+        .join()
+        .map_err(|_| ImageError::Tool {
+            tool: "sha256".into(),
+            why: format!("hashing {} panicked", o.base.display()),
+        })?
+        .map_err(io_err(&o.base))?
+        .sha256;
+    let format_name = clap::ValueEnum::to_possible_value(&o.format)
+        .map(|v| v.get_name().to_string())
+        .unwrap_or_default();
+    let sbom = sbom::spdx_json(&sbom::Inputs {
+        out: &o.out,
+        format: &format_name,
+        base: &o.base,
+        base_format: &base_format,
+        base_sha256: &base_sha256,
+        partition: part.number,
+        layer: &o.layer,
+        image_id: facts.image_id.as_deref(),
+        node_files: &node_files,
+    })?;
+    let sbom_path = sbom_path(&o.out);
+
     if o.format == Format::Raw {
         sync(work.path())?;
         publish_mode(work.path())?;
@@ -281,7 +315,15 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
             source: e.error,
         })?;
     }
+    if let Err(e) = crate::atomic_file::write(&sbom_path, ".kiln-image-", sbom.as_bytes(), 0o644) {
+        let _ = std::fs::remove_file(&o.out);
+        return Err(ImageError::Io {
+            path: sbom_path,
+            source: std::io::Error::other(e.to_string()),
+        });
+    }
     Ok(ImageReport {
+        sbom: sbom_path,
         base_format,
         table: table.scheme.to_string(),
         partition: part.number,
@@ -295,6 +337,13 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
         swept,
         out: o.out.clone(),
     })
+}
+
+/// Where the SBOM of `out` goes: `OUT.spdx.json`.
+pub fn sbom_path(out: &Path) -> PathBuf {
+    let mut name = out.file_name().unwrap_or_default().to_os_string();
+    name.push(".spdx.json");
+    out.with_file_name(name)
 }
 
 /// Gives OUT the mode of a file created under the usual umask (temporary files are 0600).

@@ -258,10 +258,14 @@ pub fn kiln_mounts() -> Vec<String> {
 }
 
 /// Files kiln left in `dir` besides those named in `keep`.
+/// (Each kept image's SBOM, `NAME.spdx.json`, is kept with it.)
 pub fn leftovers(dir: &Path, keep: &[&str]) -> Vec<String> {
     std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| !keep.contains(&n.as_str()))
+        .filter(|n| {
+            let image = n.strip_suffix(".spdx.json").unwrap_or(n);
+            !keep.contains(&image)
+        })
         .collect()
 }
