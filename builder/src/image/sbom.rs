@@ -65,13 +65,39 @@ fn created() -> String {
     format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
 }
 
+/// The most of a layer SBOM kiln reads (a bake's is a few MiB for a few thousand files).
+const MAX_LAYER_SBOM: u64 = 256 << 20;
+
+fn read_capped(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Non-blocking open, then only a regular file is read: a FIFO there never holds the run.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other(
+            "expected the layer's SBOM as a regular file, found something else",
+        ));
+    }
+    let mut bytes = Vec::new();
+    f.take(MAX_LAYER_SBOM + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_LAYER_SBOM {
+        return Err(std::io::Error::other(format!(
+            "expected the layer's SBOM, at most {MAX_LAYER_SBOM} bytes; found a larger file"
+        )));
+    }
+    Ok(bytes)
+}
+
 /// Renders the document.
 pub fn spdx_json(i: &Inputs<'_>) -> Result<String, ImageError> {
     let layer_sha256 = hash_file(i.layer, Sums::Sha256)
         .map_err(io_err(i.layer))?
         .sha256;
     let sbom_path = layer_sbom_path(i.layer);
-    let layer_doc: Option<(String, String)> = match std::fs::read(&sbom_path) {
+    let layer_doc: Option<(String, String)> = match read_capped(&sbom_path) {
         Ok(bytes) => {
             let doc: Value = serde_json::from_slice(&bytes).map_err(|e| ImageError::Io {
                 path: sbom_path.clone(),
