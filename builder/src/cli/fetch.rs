@@ -64,6 +64,7 @@ fn fetch_cmd(a: FetchArgs, global: &Global) -> anyhow::Result<ExitCode> {
         "fetch",
         &store,
         &images,
+        None,
         upstream,
         &a.registry,
         &a.net,
@@ -75,10 +76,12 @@ fn fetch_cmd(a: FetchArgs, global: &Global) -> anyhow::Result<ExitCode> {
 /// Pulls the lock's images from their registries into `store` (an OCI image layout) and
 /// reports what was done. Images come only from their registries: without upstream access
 /// (a `--mirror` without `--upstream`) they are named and left out, never silently.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_pull_images(
     what: &str,
     store: &crate::supply::store::Store,
     images: &[lock::Image],
+    from: Option<&crate::supply::registry::OciTarget>,
     upstream: bool,
     registry: &RegistryArgs,
     net: &NetArgs,
@@ -87,7 +90,7 @@ pub(crate) fn run_pull_images(
     if images.is_empty() {
         return Ok(());
     }
-    if !upstream {
+    if !upstream && from.is_none() {
         let names: Vec<String> = images.iter().map(|i| i.id()).collect();
         eprintln!(
             "kiln: {what}: images are pulled from their registries only; add --upstream to pull {}",
@@ -101,6 +104,7 @@ pub(crate) fn run_pull_images(
     let r = rt.block_on(crate::supply::registry::pull_images(
         store,
         images,
+        from,
         &ropts,
         &net.options(),
         reporter.clone(),

@@ -11,6 +11,8 @@
 pub mod auth;
 pub mod layout;
 pub mod manifest;
+pub mod oci_mirror;
+mod push;
 mod session;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +23,7 @@ use futures_util::StreamExt;
 use serde::Serialize;
 
 pub use auth::{CredentialStore, Credentials};
+pub use oci_mirror::{OciTarget, PushSummary};
 
 use crate::exit::ExitClass;
 use crate::supply::fetch::{msg, AttemptError, FetchOptions, Reporter};
@@ -40,6 +43,17 @@ pub struct RegistryOptions {
     pub plain_http: Vec<String>,
 }
 
+impl RegistryOptions {
+    /// `http` for the hosts named plain-HTTP, else `https`.
+    pub fn scheme(&self, host: &str) -> &'static str {
+        if self.plain_http.iter().any(|h| h == host) {
+            "http"
+        } else {
+            "https"
+        }
+    }
+}
+
 /// Why pulling images failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
@@ -53,6 +67,24 @@ pub enum RegistryError {
         /// Whether any failure was wrong bytes (a digest or size mismatch).
         wrong_bytes: bool,
     },
+    /// Some manifests or blobs could not be pushed.
+    #[error("{} of {total} manifests could not be pushed to {target}:\n{}", failures.len(), failures.iter().map(|(id, e)| format!("  {id}: {e}")).collect::<Vec<_>>().join("\n"))]
+    PushFailed {
+        /// `oci://HOST/REPO`.
+        target: String,
+        /// Manifests attempted.
+        total: usize,
+        /// `(what, last error)` per failure.
+        failures: Vec<(String, String)>,
+        /// Whether the registry found wrong bytes (a damaged local blob).
+        wrong_bytes: bool,
+    },
+    /// The mirror lacks what its lock names; nothing was pushed.
+    #[error("the mirror is incomplete, nothing was pushed (run kiln mirror verify, then kiln mirror sync):\n{}", .0.iter().map(|(id, e)| format!("  {id}: {e}")).collect::<Vec<_>>().join("\n"))]
+    Incomplete(Vec<(String, String)>),
+    /// The lock artifact of a registry mirror could not be read.
+    #[error("reading the mirror's lock from {0}")]
+    LockArtifact(String),
     /// The overall deadline passed.
     #[error("pulling images did not finish within its deadline of {0:?}; partial downloads are kept and resume next time")]
     Deadline(Duration),
@@ -71,8 +103,15 @@ impl RegistryError {
             RegistryError::Failed {
                 wrong_bytes: true, ..
             } => ExitClass::Verify,
-            RegistryError::Failed { .. } | RegistryError::Deadline(_) => ExitClass::Fetch,
+            RegistryError::PushFailed {
+                wrong_bytes: true, ..
+            } => ExitClass::Verify,
+            RegistryError::Failed { .. }
+            | RegistryError::PushFailed { .. }
+            | RegistryError::LockArtifact(_)
+            | RegistryError::Deadline(_) => ExitClass::Fetch,
             RegistryError::Client(_) | RegistryError::Store(_) => ExitClass::Failure,
+            RegistryError::Incomplete(_) => ExitClass::Verify,
         }
     }
 }
@@ -107,10 +146,12 @@ pub fn client(ropts: &RegistryOptions, opts: &FetchOptions) -> Result<reqwest::C
     b.build().map_err(|e| e.to_string())
 }
 
-/// Pulls every image into `store` and records each in the layout's `index.json`.
+/// Pulls every image into `store` and records each in the layout's `index.json`: from each
+/// image's own registry, or, with `from`, from a kiln mirror in a registry (roots as blobs).
 pub async fn pull_images(
     store: &Store,
     images: &[Image],
+    from: Option<&OciTarget>,
     ropts: &RegistryOptions,
     opts: &FetchOptions,
     reporter: Arc<dyn Reporter>,
@@ -122,7 +163,17 @@ pub async fn pull_images(
     let mut wrong_bytes = false;
     let work = async {
         for img in images {
-            let r = pull_one(&client, store, img, ropts, opts, &*reporter, &transferred).await;
+            let r = pull_one(
+                &client,
+                store,
+                img,
+                from,
+                ropts,
+                opts,
+                &*reporter,
+                &transferred,
+            )
+            .await;
             match r {
                 Ok((blobs, cached)) => {
                     summary.images += 1;
@@ -153,22 +204,33 @@ pub async fn pull_images(
 }
 
 /// Pulls one image; returns (blobs it has, blobs that were already present).
+#[allow(clippy::too_many_arguments)]
 async fn pull_one(
     client: &reqwest::Client,
     store: &Store,
     img: &Image,
+    from: Option<&OciTarget>,
     ropts: &RegistryOptions,
     opts: &FetchOptions,
     reporter: &dyn Reporter,
     transferred: &AtomicU64,
 ) -> Result<(usize, usize), AttemptError> {
-    let r = img.image_ref().map_err(AttemptError::Fatal)?;
-    let scheme = if ropts.plain_http.iter().any(|h| h == &r.host) {
-        "http"
-    } else {
-        "https"
+    let r = match from {
+        Some(t) => crate::supply::lock_image::ImageRef {
+            host: t.host.clone(),
+            repository: t.repo.clone(),
+            tag: None,
+        },
+        None => img.image_ref().map_err(AttemptError::Fatal)?,
     };
-    let session = Session::new(client, scheme, &r, ropts.credentials.get(&r.host), opts);
+    let mut session = Session::new(
+        client,
+        ropts.scheme(&r.host),
+        &r,
+        ropts.credentials.get(&r.host),
+        opts,
+    );
+    session.root_from_blobs = from.is_some();
     let mut blobs = 0;
     let mut cached = 0;
     let root_hex = hex_of(&img.digest)?;
