@@ -7,7 +7,9 @@ use std::time::Instant;
 
 use clap::Args;
 
-use crate::cli::common::{load_lock, runtime, FilterArgs, Global, NetArgs, RegistryArgs, TrustArgs};
+use crate::cli::common::{
+    load_lock, runtime, FilterArgs, Global, NetArgs, RegistryArgs, TrustArgs,
+};
 use crate::cli::fetch::{report_summary, run_pull_images};
 use crate::cli::progress;
 use crate::supply::registry::{oci_mirror, OciTarget};

@@ -530,3 +530,32 @@ pub fn store_layout(layout: &Path, store: &Path) {
         .unwrap();
     }
 }
+
+/// The hex of a `sha256:<hex>` digest.
+pub fn hex(d: &str) -> &str {
+    d.strip_prefix("sha256:").unwrap()
+}
+
+/// Every blob in `dir` hashes to its name (nothing wrong was ever stored); returns how many.
+pub fn all_blobs_honest(dir: &Path) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir.join("blobs/sha256")).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        assert_eq!(
+            sha256_hex(&std::fs::read(e.path()).unwrap()),
+            name,
+            "blob {name} does not hash to its name"
+        );
+        n += 1;
+    }
+    n
+}
+
+/// Runs skopeo (an independent OCI client).
+pub fn skopeo(args: &[&str]) -> std::process::Output {
+    Command::new("skopeo").args(args).output().unwrap()
+}

@@ -64,7 +64,8 @@ impl OciTarget {
         let rest = s
             .strip_prefix("oci://")
             .ok_or_else(|| format!("{s:?}: expected oci://HOST[:PORT]/REPOSITORY"))?;
-        let r = ImageRef::parse(rest.trim_end_matches('/')).map_err(|e| format!("{s:?}: expected {e}"))?;
+        let r = ImageRef::parse(rest.trim_end_matches('/'))
+            .map_err(|e| format!("{s:?}: expected {e}"))?;
         if r.tag.is_some() {
             return Err(format!(
                 "{s:?}: expected oci://HOST[:PORT]/REPOSITORY without a :tag (kiln picks the tags)"
@@ -207,7 +208,12 @@ fn empty_blob() -> Blob {
 fn stored(store: &Store, hex: &str, what: &str) -> Result<(Blob, u64), String> {
     let p = store.blob_path(hex);
     let len = std::fs::metadata(&p)
-        .map_err(|_| format!("{what}: blob {hex} is missing from the mirror ({})", p.display()))?
+        .map_err(|_| {
+            format!(
+                "{what}: blob {hex} is missing from the mirror ({})",
+                p.display()
+            )
+        })?
         .len();
     Ok((
         Blob {
@@ -231,7 +237,7 @@ fn artifact_unit(store: &Store, a: &Artifact) -> Result<Unit, String> {
         tag: artifact_tag(a),
         bytes,
         media_type: manifest::OCI_MANIFEST.into(),
-        blobs: vec![empty_blob(), blob],
+        blobs: vec![blob],
     })
 }
 
@@ -240,7 +246,8 @@ fn artifact_unit(store: &Store, a: &Artifact) -> Result<Unit, String> {
 fn image_units(store: &Store, img: &Image) -> Result<Vec<Unit>, String> {
     let id = img.id();
     let root_hex = digest_hex(&img.digest).ok_or_else(|| format!("{id}: bad digest"))?;
-    let (root, root_len) = layout::read_manifest(store, &img.digest).map_err(|e| format!("{id}: {e}"))?;
+    let (root, root_len) =
+        layout::read_manifest(store, &img.digest).map_err(|e| format!("{id}: {e}"))?;
     let (root_type, platforms): (String, Vec<(String, String)>) = match &root {
         Parsed::Index {
             media_type,
@@ -248,13 +255,17 @@ fn image_units(store: &Store, img: &Image) -> Result<Vec<Unit>, String> {
         } => {
             let mut v = Vec::new();
             for p in &img.platforms {
-                let d = manifest::select(manifests, p.os, p.arch).map_err(|e| format!("{id}: {e}"))?;
+                let d =
+                    manifest::select(manifests, p.os, p.arch).map_err(|e| format!("{id}: {e}"))?;
                 v.push((d.digest.clone(), format!("{}-{}", p.os, p.arch)));
             }
             (media_type.clone(), v)
         }
         Parsed::Manifest { media_type, .. } => {
-            let p = img.platforms.first().ok_or_else(|| format!("{id}: no platform"))?;
+            let p = img
+                .platforms
+                .first()
+                .ok_or_else(|| format!("{id}: no platform"))?;
             (
                 media_type.clone(),
                 vec![(img.digest.clone(), format!("{}-{}", p.os, p.arch))],
@@ -264,7 +275,8 @@ fn image_units(store: &Store, img: &Image) -> Result<Vec<Unit>, String> {
     let mut units = Vec::new();
     for (digest, plat) in platforms {
         let hex = digest_hex(&digest).unwrap_or_default();
-        let (parsed, _) = layout::read_manifest(store, &digest).map_err(|e| format!("{id}: {e}"))?;
+        let (parsed, _) =
+            layout::read_manifest(store, &digest).map_err(|e| format!("{id}: {e}"))?;
         let Parsed::Manifest {
             media_type,
             config,
@@ -297,7 +309,7 @@ fn image_units(store: &Store, img: &Image) -> Result<Vec<Unit>, String> {
         tag: tag_of(&["image", &img.name]),
         bytes,
         media_type: manifest::OCI_MANIFEST.into(),
-        blobs: vec![empty_blob(), root_blob],
+        blobs: vec![root_blob],
     });
     Ok(units)
 }
@@ -387,14 +399,16 @@ pub async fn push_mirror(
         return Err(RegistryError::Incomplete(problems));
     }
     let lock_digest = sha256_digest(&lock_bytes);
-    let mut layers = vec![(LOCK_LAYER, lock_digest.as_str(), lock_bytes.len() as u64, "artifacts.lock")];
-    let mut blobs = vec![
-        empty_blob(),
-        Blob {
-            digest: lock_digest.clone(),
-            payload: Payload::Bytes(lock_bytes.clone()),
-        },
-    ];
+    let mut layers = vec![(
+        LOCK_LAYER,
+        lock_digest.as_str(),
+        lock_bytes.len() as u64,
+        "artifacts.lock",
+    )];
+    let mut blobs = vec![Blob {
+        digest: lock_digest.clone(),
+        payload: Payload::Bytes(lock_bytes.clone()),
+    }];
     let sig_digest = signature.as_deref().map(sha256_digest);
     if let (Some(sig), Some(d)) = (&signature, &sig_digest) {
         layers.push((SIG_LAYER, d, sig.len() as u64, "artifacts.lock.minisig"));
@@ -417,7 +431,7 @@ pub async fn push_mirror(
     let counters = Counters::default();
     let total = units.len() + 1;
     let work = async {
-        // The shared empty config first, so concurrent units do not all upload it.
+        // The empty config every artifact shares goes first, once (units do not list it).
         let mut failures: Vec<(String, String)> = Vec::new();
         let mut wrong = false;
         let mut note = |what: &str, e: AttemptError, failures: &mut Vec<(String, String)>| {
@@ -463,7 +477,6 @@ pub async fn push_mirror(
         manifests: total,
         manifests_present: counters.manifests_present.load(Ordering::Relaxed),
         blobs_uploaded: counters.blobs_uploaded.load(Ordering::Relaxed),
-        // The empty config is checked once more per unit; count it once.
         blobs_present: counters.blobs_present.load(Ordering::Relaxed),
         bytes_uploaded: counters.bytes.load(Ordering::Relaxed),
     })
@@ -495,9 +508,13 @@ pub async fn fetch_lock(
         .manifest_bytes(LOCK_TAG)
         .await
         .map_err(|e| failed(msg(&e)))?
-        .ok_or_else(|| failed("no such tag: nothing was pushed here with kiln mirror push".into()))?;
+        .ok_or_else(|| {
+            failed("no such tag: nothing was pushed here with kiln mirror push".into())
+        })?;
     let Parsed::Manifest { layers, .. } = manifest::parse(&bytes, &ct).map_err(failed)? else {
-        return Err(failed("an index, expected the lock artifact's manifest".into()));
+        return Err(failed(
+            "an index, expected the lock artifact's manifest".into(),
+        ));
     };
     let staging = Store::open(dir.join("staging")).map_err(RegistryError::Store)?;
     let transferred = AtomicU64::new(0);
@@ -602,8 +619,14 @@ mod tests {
     #[test]
     fn tags_follow_the_grammar() {
         for (parts, want) in [
-            (&["kubelet", "v1.33.1", "linux", "amd64"][..], "kubelet-v1.33.1-linux-amd64"),
-            (&["cni", "1.0+build/7", "linux", "arm64"][..], "cni-1.0_build_7-linux-arm64"),
+            (
+                &["kubelet", "v1.33.1", "linux", "amd64"][..],
+                "kubelet-v1.33.1-linux-amd64",
+            ),
+            (
+                &["cni", "1.0+build/7", "linux", "arm64"][..],
+                "cni-1.0_build_7-linux-arm64",
+            ),
             (&[".hidden"][..], "_.hidden"),
             (&["-x"][..], "_-x"),
             (&[""][..], "_"),
@@ -619,7 +642,10 @@ mod tests {
     #[test]
     fn targets() {
         let t = OciTarget::parse("oci://127.0.0.1:5000/kiln/mirror/").unwrap();
-        assert_eq!((t.host.as_str(), t.repo.as_str()), ("127.0.0.1:5000", "kiln/mirror"));
+        assert_eq!(
+            (t.host.as_str(), t.repo.as_str()),
+            ("127.0.0.1:5000", "kiln/mirror")
+        );
         assert_eq!(t.to_string(), "oci://127.0.0.1:5000/kiln/mirror");
         for bad in [
             "oci://host-without-dot/repo",
@@ -636,11 +662,19 @@ mod tests {
     fn artifact_manifests_are_deterministic_oci_artifacts() {
         let d = sha256_digest(b"x");
         let a = artifact_manifest(ARTIFACT_TYPE, &[(FILE_LAYER, &d, 1, "f")], &[("k", "v")]);
-        assert_eq!(a, artifact_manifest(ARTIFACT_TYPE, &[(FILE_LAYER, &d, 1, "f")], &[("k", "v")]));
-        let Parsed::Manifest { config, layers, .. } = manifest::parse(&a, manifest::OCI_MANIFEST).unwrap() else {
+        assert_eq!(
+            a,
+            artifact_manifest(ARTIFACT_TYPE, &[(FILE_LAYER, &d, 1, "f")], &[("k", "v")])
+        );
+        let Parsed::Manifest { config, layers, .. } =
+            manifest::parse(&a, manifest::OCI_MANIFEST).unwrap()
+        else {
             panic!()
         };
-        assert_eq!(config.digest, "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a");
+        assert_eq!(
+            config.digest,
+            "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+        );
         assert_eq!(layers[0].digest, d);
         let v: serde_json::Value = serde_json::from_slice(&a).unwrap();
         assert_eq!(v["artifactType"], ARTIFACT_TYPE);

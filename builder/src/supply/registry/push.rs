@@ -10,7 +10,9 @@
 
 use std::path::{Path, PathBuf};
 
-use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
+use reqwest::header::{
+    HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE,
+};
 use reqwest::{Method, StatusCode};
 
 use super::manifest;
@@ -84,7 +86,10 @@ impl Session<'_> {
             attempt += 1;
             let auth = self.authorization(renew).await?;
             renew = false;
-            let mut req = self.client.request(method.clone(), url).headers(headers.clone());
+            let mut req = self
+                .client
+                .request(method.clone(), url)
+                .headers(headers.clone());
             if let Some(a) = auth {
                 req = req.header(AUTHORIZATION, a);
             }
@@ -218,7 +223,13 @@ impl Session<'_> {
         payload: &Payload,
     ) -> Result<(), AttemptError> {
         let resp = self
-            .call(Method::POST, start, &HeaderMap::new(), &Payload::Bytes(Vec::new()), true)
+            .call(
+                Method::POST,
+                start,
+                &HeaderMap::new(),
+                &Payload::Bytes(Vec::new()),
+                true,
+            )
             .await?;
         if resp.status() != StatusCode::ACCEPTED {
             return Err(refused(resp, "POST", start, "202 Accepted").await);

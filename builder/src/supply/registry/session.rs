@@ -60,7 +60,10 @@ impl<'a> Session<'a> {
 
     /// The Authorization value for this repository, asking the registry when not known yet
     /// (or when `renew`, after a 401/403 that may be an expired token).
-    pub(super) async fn authorization(&self, renew: bool) -> Result<Option<HeaderValue>, AttemptError> {
+    pub(super) async fn authorization(
+        &self,
+        renew: bool,
+    ) -> Result<Option<HeaderValue>, AttemptError> {
         if !renew {
             if let Some(a) = self.cached_auth() {
                 return Ok(a);
@@ -320,7 +323,10 @@ pub(super) fn secret_header(v: &str) -> Result<HeaderValue, AttemptError> {
     Ok(h)
 }
 
-pub(super) async fn small_body(resp: reqwest::Response, what: &str) -> Result<Vec<u8>, AttemptError> {
+pub(super) async fn small_body(
+    resp: reqwest::Response,
+    what: &str,
+) -> Result<Vec<u8>, AttemptError> {
     use futures_util::StreamExt;
     let mut out = Vec::new();
     let mut body = resp.bytes_stream();
