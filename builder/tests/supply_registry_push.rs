@@ -260,9 +260,11 @@ fn push_then_skopeo_reads_it_then_sync_back_and_verify() {
     // An unsigned lock in the registry is refused without --allow-unsigned.
     let unsigned = fx.dir.path().join("unsigned");
     std::fs::create_dir_all(&unsigned).unwrap();
-    for f in ["artifacts.lock"] {
-        std::fs::copy(fx.mirror.join(f), unsigned.join(f)).unwrap();
-    }
+    std::fs::copy(
+        fx.mirror.join("artifacts.lock"),
+        unsigned.join("artifacts.lock"),
+    )
+    .unwrap();
     copy_blobs(&fx.mirror, &unsigned);
     let to2 = format!("oci://{}/kiln/unsigned", reg.host);
     let push_unsigned = mirror(

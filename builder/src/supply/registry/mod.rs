@@ -9,112 +9,32 @@
 //! a docker-style file ([`auth`]). The store becomes an OCI image layout ([`layout`]).
 
 pub mod auth;
+mod error;
 pub mod layout;
 pub mod manifest;
 pub mod oci_mirror;
+mod options;
 mod push;
 mod session;
+pub mod target;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde::Serialize;
 
 pub use auth::{CredentialStore, Credentials};
-pub use oci_mirror::{OciTarget, PushSummary};
+pub use error::RegistryError;
+pub use oci_mirror::PushSummary;
+pub use options::{client, RegistryOptions};
+pub use target::OciTarget;
 
-use crate::exit::ExitClass;
 use crate::supply::fetch::{msg, AttemptError, FetchOptions, Reporter};
 use crate::supply::lock_image::Image;
-use crate::supply::store::{Store, StoreError};
+use crate::supply::store::Store;
 use manifest::Parsed;
 use session::Session;
-
-/// How to reach registries.
-#[derive(Debug, Clone, Default)]
-pub struct RegistryOptions {
-    /// Credentials by host.
-    pub credentials: CredentialStore,
-    /// Extra trusted CA certificates (PEM), on top of the built-in roots.
-    pub extra_ca_pem: Option<Vec<u8>>,
-    /// Hosts (`host:port`) spoken to over plain HTTP (loopback test registries).
-    pub plain_http: Vec<String>,
-}
-
-impl RegistryOptions {
-    /// `http` for the hosts named plain-HTTP, else `https`.
-    pub fn scheme(&self, host: &str) -> &'static str {
-        if self.plain_http.iter().any(|h| h == host) {
-            "http"
-        } else {
-            "https"
-        }
-    }
-}
-
-/// Why pulling images failed.
-#[derive(Debug, thiserror::Error)]
-pub enum RegistryError {
-    /// Some images could not be pulled.
-    #[error("{} of {total} images could not be pulled:\n{}", failures.len(), failures.iter().map(|(id, e)| format!("  {id}: {e}")).collect::<Vec<_>>().join("\n"))]
-    Failed {
-        /// Images attempted.
-        total: usize,
-        /// `(image id, last error)` per failed image.
-        failures: Vec<(String, String)>,
-        /// Whether any failure was wrong bytes (a digest or size mismatch).
-        wrong_bytes: bool,
-    },
-    /// Some manifests or blobs could not be pushed.
-    #[error("{} of {total} manifests could not be pushed to {target}:\n{}", failures.len(), failures.iter().map(|(id, e)| format!("  {id}: {e}")).collect::<Vec<_>>().join("\n"))]
-    PushFailed {
-        /// `oci://HOST/REPO`.
-        target: String,
-        /// Manifests attempted.
-        total: usize,
-        /// `(what, last error)` per failure.
-        failures: Vec<(String, String)>,
-        /// Whether the registry found wrong bytes (a damaged local blob).
-        wrong_bytes: bool,
-    },
-    /// The mirror lacks what its lock names; nothing was pushed.
-    #[error("the mirror is incomplete, nothing was pushed (run kiln mirror verify, then kiln mirror sync):\n{}", .0.iter().map(|(id, e)| format!("  {id}: {e}")).collect::<Vec<_>>().join("\n"))]
-    Incomplete(Vec<(String, String)>),
-    /// The lock artifact of a registry mirror could not be read.
-    #[error("reading the mirror's lock from {0}")]
-    LockArtifact(String),
-    /// The overall deadline passed.
-    #[error("pulling images did not finish within its deadline of {0:?}; partial downloads are kept and resume next time")]
-    Deadline(Duration),
-    /// The HTTP client or the options are unusable.
-    #[error("registry client: {0}")]
-    Client(String),
-    /// The store failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-impl RegistryError {
-    /// Wrong bytes exit 3; unreachable registries and the deadline exit 4; the rest 1.
-    pub fn exit_class(&self) -> ExitClass {
-        match self {
-            RegistryError::Failed {
-                wrong_bytes: true, ..
-            } => ExitClass::Verify,
-            RegistryError::PushFailed {
-                wrong_bytes: true, ..
-            } => ExitClass::Verify,
-            RegistryError::Failed { .. }
-            | RegistryError::PushFailed { .. }
-            | RegistryError::LockArtifact(_)
-            | RegistryError::Deadline(_) => ExitClass::Fetch,
-            RegistryError::Client(_) | RegistryError::Store(_) => ExitClass::Failure,
-            RegistryError::Incomplete(_) => ExitClass::Verify,
-        }
-    }
-}
 
 /// What a pull did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -127,23 +47,6 @@ pub struct ImageSummary {
     pub cached: usize,
     /// Bytes received.
     pub transferred: u64,
-}
-
-/// Builds the registry HTTP client: rustls, the extra CA if given, no transparent
-/// decompression (it would change the bytes being hashed).
-pub fn client(ropts: &RegistryOptions, opts: &FetchOptions) -> Result<reqwest::Client, String> {
-    let mut b = reqwest::Client::builder()
-        .connect_timeout(opts.connect_timeout)
-        .user_agent(concat!("kiln/", env!("CARGO_PKG_VERSION")))
-        .no_gzip();
-    if let Some(pem) = &ropts.extra_ca_pem {
-        for cert in reqwest::Certificate::from_pem_bundle(pem)
-            .map_err(|e| format!("the registry CA file is not PEM certificates: {e}"))?
-        {
-            b = b.add_root_certificate(cert);
-        }
-    }
-    b.build().map_err(|e| e.to_string())
 }
 
 /// Pulls every image into `store` and records each in the layout's `index.json`: from each

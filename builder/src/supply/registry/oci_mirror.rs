@@ -20,13 +20,16 @@ use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::json;
 
+use super::error::RegistryError;
+use super::layout;
 use super::manifest::{self, Parsed};
+use super::options::{client, RegistryOptions};
 use super::push::Payload;
 use super::session::Session;
-use super::{client, layout, RegistryError, RegistryOptions};
+use super::target::{artifact_tag, tag_of, OciTarget};
 use crate::supply::fetch::{msg, AttemptError, FetchOptions, Reporter, Summary};
 use crate::supply::lock::{Artifact, Lock};
-use crate::supply::lock_image::{digest_hex, Image, ImageRef};
+use crate::supply::lock_image::{digest_hex, Image};
 use crate::supply::store::{Expect, Store};
 
 /// `artifactType` of a file artifact.
@@ -49,112 +52,24 @@ const EMPTY: &[u8] = b"{}";
 /// The most a lock or its signature may be.
 const MAX_LOCK: u64 = 16 << 20;
 
-/// `oci://HOST[:PORT]/REPO`: a registry repository holding a kiln mirror.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OciTarget {
-    /// `host` or `host:port`.
-    pub host: String,
-    /// The repository.
-    pub repo: String,
-}
-
-impl OciTarget {
-    /// Parses `oci://HOST[:PORT]/REPO` (no tag, no digest).
-    pub fn parse(s: &str) -> Result<OciTarget, String> {
-        let rest = s
-            .strip_prefix("oci://")
-            .ok_or_else(|| format!("{s:?}: expected oci://HOST[:PORT]/REPOSITORY"))?;
-        let r = ImageRef::parse(rest.trim_end_matches('/'))
-            .map_err(|e| format!("{s:?}: expected {e}"))?;
-        if r.tag.is_some() {
-            return Err(format!(
-                "{s:?}: expected oci://HOST[:PORT]/REPOSITORY without a :tag (kiln picks the tags)"
-            ));
-        }
-        Ok(OciTarget {
-            host: r.host,
-            repo: r.repository,
-        })
-    }
-
-    /// Whether `s` names a registry mirror.
-    pub fn is_oci(s: &str) -> bool {
-        s.starts_with("oci://")
-    }
-
-    fn image_ref(&self) -> ImageRef {
-        ImageRef {
-            host: self.host.clone(),
-            repository: self.repo.clone(),
-            tag: None,
-        }
-    }
-
-    fn session<'a>(
-        &self,
-        client: &'a reqwest::Client,
-        ropts: &'a RegistryOptions,
-        opts: &'a FetchOptions,
-    ) -> Session<'a> {
-        Session::new(
-            client,
-            ropts.scheme(&self.host),
-            &self.image_ref(),
-            ropts.credentials.get(&self.host),
-            opts,
-        )
-    }
-
-    /// The URL a node or a bake fetches a blob from (anonymous-pull registries only need this).
-    pub fn blob_url(&self, scheme: &str, sha256_hex: &str) -> String {
-        format!(
-            "{scheme}://{}/v2/{}/blobs/sha256:{sha256_hex}",
-            self.host, self.repo
-        )
-    }
-}
-
-impl std::fmt::Display for OciTarget {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "oci://{}/{}", self.host, self.repo)
-    }
-}
-
-/// Makes a tag (`[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}`) of `parts` joined by `-`: other
-/// characters become `_`; an over-long tag keeps its start and gains a hash of the whole.
-pub fn tag_of(parts: &[&str]) -> String {
-    let joined = parts.join("-");
-    let mut t: String = joined
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "._-".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if t.starts_with(['.', '-']) || t.is_empty() {
-        t.insert(0, '_');
-    }
-    if t.len() > 128 {
-        use sha2::Digest as _;
-        let h = hex::encode(sha2::Sha256::digest(joined.as_bytes()));
-        t.truncate(115);
-        t.push('-');
-        t.push_str(&h[..12]);
-    }
-    t
-}
-
-/// The tag of a file artifact: `<name>-<version>-<os>-<arch>`.
-pub fn artifact_tag(a: &Artifact) -> String {
-    tag_of(&[&a.name, &a.version, a.os.as_str(), a.arch.as_str()])
-}
-
 fn sha256_digest(bytes: &[u8]) -> String {
     use sha2::Digest as _;
     format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
+}
+
+fn session<'a>(
+    target: &OciTarget,
+    client: &'a reqwest::Client,
+    ropts: &'a RegistryOptions,
+    opts: &'a FetchOptions,
+) -> Session<'a> {
+    Session::new(
+        client,
+        ropts.scheme(&target.host),
+        &target.image_ref(),
+        ropts.credentials.get(&target.host),
+        opts,
+    )
 }
 
 /// What to push or pull for one blob.
@@ -426,7 +341,7 @@ pub async fn push_mirror(
     };
 
     let client = client(ropts, opts).map_err(RegistryError::Client)?;
-    let mut session = target.session(&client, ropts, opts);
+    let mut session = session(target, &client, ropts, opts);
     session.push = true;
     let counters = Counters::default();
     let total = units.len() + 1;
@@ -502,7 +417,7 @@ pub async fn fetch_lock(
     dir: &std::path::Path,
 ) -> Result<PathBuf, RegistryError> {
     let client = client(ropts, opts).map_err(RegistryError::Client)?;
-    let session = target.session(&client, ropts, opts);
+    let session = session(target, &client, ropts, opts);
     let failed = |e: String| RegistryError::LockArtifact(format!("{target}:{LOCK_TAG}: {e}"));
     let (bytes, ct) = session
         .manifest_bytes(LOCK_TAG)
@@ -558,7 +473,7 @@ pub async fn pull_artifacts(
     reporter: Arc<dyn Reporter>,
 ) -> Result<Summary, RegistryError> {
     let client = client(ropts, opts).map_err(RegistryError::Client)?;
-    let session = target.session(&client, ropts, opts);
+    let session = session(target, &client, ropts, opts);
     let transferred = AtomicU64::new(0);
     let cached = AtomicUsize::new(0);
     let work = futures_util::stream::iter(artifacts.iter().map(|a| {
@@ -615,48 +530,6 @@ pub async fn pull_artifacts(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tags_follow_the_grammar() {
-        for (parts, want) in [
-            (
-                &["kubelet", "v1.33.1", "linux", "amd64"][..],
-                "kubelet-v1.33.1-linux-amd64",
-            ),
-            (
-                &["cni", "1.0+build/7", "linux", "arm64"][..],
-                "cni-1.0_build_7-linux-arm64",
-            ),
-            (&[".hidden"][..], "_.hidden"),
-            (&["-x"][..], "_-x"),
-            (&[""][..], "_"),
-        ] {
-            assert_eq!(tag_of(parts), want);
-        }
-        let long = "x".repeat(300);
-        let t = tag_of(&[&long]);
-        assert_eq!(t.len(), 128);
-        assert_ne!(t, tag_of(&[&"x".repeat(301)]));
-    }
-
-    #[test]
-    fn targets() {
-        let t = OciTarget::parse("oci://127.0.0.1:5000/kiln/mirror/").unwrap();
-        assert_eq!(
-            (t.host.as_str(), t.repo.as_str()),
-            ("127.0.0.1:5000", "kiln/mirror")
-        );
-        assert_eq!(t.to_string(), "oci://127.0.0.1:5000/kiln/mirror");
-        for bad in [
-            "oci://host-without-dot/repo",
-            "oci://127.0.0.1:5000/Repo",
-            "oci://127.0.0.1:5000/repo:tag",
-            "https://127.0.0.1/repo",
-            "oci://127.0.0.1:5000",
-        ] {
-            assert!(OciTarget::parse(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn artifact_manifests_are_deterministic_oci_artifacts() {
