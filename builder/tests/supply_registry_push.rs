@@ -257,6 +257,56 @@ fn push_then_skopeo_reads_it_then_sync_back_and_verify() {
         out_text(&o)
     );
 
+    // `kiln fetch --mirror oci://…` fills a build cache from the registry mirror: artifacts
+    // by their blob URL, images from the mirror (not their own, now gone, registry).
+    let fetch = |cache: &Path, mirrors: &[&str]| {
+        let mut c = kiln();
+        c.env("DOCKER_CONFIG", fx.dir.path().join("no-docker-config"))
+            .arg("fetch")
+            .arg(fx.mirror.join("artifacts.lock"))
+            .arg("--cache")
+            .arg(cache)
+            .arg("--trusted-key")
+            .arg(&fx.pk)
+            .args(["--backoff-ms", "10", "--attempts", "2"]);
+        for m in mirrors {
+            if m.starts_with("--") || !m.contains('/') {
+                c.arg(m);
+            } else {
+                c.args(["--mirror", m]);
+            }
+        }
+        run(c.args(strs(&auth)))
+    };
+    let cache = fx.dir.path().join("cache");
+    let o = fetch(&cache, &[&to]);
+    assert!(o.status.success(), "{}", out_text(&o));
+    assert!(
+        stdout(&o).contains("fetch: 2 artifacts"),
+        "{}",
+        out_text(&o)
+    );
+    assert!(stdout(&o).contains("fetch: 1 images"), "{}", out_text(&o));
+    assert_eq!(all_blobs_honest(&cache), 2 + 7);
+    // A registry mirror that lacks the artifacts: the next mirror (a directory) delivers.
+    let cache2 = fx.dir.path().join("cache2");
+    let empty = format!("oci://{}/kiln/empty", reg.host);
+    // (Only the file artifacts: images come from a registry, not from a directory.)
+    let o = fetch(
+        &cache2,
+        &[&empty, m, "--name", "kubelet", "--name", "crictl"],
+    );
+    assert!(o.status.success(), "{}", out_text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("trying the next source"),
+        "{}",
+        out_text(&o)
+    );
+    assert!(cache2
+        .join("blobs/sha256")
+        .join(sha256_hex(&fx.arts[0].bytes))
+        .is_file());
+
     // An unsigned lock in the registry is refused without --allow-unsigned.
     let unsigned = fx.dir.path().join("unsigned");
     std::fs::create_dir_all(&unsigned).unwrap();

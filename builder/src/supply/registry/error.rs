@@ -8,10 +8,12 @@ use crate::supply::store::StoreError;
 /// Why pulling images failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
-    /// Some images could not be pulled.
-    #[error("{} of {total} images could not be pulled:\n{}", failures.len(), failures.iter().map(|(id, e)| format!("  {id}: {e}")).collect::<Vec<_>>().join("\n"))]
+    /// Some images (or, from a registry mirror, artifacts) could not be pulled.
+    #[error("{} of {total} {kind} could not be pulled:\n{}", failures.len(), failures.iter().map(|(id, e)| format!("  {id}: {e}")).collect::<Vec<_>>().join("\n"))]
     Failed {
-        /// Images attempted.
+        /// `images` or `artifacts`.
+        kind: &'static str,
+        /// How many were attempted.
         total: usize,
         /// `(image id, last error)` per failed image.
         failures: Vec<(String, String)>,

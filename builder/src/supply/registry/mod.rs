@@ -98,6 +98,7 @@ pub async fn pull_images(
     summary.transferred = transferred.load(Ordering::Relaxed);
     if !failures.is_empty() {
         return Err(RegistryError::Failed {
+            kind: "images",
             total: images.len(),
             failures,
             wrong_bytes,

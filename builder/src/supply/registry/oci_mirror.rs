@@ -514,6 +514,7 @@ pub async fn pull_artifacts(
     if !failures.is_empty() {
         failures.sort();
         return Err(RegistryError::Failed {
+            kind: "artifacts",
             total: artifacts.len(),
             failures,
             wrong_bytes,
