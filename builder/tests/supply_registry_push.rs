@@ -429,6 +429,36 @@ fn a_bad_password_names_the_registry_never_the_password_and_a_damaged_blob_is_re
         "no lock was pushed: {}",
         out_text(&lock)
     );
+
+    // A blob missing from the mirror: named, exit 3, and nothing at all is sent.
+    std::fs::remove_file(&p).unwrap();
+    let to3 = format!("oci://{}/kiln/incomplete", reg.host);
+    let o = mirror(
+        &fx,
+        &[
+            &["push", damaged.to_str().unwrap(), "--to", &to3][..],
+            &strs(&tls_args(&fx, &reg, PASSWORD)),
+        ]
+        .concat(),
+    );
+    let text = out_text(&o);
+    assert_eq!(o.status.code(), Some(3), "{text}");
+    assert!(
+        text.contains("nothing was pushed") && text.contains(&format!("blob {sha} is missing")),
+        "{text}"
+    );
+    let tags = skopeo_tls(
+        &reg,
+        &[
+            "list-tags",
+            &format!("docker://{}/kiln/incomplete", reg.host),
+        ],
+    );
+    assert!(
+        !tags.status.success() || !stdout(&tags).contains("kiln-lock"),
+        "{}",
+        out_text(&tags)
+    );
 }
 
 #[test]
