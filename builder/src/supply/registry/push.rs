@@ -161,11 +161,18 @@ impl Session<'_> {
         if !exists(resp.status(), &url)? {
             return Ok(None);
         }
-        Ok(resp
+        if let Some(d) = resp
             .headers()
             .get(DIGEST_HEADER)
             .and_then(|v| v.to_str().ok())
-            .map(str::to_string))
+        {
+            return Ok(Some(d.to_string()));
+        }
+        // A registry that states no digest on HEAD: read the manifest and hash it.
+        Ok(self.manifest_bytes(reference).await?.map(|(bytes, _)| {
+            use sha2::Digest as _;
+            format!("sha256:{}", hex::encode(sha2::Sha256::digest(&bytes)))
+        }))
     }
 
     /// Reads manifest `reference` (a tag) whole: `(bytes, Content-Type)`, `None` when absent.
