@@ -19,7 +19,7 @@ use crate::supply::registry::{oci_mirror, OciTarget};
 pub struct MirrorPushArgs {
     /// The mirror directory to push (its signed lock says what it holds).
     pub dir: PathBuf,
-    /// The registry repository: oci://HOST[:PORT]/REPOSITORY.
+    /// The registry repository: oci://HOST/REPOSITORY (HOST may carry a :PORT).
     #[arg(long, value_name = "oci://HOST/REPO")]
     pub to: String,
     #[command(flatten)]
