@@ -71,25 +71,33 @@ open(os.path.join(lay, "oci-layout"), "w").write('{"imageLayoutVersion":"1.0.0"}
 open(os.path.join(lay, "index.json"), "w").write(json.dumps({"schemaVersion": 2, "manifests": [
     dict(man, mediaType="application/vnd.oci.image.manifest.v1+json", annotations={"org.opencontainers.image.ref.name": "bench"})]}))
 PY
+quiet_key() { grep -v 'trusting minisign key' >&2 || true; }
 "$kiln" --quiet lock sign "$m/artifacts.lock" --secret-key "$work/keys/b.key" 2> >(quiet_key)
 total=$((files * mib * 1024 * 1024))
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-host=127.0.0.1:$port
-printf 'version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n' \
-  "$work/regdata" "$host" >"$work/reg.yml"
-docker-registry serve "$work/reg.yml" >"$work/reg.log" 2>&1 &
-reg=$!
-for _ in $(seq 200); do curl -fsS "http://$host/v2/" >/dev/null 2>&1 && break; sleep 0.05; done
+# A fresh registry for each round: skopeo remembers where it pushed a blob (its blob-info
+# cache) and mounts it from there instead of uploading, which kiln does not do; an empty
+# registry makes both upload every byte.
+start_reg() { # ROUND
+  if [ -n "$reg" ]; then kill "$reg" 2>/dev/null || true; wait "$reg" 2>/dev/null || true; fi
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  host=127.0.0.1:$port
+  printf 'version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n' \
+    "$work/regdata$1" "$host" >"$work/reg.yml"
+  docker-registry serve "$work/reg.yml" >"$work/reg.log" 2>&1 &
+  reg=$!
+  for _ in $(seq 200); do curl -fsS "http://$host/v2/" >/dev/null 2>&1 && break; sleep 0.05; done
+}
 
 now() { date +%s.%N; }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-quiet_key() { grep -v 'trusting minisign key' >&2 || true; }
 k() { "$kiln" --quiet "$@" --registry-plain-http "$host" --trusted-key "$work/keys/b.pub" 2> >(quiet_key); }
 
-echo "data: $files files x $mib MiB = $((total >> 20)) MiB; registry: docker-registry $(docker-registry --version | awk '{print $3}') on $host"
+echo "data: $files files x $mib MiB = $((total >> 20)) MiB; registry: docker-registry $(docker-registry --version | awk '{print $3}') on 127.0.0.1, a fresh one per round"
 kp=() sp=() rp=() ks=() ss=() rs=() rss=()
 for r in $(seq "$rounds"); do
+  start_reg "$r"
+  rm -rf "$work/regdata$((r - 1))"
   sync
   t0=$(now); k mirror push "$m" --to "oci://$host/bench/kiln$r"; t1=$(now)
   kp+=("$(echo "$t1 - $t0" | bc -l)")
