@@ -5,7 +5,8 @@
 #
 #  1. `kiln mirror push` of a mirror of REG_FILES files x REG_FILE_MIB MiB (random bytes) into
 #     an empty repository, vs `skopeo copy` of one OCI image whose layers are the same files
-#     (same bytes, same number of blobs) into another empty repository;
+#     (same bytes, same number of blobs) into another empty repository (`--preserve-digests`:
+#     skopeo would otherwise gzip uncompressed layers on their way to a registry);
 #  2. the same push again with nothing new (budget: < 1 s), median of 5;
 #  3. `kiln mirror sync --from oci://` into an empty directory (every blob hashed, fsynced,
 #     the lock verified) vs `skopeo copy docker://… dir:` of the image (budget >= 1.0x
@@ -102,7 +103,7 @@ for r in $(seq "$rounds"); do
   t0=$(now); k mirror push "$m" --to "oci://$host/bench/kiln$r"; t1=$(now)
   kp+=("$(echo "$t1 - $t0" | bc -l)")
   sync
-  t0=$(now); skopeo copy --quiet --dest-tls-verify=false "oci:$lay:bench" "docker://$host/bench/skopeo$r:bench"; t1=$(now)
+  t0=$(now); skopeo copy --quiet --preserve-digests --dest-tls-verify=false "oci:$lay:bench" "docker://$host/bench/skopeo$r:bench"; t1=$(now)
   sp+=("$(echo "$t1 - $t0" | bc -l)")
   for _ in 1 2 3 4 5; do
     t0=$(now); k mirror push "$m" --to "oci://$host/bench/kiln$r"; t1=$(now)
