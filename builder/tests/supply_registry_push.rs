@@ -467,26 +467,49 @@ fn wrong_bytes_from_the_registry_are_refused_and_nothing_wrong_is_stored() {
         return;
     }
     let fx = fixture();
-    // A plain registry (pushed to anonymously), read through the token-auth fault proxy.
+    // A plain registry behind the token-auth fault proxy: pushed to and read through it.
     let reg = Registry::start(&fx.dir.path().join("plain"), false);
-    let m = fx.mirror.to_str().unwrap();
-    let o = mirror(
-        &fx,
-        &[
-            "push",
-            m,
-            "--to",
-            &format!("oci://{}/{REPO}", reg.host),
-            "--registry-plain-http",
-            &reg.host,
-        ],
-    );
-    assert!(o.status.success(), "{}", out_text(&o));
     let proxy = registry::Proxy::start(&reg.host);
     let d = fx.dir.path().join("pcreds");
     std::fs::create_dir_all(&d).unwrap();
     let creds = registry::docker_config(&d, &proxy.host(), USER, PASSWORD);
     let from = format!("oci://{}/{REPO}", proxy.host());
+    let m = fx.mirror.to_str().unwrap();
+    let push = |to: &str| {
+        mirror(
+            &fx,
+            &[
+                "push",
+                m,
+                "--to",
+                to,
+                "--registry-auth",
+                creds.to_str().unwrap(),
+                "--registry-plain-http",
+                &proxy.host(),
+            ],
+        )
+    };
+    let o = push(&from);
+    assert!(o.status.success(), "{}", out_text(&o));
+    // The token was asked for with push scope on this repository.
+    assert!(
+        proxy.log().iter().any(|(p, s)| p.starts_with("/token")
+            && p.contains("kiln%2Fmirror%3Apull%2Cpush")
+            && *s == 200),
+        "{:?}",
+        proxy.log()
+    );
+    // An upload Location on another origin is refused: the token does not go there.
+    proxy.fault("/blobs/uploads/", ProxyFault::ForeignLocation);
+    let o = push(&format!("oci://{}/kiln/foreign", proxy.host()));
+    let text = out_text(&o);
+    assert_eq!(o.status.code(), Some(4), "{text}");
+    assert!(text.contains("points to another origin"), "{text}");
+    assert!(
+        !text.contains(PASSWORD) && !text.contains("tok-4c1d-secret"),
+        "{text}"
+    );
     let sync = |to: &Path| {
         mirror(
             &fx,
