@@ -510,6 +510,18 @@ fn wrong_bytes_from_the_registry_are_refused_and_nothing_wrong_is_stored() {
         !text.contains(PASSWORD) && !text.contains("tok-4c1d-secret"),
         "{text}"
     );
+    // A 503 on an upload's POST and on its PUT: retried (the PUT from a new POST), done.
+    let art0 = sha256_hex(&fx.arts[0].bytes);
+    proxy.fault("/kiln/retried/blobs/uploads/", ProxyFault::Status(503));
+    proxy.fault(&format!("digest=sha256%3A{art0}"), ProxyFault::Status(503));
+    let o = push(&format!("oci://{}/kiln/retried", proxy.host()));
+    assert!(o.status.success(), "{}", out_text(&o));
+    assert_eq!(proxy.pending(), 0, "{:?}", proxy.log());
+    assert!(
+        stdout(&o).contains("6 manifests (0 already there)"),
+        "{}",
+        out_text(&o)
+    );
     let sync = |to: &Path| {
         mirror(
             &fx,
