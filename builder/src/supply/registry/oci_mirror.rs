@@ -346,16 +346,11 @@ pub async fn push_mirror(
     let counters = Counters::default();
     let total = units.len() + 1;
     let work = async {
+        let mut errs: Vec<(String, AttemptError)> = Vec::new();
         // The empty config every artifact shares goes first, once (units do not list it).
-        let mut failures: Vec<(String, String)> = Vec::new();
-        let mut wrong = false;
-        let mut note = |what: &str, e: AttemptError, failures: &mut Vec<(String, String)>| {
-            wrong |= matches!(e, AttemptError::Wrong(_));
-            failures.push((what.to_string(), msg(&e)));
-        };
         if let Err(e) = ensure_blob(&session, &empty_blob(), &counters).await {
-            note("the empty config", e, &mut failures);
-            return (failures, wrong);
+            errs.push(("the empty config".into(), e));
+            return errs;
         }
         let results = futures_util::stream::iter(units.iter().map(|u| {
             let (s, c) = (&session, &counters);
@@ -364,21 +359,27 @@ pub async fn push_mirror(
         .buffer_unordered(opts.concurrency.max(1))
         .collect::<Vec<_>>()
         .await;
-        for (u, r) in results {
-            if let Err(e) = r {
-                note(&u.what, e, &mut failures);
-            }
-        }
-        if failures.is_empty() {
+        errs.extend(
+            results
+                .into_iter()
+                .filter_map(|(u, r)| r.err().map(|e| (u.what.clone(), e))),
+        );
+        // The lock last, and only over a complete push.
+        if errs.is_empty() {
             if let Err(e) = push_unit(&session, &lock_unit, &counters).await {
-                note("the lock", e, &mut failures);
+                errs.push(("the lock".into(), e));
             }
         }
-        (failures, wrong)
+        errs
     };
-    let (mut failures, wrong_bytes) = tokio::time::timeout(opts.deadline, work)
+    let errs = tokio::time::timeout(opts.deadline, work)
         .await
         .map_err(|_| RegistryError::Deadline(opts.deadline))?;
+    let wrong_bytes = errs
+        .iter()
+        .any(|(_, e)| matches!(e, AttemptError::Wrong(_)));
+    let mut failures: Vec<(String, String)> =
+        errs.iter().map(|(w, e)| (w.clone(), msg(e))).collect();
     if !failures.is_empty() {
         failures.sort();
         return Err(RegistryError::PushFailed {
