@@ -581,3 +581,45 @@ fn wrong_bytes_from_the_registry_are_refused_and_nothing_wrong_is_stored() {
         assert!(o.status.success(), "{}", out_text(&o));
     }
 }
+
+/// Bad `oci://` command lines are refused before anything is contacted or created.
+#[test]
+fn bad_oci_command_lines_are_refused_before_anything_happens() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |n: &str| dir.path().join(n).display().to_string();
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["push", &d("none"), "--to", "oci://127.0.0.1:9/kiln/m"],
+            "has no artifacts.lock: not a kiln mirror",
+        ),
+        (
+            &["push", &d("none"), "--to", "oci://127.0.0.1:9/kiln/m:tag"],
+            "without a :tag",
+        ),
+        (
+            &["push", &d("none"), "--to", "https://127.0.0.1:9/kiln/m"],
+            "expected oci://HOST[:PORT]/REPOSITORY",
+        ),
+        (
+            &[
+                "sync",
+                "--from",
+                "oci://127.0.0.1:9/kiln/m",
+                "--from",
+                &d("other"),
+                "--to",
+                &d("to"),
+            ],
+            "a registry mirror is synced on its own",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = run(kiln().arg("mirror").args(args));
+        let text = out_text(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {text}");
+        assert!(text.contains(want), "{args:?} wants {want:?}: {text}");
+    }
+    for n in ["none", "other", "to"] {
+        assert!(!dir.path().join(n).exists(), "{n} was created");
+    }
+}

@@ -35,13 +35,14 @@ pub struct MirrorPushArgs {
 pub(crate) fn mirror_push(a: MirrorPushArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let target = OciTarget::parse(&a.to).map_err(|e| anyhow::anyhow!("--to {e}"))?;
-    let mirror = crate::supply::mirror::Mirror::open(&a.dir)?;
-    let lock_path = mirror.lock_path();
+    // Checked before opening: opening a mirror creates its directories.
+    let lock_path = a.dir.join(crate::supply::mirror::LOCK_NAME);
     anyhow::ensure!(
         lock_path.is_file(),
         "{} has no artifacts.lock: not a kiln mirror (fill it with kiln mirror sync first)",
         a.dir.display()
     );
+    let mirror = crate::supply::mirror::Mirror::open(&a.dir)?;
     let (lock, _) = load_lock(&lock_path, &a.trust)?;
     let lock_bytes = std::fs::read(&lock_path)?;
     let sig = match std::fs::read(crate::supply::sign::signature_path(&lock_path)) {
