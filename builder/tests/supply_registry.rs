@@ -8,7 +8,9 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use support::registry::{self, ProxyFault, Registry, TestImage, PASSWORD, USER};
+use support::registry::{
+    self, all_blobs_honest, hex, skopeo, ProxyFault, Registry, TestImage, PASSWORD, USER,
+};
 use support::server::Server;
 use support::*;
 
@@ -58,33 +60,6 @@ fn sync(fx: &Fx, lock: &Path, to: &Path, extra: &[&str]) -> Output {
         .arg("--trusted-key")
         .arg(&fx.pk)
         .args(extra))
-}
-
-fn hex(d: &str) -> &str {
-    d.strip_prefix("sha256:").unwrap()
-}
-
-/// Every blob in `dir` hashes to its name (nothing wrong was ever stored).
-fn all_blobs_honest(dir: &Path) -> usize {
-    let mut n = 0;
-    for e in std::fs::read_dir(dir.join("blobs/sha256")).unwrap() {
-        let e = e.unwrap();
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') {
-            continue;
-        }
-        assert_eq!(
-            sha256_hex(&std::fs::read(e.path()).unwrap()),
-            name,
-            "blob {name} does not hash to its name"
-        );
-        n += 1;
-    }
-    n
-}
-
-fn skopeo(args: &[&str]) -> Output {
-    Command::new("skopeo").args(args).output().unwrap()
 }
 
 #[test]

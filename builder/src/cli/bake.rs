@@ -7,9 +7,11 @@ use anyhow::Context as _;
 use clap::Args;
 
 use crate::bake::{self, manifest, BakeRequest, WriteOptions};
-use crate::cli::common::{default_cache, load_lock, Global, NetArgs, TrustArgs, DEFAULT_LOCK};
+use crate::cli::common::{
+    default_cache, load_lock, Global, NetArgs, RegistryArgs, TrustArgs, DEFAULT_LOCK,
+};
 use crate::cli::fail::classify;
-use crate::cli::fetch::{report_summary, run_fetch_all};
+use crate::cli::fetch::{report_summary, run_fetch_sources};
 use crate::cli::phases::PhaseDisplay;
 use crate::image_def::{Arch, Format, ImageDef, Os};
 use crate::supply::store::Store;
@@ -41,14 +43,21 @@ pub struct BakeArgs {
     /// only with --upstream), verified as `kiln fetch` verifies them.
     #[arg(long)]
     pub fetch: bool,
-    /// With --fetch: a mirror (http(s) URL or directory) to fetch from, tried in order.
-    #[arg(long = "mirror", value_name = "URL|DIR", requires = "fetch")]
+    /// With --fetch: a mirror (http(s) URL, directory or registry mirror oci://HOST/REPO) to
+    /// fetch from, tried in order (oci:// mirrors first).
+    #[arg(
+        long = "mirror",
+        value_name = "URL|DIR|oci://HOST/REPO",
+        requires = "fetch"
+    )]
     pub mirrors: Vec<String>,
     /// With --fetch: fall back to the lock's upstream URLs after the mirrors.
     #[arg(long, requires = "fetch")]
     pub upstream: bool,
     #[command(flatten, next_help_heading = "Fetching (with --fetch)")]
     pub net: NetArgs,
+    #[command(flatten, next_help_heading = "Fetching (with --fetch)")]
+    pub registry: RegistryArgs,
     /// The kiln-firstboot binary to ship (`make firstboot` builds it). Default, by the
     /// image's OS and `--arch`: target/firstboot/kiln-firstboot (linux/amd64),
     /// target/firstboot/arm64/kiln-firstboot (linux/arm64),
@@ -260,13 +269,8 @@ fn fetch_missing(
     arch: Arch,
     global: &Global,
 ) -> anyhow::Result<()> {
-    use crate::supply::fetch::Source;
-    let mut sources: Vec<Source> = a.mirrors.iter().map(|m| Source::mirror(m)).collect();
-    if a.upstream {
-        sources.push(Source::Upstream);
-    }
     anyhow::ensure!(
-        !sources.is_empty(),
+        !a.mirrors.is_empty() || a.upstream,
         "--fetch needs a source: --mirror URL|DIR (or --upstream to allow the lock's upstream URLs)"
     );
     // Only what this definition needs for this architecture, and only what is missing; an
@@ -281,7 +285,15 @@ fn fetch_missing(
     if missing.is_empty() {
         return Ok(());
     }
-    let summary = run_fetch_all(store, &missing, &sources, &a.net, global)?;
+    let summary = run_fetch_sources(
+        store,
+        &missing,
+        &a.mirrors,
+        a.upstream,
+        &a.registry,
+        &a.net,
+        global,
+    )?;
     report_summary("bake --fetch", store_dir, &summary, global);
     Ok(())
 }

@@ -11,6 +11,7 @@ use crate::cli::common::{
 };
 use crate::cli::progress;
 use crate::supply::lock;
+use crate::supply::registry::OciTarget;
 
 /// `kiln fetch`
 #[derive(Debug, Args)]
@@ -21,9 +22,10 @@ pub struct FetchArgs {
     /// The local cache (a store) to fill. Default: $XDG_CACHE_HOME/kiln or ~/.cache/kiln.
     #[arg(long, env = "KILN_CACHE", value_name = "DIR")]
     pub cache: Option<PathBuf>,
-    /// A mirror (http(s) URL or directory), tried in the order given. With any --mirror,
+    /// A mirror (http(s) URL, directory, or a registry mirror oci://HOST/REPO made by `kiln
+    /// mirror push`), tried in the order given (oci:// mirrors first). With any --mirror,
     /// upstream is not contacted unless --upstream is also given.
-    #[arg(long = "mirror", value_name = "URL|DIR")]
+    #[arg(long = "mirror", value_name = "URL|DIR|oci://HOST/REPO")]
     pub mirrors: Vec<String>,
     /// Fall back to the upstream URLs after the mirrors.
     #[arg(long)]
@@ -47,23 +49,25 @@ fn fetch_cmd(a: FetchArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let (lock, _) = load_lock(&a.lock, &a.trust)?;
     let cache = a.cache.clone().unwrap_or_else(default_cache);
     let store = crate::supply::store::Store::open(&cache)?;
-    let mut sources: Vec<crate::supply::fetch::Source> = a
-        .mirrors
-        .iter()
-        .map(|m| crate::supply::fetch::Source::mirror(m))
-        .collect();
-    if sources.is_empty() || a.upstream {
-        sources.push(crate::supply::fetch::Source::Upstream);
-    }
     let artifacts = a.filter.apply(&lock);
-    let summary = run_fetch_all(&store, &artifacts, &sources, &a.net, global)?;
+    let summary = run_fetch_sources(
+        &store,
+        &artifacts,
+        &a.mirrors,
+        a.upstream,
+        &a.registry,
+        &a.net,
+        global,
+    )?;
     report_summary("fetch", &cache, &summary, global);
     let images = a.filter.apply_images(&lock);
-    let upstream = sources.contains(&crate::supply::fetch::Source::Upstream);
+    let oci = first_oci(&a.mirrors)?;
+    let upstream = a.mirrors.is_empty() || a.upstream;
     run_pull_images(
         "fetch",
         &store,
         &images,
+        oci.as_ref(),
         upstream,
         &a.registry,
         &a.net,
@@ -75,10 +79,12 @@ fn fetch_cmd(a: FetchArgs, global: &Global) -> anyhow::Result<ExitCode> {
 /// Pulls the lock's images from their registries into `store` (an OCI image layout) and
 /// reports what was done. Images come only from their registries: without upstream access
 /// (a `--mirror` without `--upstream`) they are named and left out, never silently.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_pull_images(
     what: &str,
     store: &crate::supply::store::Store,
     images: &[lock::Image],
+    from: Option<&OciTarget>,
     upstream: bool,
     registry: &RegistryArgs,
     net: &NetArgs,
@@ -87,7 +93,7 @@ pub(crate) fn run_pull_images(
     if images.is_empty() {
         return Ok(());
     }
-    if !upstream {
+    if !upstream && from.is_none() {
         let names: Vec<String> = images.iter().map(|i| i.id()).collect();
         eprintln!(
             "kiln: {what}: images are pulled from their registries only; add --upstream to pull {}",
@@ -101,6 +107,7 @@ pub(crate) fn run_pull_images(
     let r = rt.block_on(crate::supply::registry::pull_images(
         store,
         images,
+        from,
         &ropts,
         &net.options(),
         reporter.clone(),
@@ -123,6 +130,79 @@ pub(crate) fn run_pull_images(
         );
     }
     Ok(())
+}
+
+/// The first `oci://` mirror among `mirrors`, parsed.
+pub(crate) fn first_oci(mirrors: &[String]) -> anyhow::Result<Option<OciTarget>> {
+    mirrors
+        .iter()
+        .find(|m| OciTarget::is_oci(m))
+        .map(|m| OciTarget::parse(m).map_err(|e| anyhow::anyhow!("--mirror {e}")))
+        .transpose()
+}
+
+/// Fetches `artifacts` from `mirrors` (registry mirrors `oci://…` first, each artifact's blob by
+/// its sha256, then URL and directory mirrors in order) and upstream when `upstream` or when
+/// no mirror is given. What one source could not deliver is asked of the next; the last
+/// source's failure is the error.
+pub(crate) fn run_fetch_sources(
+    store: &crate::supply::store::Store,
+    artifacts: &[lock::Artifact],
+    mirrors: &[String],
+    upstream: bool,
+    registry: &RegistryArgs,
+    net: &NetArgs,
+    global: &Global,
+) -> anyhow::Result<crate::supply::fetch::Summary> {
+    use crate::supply::fetch::Source;
+    let (oci, rest): (Vec<&String>, Vec<&String>) =
+        mirrors.iter().partition(|m| OciTarget::is_oci(m));
+    let mut sources: Vec<Source> = rest.iter().map(|m| Source::mirror(m)).collect();
+    if mirrors.is_empty() || upstream {
+        sources.push(Source::Upstream);
+    }
+    let mut summary = crate::supply::fetch::Summary::default();
+    let mut pending: Vec<lock::Artifact> = artifacts.to_vec();
+    if !oci.is_empty() {
+        let ropts = registry.options()?;
+        let rt = runtime()?;
+        for (i, m) in oci.iter().enumerate() {
+            let target = OciTarget::parse(m).map_err(|e| anyhow::anyhow!("--mirror {e}"))?;
+            let reporter = progress::reporter(global, &pending);
+            let r = rt.block_on(crate::supply::registry::oci_mirror::pull_artifacts(
+                store,
+                &pending,
+                &target,
+                &ropts,
+                &net.options(),
+                reporter.clone(),
+            ));
+            progress::finish(&reporter);
+            match r {
+                Ok(s) => {
+                    summary.cached += s.cached;
+                    summary.transferred += s.transferred;
+                    pending.clear();
+                    break;
+                }
+                Err(e) if i + 1 == oci.len() && sources.is_empty() => return Err(e.into()),
+                Err(e) => {
+                    eprintln!(
+                        "kiln: {target}: {e}\nkiln: trying the next source for what is missing"
+                    );
+                    pending.retain(|a| store.lookup(a).is_none());
+                }
+            }
+        }
+    }
+    if !pending.is_empty() {
+        let s = run_fetch_all(store, &pending, &sources, net, global)?;
+        summary.cached += s.cached;
+        summary.transferred += s.transferred;
+        summary.resumed += s.resumed;
+    }
+    summary.artifacts = artifacts.len();
+    Ok(summary)
 }
 
 pub(crate) fn run_fetch_all(

@@ -1,4 +1,4 @@
-//! `kiln mirror sync|verify|pack|unpack`: keep an air-gapped artifact mirror.
+//! `kiln mirror sync|verify|pack|unpack|push`: keep an air-gapped artifact mirror.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -11,6 +11,7 @@ use crate::cli::common::{
     DEFAULT_LOCK,
 };
 use crate::cli::fetch::{report_summary, run_fetch_all, run_pull_images};
+use crate::supply::registry::OciTarget;
 use crate::supply::sign::{self, Verified};
 
 /// `kiln mirror …`
@@ -24,6 +25,9 @@ pub enum MirrorCommand {
     Pack(MirrorPackArgs),
     /// Unpack a .tar.zst made by `mirror pack` into a mirror, verifying lock and blobs.
     Unpack(MirrorUnpackArgs),
+    /// Push a mirror into an OCI registry repository (oci://HOST/REPO), uploading only what
+    /// the registry lacks.
+    Push(crate::cli::mirror_oci::MirrorPushArgs),
 }
 
 /// `kiln mirror sync`
@@ -32,9 +36,10 @@ pub struct MirrorSyncArgs {
     /// The mirror directory to fill.
     #[arg(long, value_name = "DIR")]
     pub to: PathBuf,
-    /// Another mirror (http(s) URL or directory) to copy from, tried in order. Without --lock,
-    /// the first one's signed lock is used.
-    #[arg(long = "from", value_name = "URL|DIR")]
+    /// Another mirror (http(s) URL or directory) to copy from, tried in order; or one registry
+    /// mirror made by `kiln mirror push` (oci://HOST/REPO). Without --lock, the first one's
+    /// signed lock is used.
+    #[arg(long = "from", value_name = "URL|DIR|oci://HOST/REPO")]
     pub from: Vec<String>,
     /// The lock to mirror (default: the first --from mirror's lock, else images/artifacts.lock).
     #[arg(long)]
@@ -98,6 +103,7 @@ pub fn run_mirror(cmd: MirrorCommand, global: &Global) -> anyhow::Result<ExitCod
         MirrorCommand::Verify(a) => mirror_verify(a, global),
         MirrorCommand::Pack(a) => mirror_pack(a, global),
         MirrorCommand::Unpack(a) => mirror_unpack(a, global),
+        MirrorCommand::Push(a) => crate::cli::mirror_oci::mirror_push(a, global),
     })
 }
 
@@ -211,6 +217,24 @@ async fn get_small(
 const MAX_SMALL_GET: u64 = 16 << 20;
 
 fn mirror_sync(a: MirrorSyncArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    if let Some(oci) = a.from.iter().find(|f| OciTarget::is_oci(f)) {
+        anyhow::ensure!(
+            a.from.len() == 1 && !a.upstream,
+            "--from {oci}: a registry mirror is synced on its own (no other --from, no --upstream)"
+        );
+        return crate::cli::mirror_oci::sync_from_oci(
+            crate::cli::mirror_oci::SyncFromOci {
+                to: &a.to,
+                from: oci,
+                lock: a.lock.as_deref(),
+                filter: &a.filter,
+                net: &a.net,
+                registry: &a.registry,
+                trust: &a.trust,
+            },
+            global,
+        );
+    }
     let staging = tempfile::tempdir()?;
     let lock_path = match (&a.lock, a.from.first()) {
         (Some(l), _) => l.clone(),
@@ -241,6 +265,7 @@ fn mirror_sync(a: MirrorSyncArgs, global: &Global) -> anyhow::Result<ExitCode> {
         "mirror sync",
         mirror.store(),
         &images,
+        None,
         upstream,
         &a.registry,
         &a.net,

@@ -17,6 +17,7 @@ pub mod lock;
 pub mod lock_file;
 pub mod lock_move;
 pub mod mirror;
+pub mod mirror_oci;
 pub mod outdated;
 pub mod phases;
 pub mod plan;

@@ -315,6 +315,8 @@ pub enum ProxyFault {
     TruncateAfter(usize),
     /// Send the right length with every byte inverted.
     WrongBytes,
+    /// Forward with the registry's own `Host`, so an upload `Location` names another origin.
+    ForeignLocation,
 }
 
 #[derive(Default)]
@@ -402,9 +404,11 @@ fn proxy_one(
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut line = String::new();
     reader.read_line(&mut line)?;
+    let method = line.split_whitespace().next().unwrap_or("GET").to_string();
     let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
     let mut fwd = Vec::new();
     let mut auth = None;
+    let mut body_len = 0usize;
     loop {
         let mut h = String::new();
         if reader.read_line(&mut h)? == 0 || h == "\r\n" || h == "\n" {
@@ -415,10 +419,19 @@ fn proxy_one(
             auth = Some(h[h.len() - v.len()..].trim().to_string());
             continue;
         }
-        if lower.starts_with("range:") || lower.starts_with("accept:") {
+        if let Some(v) = lower.strip_prefix("content-length:") {
+            body_len = v.trim().parse().unwrap_or(0);
+        }
+        if lower.starts_with("range:")
+            || lower.starts_with("accept:")
+            || lower.starts_with("content-type:")
+        {
             fwd.push(h.trim_end().to_string());
         }
     }
+    // A push's body (a blob or a manifest) is forwarded whole.
+    let mut body_in = vec![0u8; body_len];
+    reader.read_exact(&mut body_in)?;
     let mut w = conn;
     let reply = |w: &mut TcpStream, status: u16, extra: &str, body: &str| {
         st.log.lock().unwrap().push((path.clone(), status));
@@ -465,16 +478,25 @@ fn proxy_one(
     if let Some(ProxyFault::Status(s)) = fault {
         return reply(&mut w, s, "", "fault\n");
     }
-    // Forward (HTTP/1.0-style: one request, read to EOF).
+    // Forward (HTTP/1.0-style: one request, read to EOF). The registry builds the upload
+    // `Location` from `Host`: the proxy's own address, unless the fault says otherwise.
+    let host = match fault {
+        Some(ProxyFault::ForeignLocation) => upstream.to_string(),
+        _ => me.to_string(),
+    };
     let mut up = TcpStream::connect(upstream)?;
     write!(
         up,
-        "GET {path} HTTP/1.1\r\nHost: {upstream}\r\nConnection: close\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n"
     )?;
     for h in &fwd {
         write!(up, "{h}\r\n")?;
     }
+    if method == "POST" || method == "PUT" || method == "PATCH" {
+        write!(up, "Content-Length: {body_len}\r\n")?;
+    }
     write!(up, "\r\n")?;
+    up.write_all(&body_in)?;
     let mut resp = Vec::new();
     up.read_to_end(&mut resp)?;
     let split = resp
@@ -529,4 +551,33 @@ pub fn store_layout(layout: &Path, store: &Path) {
         )
         .unwrap();
     }
+}
+
+/// The hex of a `sha256:<hex>` digest.
+pub fn hex(d: &str) -> &str {
+    d.strip_prefix("sha256:").unwrap()
+}
+
+/// Every blob in `dir` hashes to its name (nothing wrong was ever stored); returns how many.
+pub fn all_blobs_honest(dir: &Path) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir.join("blobs/sha256")).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        assert_eq!(
+            sha256_hex(&std::fs::read(e.path()).unwrap()),
+            name,
+            "blob {name} does not hash to its name"
+        );
+        n += 1;
+    }
+    n
+}
+
+/// Runs skopeo (an independent OCI client).
+pub fn skopeo(args: &[&str]) -> std::process::Output {
+    Command::new("skopeo").args(args).output().unwrap()
 }

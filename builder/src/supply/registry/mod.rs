@@ -9,73 +9,32 @@
 //! a docker-style file ([`auth`]). The store becomes an OCI image layout ([`layout`]).
 
 pub mod auth;
+mod error;
 pub mod layout;
 pub mod manifest;
+pub mod oci_mirror;
+mod options;
+mod push;
 mod session;
+pub mod target;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde::Serialize;
 
 pub use auth::{CredentialStore, Credentials};
+pub use error::RegistryError;
+pub use oci_mirror::PushSummary;
+pub use options::{client, RegistryOptions};
+pub use target::OciTarget;
 
-use crate::exit::ExitClass;
 use crate::supply::fetch::{msg, AttemptError, FetchOptions, Reporter};
 use crate::supply::lock_image::Image;
-use crate::supply::store::{Store, StoreError};
+use crate::supply::store::Store;
 use manifest::Parsed;
 use session::Session;
-
-/// How to reach registries.
-#[derive(Debug, Clone, Default)]
-pub struct RegistryOptions {
-    /// Credentials by host.
-    pub credentials: CredentialStore,
-    /// Extra trusted CA certificates (PEM), on top of the built-in roots.
-    pub extra_ca_pem: Option<Vec<u8>>,
-    /// Hosts (`host:port`) spoken to over plain HTTP (loopback test registries).
-    pub plain_http: Vec<String>,
-}
-
-/// Why pulling images failed.
-#[derive(Debug, thiserror::Error)]
-pub enum RegistryError {
-    /// Some images could not be pulled.
-    #[error("{} of {total} images could not be pulled:\n{}", failures.len(), failures.iter().map(|(id, e)| format!("  {id}: {e}")).collect::<Vec<_>>().join("\n"))]
-    Failed {
-        /// Images attempted.
-        total: usize,
-        /// `(image id, last error)` per failed image.
-        failures: Vec<(String, String)>,
-        /// Whether any failure was wrong bytes (a digest or size mismatch).
-        wrong_bytes: bool,
-    },
-    /// The overall deadline passed.
-    #[error("pulling images did not finish within its deadline of {0:?}; partial downloads are kept and resume next time")]
-    Deadline(Duration),
-    /// The HTTP client or the options are unusable.
-    #[error("registry client: {0}")]
-    Client(String),
-    /// The store failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-impl RegistryError {
-    /// Wrong bytes exit 3; unreachable registries and the deadline exit 4; the rest 1.
-    pub fn exit_class(&self) -> ExitClass {
-        match self {
-            RegistryError::Failed {
-                wrong_bytes: true, ..
-            } => ExitClass::Verify,
-            RegistryError::Failed { .. } | RegistryError::Deadline(_) => ExitClass::Fetch,
-            RegistryError::Client(_) | RegistryError::Store(_) => ExitClass::Failure,
-        }
-    }
-}
 
 /// What a pull did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -90,27 +49,12 @@ pub struct ImageSummary {
     pub transferred: u64,
 }
 
-/// Builds the registry HTTP client: rustls, the extra CA if given, no transparent
-/// decompression (it would change the bytes being hashed).
-pub fn client(ropts: &RegistryOptions, opts: &FetchOptions) -> Result<reqwest::Client, String> {
-    let mut b = reqwest::Client::builder()
-        .connect_timeout(opts.connect_timeout)
-        .user_agent(concat!("kiln/", env!("CARGO_PKG_VERSION")))
-        .no_gzip();
-    if let Some(pem) = &ropts.extra_ca_pem {
-        for cert in reqwest::Certificate::from_pem_bundle(pem)
-            .map_err(|e| format!("the registry CA file is not PEM certificates: {e}"))?
-        {
-            b = b.add_root_certificate(cert);
-        }
-    }
-    b.build().map_err(|e| e.to_string())
-}
-
-/// Pulls every image into `store` and records each in the layout's `index.json`.
+/// Pulls every image into `store` and records each in the layout's `index.json`: from each
+/// image's own registry, or, with `from`, from a kiln mirror in a registry (roots as blobs).
 pub async fn pull_images(
     store: &Store,
     images: &[Image],
+    from: Option<&OciTarget>,
     ropts: &RegistryOptions,
     opts: &FetchOptions,
     reporter: Arc<dyn Reporter>,
@@ -122,7 +66,17 @@ pub async fn pull_images(
     let mut wrong_bytes = false;
     let work = async {
         for img in images {
-            let r = pull_one(&client, store, img, ropts, opts, &*reporter, &transferred).await;
+            let r = pull_one(
+                &client,
+                store,
+                img,
+                from,
+                ropts,
+                opts,
+                &*reporter,
+                &transferred,
+            )
+            .await;
             match r {
                 Ok((blobs, cached)) => {
                     summary.images += 1;
@@ -144,6 +98,7 @@ pub async fn pull_images(
     summary.transferred = transferred.load(Ordering::Relaxed);
     if !failures.is_empty() {
         return Err(RegistryError::Failed {
+            kind: "images",
             total: images.len(),
             failures,
             wrong_bytes,
@@ -153,22 +108,33 @@ pub async fn pull_images(
 }
 
 /// Pulls one image; returns (blobs it has, blobs that were already present).
+#[allow(clippy::too_many_arguments)]
 async fn pull_one(
     client: &reqwest::Client,
     store: &Store,
     img: &Image,
+    from: Option<&OciTarget>,
     ropts: &RegistryOptions,
     opts: &FetchOptions,
     reporter: &dyn Reporter,
     transferred: &AtomicU64,
 ) -> Result<(usize, usize), AttemptError> {
-    let r = img.image_ref().map_err(AttemptError::Fatal)?;
-    let scheme = if ropts.plain_http.iter().any(|h| h == &r.host) {
-        "http"
-    } else {
-        "https"
+    let r = match from {
+        Some(t) => crate::supply::lock_image::ImageRef {
+            host: t.host.clone(),
+            repository: t.repo.clone(),
+            tag: None,
+        },
+        None => img.image_ref().map_err(AttemptError::Fatal)?,
     };
-    let session = Session::new(client, scheme, &r, ropts.credentials.get(&r.host), opts);
+    let mut session = Session::new(
+        client,
+        ropts.scheme(&r.host),
+        &r,
+        ropts.credentials.get(&r.host),
+        opts,
+    );
+    session.root_from_blobs = from.is_some();
     let mut blobs = 0;
     let mut cached = 0;
     let root_hex = hex_of(&img.digest)?;

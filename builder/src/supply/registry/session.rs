@@ -17,14 +17,20 @@ use crate::supply::store::{Expect, Store};
 const MAX_SMALL: usize = 1 << 20;
 
 pub(super) struct Session<'a> {
-    client: &'a reqwest::Client,
-    base: String,
-    host: String,
-    repo: String,
+    pub(super) client: &'a reqwest::Client,
+    pub(super) base: String,
+    pub(super) host: String,
+    pub(super) repo: String,
     creds: Option<&'a Credentials>,
-    opts: &'a FetchOptions,
+    pub(super) opts: &'a FetchOptions,
     // `None`: not asked yet; `Some(None)`: anonymous; `Some(Some(v))`: this Authorization.
     auth: Mutex<Option<Option<HeaderValue>>>,
+    /// Ask for `pull,push` scope (a `kiln mirror push`), not `pull`.
+    pub(super) push: bool,
+    /// An image's root (index or manifest) is read from the blobs endpoint: a kiln mirror in
+    /// a registry carries the index as a blob (its platforms are not all there; see
+    /// `docs/mirror.md`).
+    pub(super) root_from_blobs: bool,
 }
 
 impl<'a> Session<'a> {
@@ -43,6 +49,8 @@ impl<'a> Session<'a> {
             creds,
             opts,
             auth: Mutex::new(None),
+            push: false,
+            root_from_blobs: false,
         }
     }
 
@@ -52,7 +60,10 @@ impl<'a> Session<'a> {
 
     /// The Authorization value for this repository, asking the registry when not known yet
     /// (or when `renew`, after a 401/403 that may be an expired token).
-    async fn authorization(&self, renew: bool) -> Result<Option<HeaderValue>, AttemptError> {
+    pub(super) async fn authorization(
+        &self,
+        renew: bool,
+    ) -> Result<Option<HeaderValue>, AttemptError> {
         if !renew {
             if let Some(a) = self.cached_auth() {
                 return Ok(a);
@@ -119,7 +130,12 @@ impl<'a> Session<'a> {
                     if let Some(s) = &service {
                         q.append_pair("service", s);
                     }
-                    let scope = scope.unwrap_or_else(|| format!("repository:{}:pull", self.repo));
+                    // A push needs `pull,push` on this repository whatever `/v2/` suggested.
+                    let scope = match scope {
+                        Some(s) if !self.push => s,
+                        _ if self.push => format!("repository:{}:pull,push", self.repo),
+                        _ => format!("repository:{}:pull", self.repo),
+                    };
                     q.append_pair("scope", &scope);
                 }
                 // Credentials go to the token endpoint only over TLS or to the registry's own
@@ -205,7 +221,7 @@ impl<'a> Session<'a> {
     }
 
     /// Downloads one URL into the store as `expect`, renewing the token once on 401/403.
-    async fn get_into(
+    pub(super) async fn get_into(
         &self,
         store: &Store,
         expect: &Expect,
@@ -268,7 +284,12 @@ impl<'a> Session<'a> {
             exact: size.is_some(),
             what: format!("{}/{}@{digest}", self.host, self.repo),
         };
-        let url = format!("{}/v2/{}/manifests/{digest}", self.base, self.repo);
+        let endpoint = if self.root_from_blobs && size.is_none() {
+            "blobs"
+        } else {
+            "manifests"
+        };
+        let url = format!("{}/v2/{}/{endpoint}/{digest}", self.base, self.repo);
         self.get_into(store, &expect, &url, true, reporter, transferred)
             .await
     }
@@ -294,7 +315,7 @@ impl<'a> Session<'a> {
 }
 
 /// An Authorization value marked sensitive (kept out of reqwest's and hyper's debug output).
-fn secret_header(v: &str) -> Result<HeaderValue, AttemptError> {
+pub(super) fn secret_header(v: &str) -> Result<HeaderValue, AttemptError> {
     let mut h = HeaderValue::from_str(v).map_err(|_| {
         AttemptError::Fatal("a credential holds characters an HTTP header cannot carry".into())
     })?;
@@ -302,7 +323,10 @@ fn secret_header(v: &str) -> Result<HeaderValue, AttemptError> {
     Ok(h)
 }
 
-async fn small_body(resp: reqwest::Response, what: &str) -> Result<Vec<u8>, AttemptError> {
+pub(super) async fn small_body(
+    resp: reqwest::Response,
+    what: &str,
+) -> Result<Vec<u8>, AttemptError> {
     use futures_util::StreamExt;
     let mut out = Vec::new();
     let mut body = resp.bytes_stream();
