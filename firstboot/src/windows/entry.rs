@@ -37,6 +37,11 @@ pub fn main(args: &[String]) -> Option<u8> {
                     }
                     Err(e) => return Some(fail(e, 1)),
                 }
+                // The Application log source kiln-firstboot reports its status under.
+                #[cfg(windows)]
+                if let Err(e) = super::eventlog::register_source() {
+                    return Some(fail(e, 1));
+                }
                 match install(scm.as_mut(), &specs) {
                     Ok(done) => {
                         for (name, how) in done {
@@ -50,6 +55,10 @@ pub fn main(args: &[String]) -> Option<u8> {
                 }
             } else {
                 let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+                #[cfg(windows)]
+                if let Err(e) = super::eventlog::unregister_source() {
+                    return Some(fail(e, 1));
+                }
                 match uninstall(scm.as_mut(), &names) {
                     Ok(removed) => {
                         redact::print(&r.redact(&format!(

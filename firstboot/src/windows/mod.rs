@@ -6,6 +6,7 @@
 #[cfg(windows)]
 pub mod dispatch;
 pub mod entry;
+pub mod eventlog;
 #[cfg(windows)]
 pub mod firmware;
 pub mod health;
