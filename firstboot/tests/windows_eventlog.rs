@@ -296,3 +296,102 @@ fn status_text_leads_with_the_result_and_fits_report_event() {
     let t = status_text(Some("X"), &long, "KILN-STATUS {}");
     assert!(t.len() <= 31_000 && t.starts_with("kiln-firstboot: result=failure"));
 }
+
+/// Under Wine: the calls themselves. Wine 8's `ReadEventLogW` is a stub that finds no record
+/// and its `ReportEventW` only prints the strings on its `eventlog` debug channel
+/// (dlls/advapi32/eventlog.c); docs/windows.md says what that leaves untested.
+#[cfg(windows)]
+mod wine {
+    use std::path::PathBuf;
+    use std::process::Command;
+
+    use kiln_firstboot::diagnose::{self, ReportOptions};
+    use kiln_firstboot::windows::eventlog::{self, SOURCE_KEY};
+    use kiln_firstboot::Reason;
+
+    const EXE: &str = env!("CARGO_BIN_EXE_kiln-firstboot");
+    /// What a log without records gives, which is all Wine 8's `ReadEventLogW` returns.
+    const UNAVAILABLE: &str = "event log unavailable: ReadEventLogW(System) found no record at all (Windows error 38, end of log), not even this boot's EventLog 6005";
+
+    fn temp_root(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "kiln-evt-{tag}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn an_unreadable_event_log_is_a_note_in_the_diagnosis_not_a_failure() {
+        assert_eq!(
+            eventlog::this_boot(&["kubelet.service"]).unwrap_err(),
+            UNAVAILABLE
+        );
+        let mut opts = ReportOptions::new(&temp_root("diag"));
+        opts.kubelet_unit = "kiln-no-such-kubelet.service".into();
+        opts.containerd_unit = "kiln-no-such-containerd.service".into();
+        let lines = diagnose::read_logs(&opts);
+        assert_eq!(lines, [format!("eventlog: {UNAVAILABLE}")]);
+        // The rest of the diagnosis goes on and keeps the note in its log.
+        let d = diagnose::diagnose(&opts);
+        assert_eq!(d.reason, Reason::JoinTimeout);
+        assert_eq!(d.log, lines);
+    }
+
+    #[test]
+    fn the_final_status_goes_through_report_event() {
+        // Wine's RegisterEventSourceW hands out a handle and its ReportEventW takes the event.
+        eventlog::report(false, "kiln-firstboot: result=failure reason=TEST").unwrap();
+        eventlog::report(true, "kiln-firstboot: result=success").unwrap();
+        let root = temp_root("run");
+        let out = Command::new(EXE)
+            .args(["run", "--provider", "none", "--no-start", "--deadline", "5"])
+            .arg("--root")
+            .arg(&root)
+            .arg("--console")
+            .arg(root.join("console.log"))
+            // Wine prints an error event's text on its `eventlog` channel, to the Unix stderr
+            // it inherited (the suite's log, not `out`): `err:eventlog:ReportEventW L"…"`.
+            .env("WINEDEBUG", "-all,+eventlog")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{stderr}");
+        assert!(stderr.contains("CONFIG_MISSING"), "{stderr}");
+        // A failed RegisterEventSourceW/ReportEventW would be a warning here.
+        assert!(!stderr.contains("event log"), "{stderr}");
+    }
+
+    fn source_value(name: &str) -> Option<String> {
+        let out = Command::new("reg")
+            .args(["query", &format!("HKLM\\{SOURCE_KEY}"), "/v", name])
+            .output()
+            .expect("run reg.exe");
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    #[test]
+    fn install_registers_the_application_log_source_and_uninstall_removes_it() {
+        eventlog::register_source().unwrap();
+        let file = source_value("EventMessageFile").expect("EventMessageFile");
+        assert!(
+            file.contains("REG_EXPAND_SZ")
+                && file.contains(r"%SystemRoot%\System32\EventCreate.exe"),
+            "{file}"
+        );
+        let types = source_value("TypesSupported").expect("TypesSupported");
+        assert!(types.trim_end().ends_with("0x7"), "{types}");
+        // Again: an update in place, not an error.
+        eventlog::register_source().unwrap();
+        eventlog::unregister_source().unwrap();
+        assert_eq!(source_value("EventMessageFile"), None);
+        eventlog::unregister_source().unwrap();
+    }
+}

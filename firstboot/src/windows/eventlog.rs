@@ -311,8 +311,12 @@ mod calls {
         now.saturating_sub(up + 1) as u32
     }
 
-    /// The records of `log` written since `since`, newest first, at most [`READ_CAP`] bytes.
-    fn read_since(log: &str, since: u32) -> Result<Vec<EventRecord>, String> {
+    /// The records of `log` written this boot, newest first: those after the newest EventLog
+    /// 6005 ("The Event log service was started", written at every start), or, without one,
+    /// those since the clock's boot time; at most [`READ_CAP`] bytes are read. A log that
+    /// yields no record at all cannot be the System log of a running Windows (it holds at
+    /// least that 6005): an error.
+    fn read_this_boot(log: &str) -> Result<Vec<EventRecord>, String> {
         let name = wide(log);
         // SAFETY: a null server is the local machine; the name is NUL-terminated.
         let h = unsafe { OpenEventLogW(null(), name.as_ptr()) };
@@ -322,8 +326,10 @@ mod calls {
                 last_error()
             ));
         }
+        let since = boot_time();
         let mut buf = vec![0u8; 64 * 1024];
-        let (mut out, mut total) = (Vec::new(), 0);
+        let (mut out, mut total, mut seen) = (Vec::new(), 0, 0);
+        let (mut boundary, mut found) = (false, false);
         let result = loop {
             let (mut read, mut needed) = (0u32, 0u32);
             // SAFETY: h is open; buf is writable for its length, which is passed.
@@ -340,6 +346,12 @@ mod calls {
             };
             if ok == 0 {
                 match last_error() {
+                    ERROR_HANDLE_EOF if seen == 0 => {
+                        break Err(format!(
+                            "ReadEventLogW({log}) found no record at all (Windows error 38, end of \
+                             log), not even this boot's EventLog 6005"
+                        ))
+                    }
                     ERROR_HANDLE_EOF => break Ok(()),
                     ERROR_INSUFFICIENT_BUFFER if (needed as usize) <= READ_CAP => {
                         buf.resize(needed as usize, 0);
@@ -354,15 +366,27 @@ mod calls {
                 Err(e) => break Err(format!("{log} log: {e}")),
             };
             total += n;
-            let before_boot = recs.iter().any(|r| r.time_generated < since);
-            out.extend(recs.into_iter().filter(|r| r.time_generated >= since));
-            if before_boot || total >= READ_CAP || n == 0 {
+            seen += recs.len();
+            for r in recs {
+                // Older than a day before the clock's boot time is an earlier boot for sure.
+                found = r.source == "EventLog" && r.event_id == 6005;
+                boundary = found || u64::from(r.time_generated) + 86_400 < u64::from(since);
+                if boundary {
+                    break;
+                }
+                out.push(r);
+            }
+            if boundary || total >= READ_CAP || n == 0 {
                 break Ok(());
             }
         };
         // SAFETY: h was opened above and is closed once.
         unsafe { CloseEventLog(h) };
-        result.map(|()| out)
+        result?;
+        if !found {
+            out.retain(|r| r.time_generated >= since);
+        }
+        Ok(out)
     }
 
     /// The SCM's failure events of this boot for `units` (unit names as the image names
@@ -385,10 +409,9 @@ mod calls {
                 }
             })
             .collect();
-        let since = boot_time();
         let records =
-            read_since("System", since).map_err(|e| format!("event log unavailable: {e}"))?;
-        Ok(scm_events(&records, &watched, since))
+            read_this_boot("System").map_err(|e| format!("event log unavailable: {e}"))?;
+        Ok(scm_events(&records, &watched, 0))
     }
 
     /// Writes `text` to the Application log as kiln-firstboot's event
