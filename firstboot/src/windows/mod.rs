@@ -15,6 +15,7 @@ pub mod kubelet;
 pub mod kvp;
 #[cfg(windows)]
 pub mod scm;
+pub mod task;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
