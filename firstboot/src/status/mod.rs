@@ -299,19 +299,7 @@ impl Reporter {
         line.push_str(self.buf.trim_end());
         self.console.line(&self.redactor.redact(&line));
         #[cfg(windows)]
-        {
-            use crate::windows::eventlog;
-            let text = eventlog::status_text(self.reason.map(|r| r.code()), &self.message, &line);
-            if let Err(e) =
-                eventlog::report(self.reason.is_none(), self.redactor.redact(&text).as_str())
-            {
-                redact::eprint(
-                    &self
-                        .redactor
-                        .redact(&format!("kiln-firstboot: warning: {e}")),
-                );
-            }
-        }
+        crate::windows::eventlog::publish(self.reason, &self.message, &line, &self.redactor);
         if let Some((p, to)) = &self.report_back {
             let json = self.redactor.redact(self.buf.trim_end());
             if let Err(err) = provider::source(*p).report_back(to, &json) {

@@ -239,6 +239,21 @@ pub fn status_text(reason: Option<&str>, message: &str, status_line: &str) -> St
 #[cfg(windows)]
 pub use calls::{register_source, report, this_boot, unregister_source};
 
+/// Writes a final status to the Application log ([`status_text`], redacted); a failure is a
+/// warning on stderr, never a failed run.
+#[cfg(windows)]
+pub fn publish(
+    reason: Option<crate::Reason>,
+    message: &str,
+    status_line: &str,
+    redactor: &crate::redact::Redactor,
+) {
+    let text = status_text(reason.map(|r| r.code()), message, status_line);
+    if let Err(e) = report(reason.is_none(), redactor.redact(&text).as_str()) {
+        crate::redact::eprint(&redactor.redact(&format!("kiln-firstboot: warning: {e}")));
+    }
+}
+
 #[cfg(windows)]
 mod calls {
     use std::ffi::c_void;
