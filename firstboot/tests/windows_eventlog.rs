@@ -161,51 +161,11 @@ fn broken_records_are_errors_naming_the_offset() {
 #[test]
 fn scm_failures_of_this_boot_become_lines_and_restarts() {
     let since = 1_700_000_000;
+    // Newest first, as ReadEventLogW reads backwards.
     let recs: Vec<EventRecord> = [
-        // Before this boot: ignored.
-        crash_7031(1, since - 5, "Kubernetes kubelet", &[]),
-        // Named by display name, by service name in the data, and by service name.
-        crash_7031(2, since + 10, "Kubernetes kubelet", &[]),
-        crash_7031(
-            3,
-            since + 20,
-            "Some Display Name Windows Localized",
-            &utf16z("KUBELET/4"),
-        ),
-        record(
-            4,
-            since + 30,
-            0xC000_1B7A,
-            SCM_SOURCE,
-            &["kubelet", "3"],
-            &[],
-        ),
-        // 7000 names containerd; 7009 names the service in its second string.
-        record(
-            5,
-            since + 5,
-            0xC000_1B58,
-            SCM_SOURCE,
-            &["containerd container runtime", "%%1053"],
-            &[],
-        ),
-        record(
-            6,
-            since + 6,
-            0xC000_1B61,
-            SCM_SOURCE,
-            &["30000", "containerd"],
-            &[],
-        ),
         // Not failures, not the SCM, or another service: ignored.
-        record(
-            7,
-            since + 40,
-            7036,
-            SCM_SOURCE,
-            &["Kubernetes kubelet", "running"],
-            &[],
-        ),
+        crash_7031(10, since + 43, "kubelet-extra", &utf16z("kubelet-extra/4")),
+        crash_7031(9, since + 42, "Print Spooler", &utf16z("Spooler/4")),
         record(
             8,
             since + 41,
@@ -214,8 +174,49 @@ fn scm_failures_of_this_boot_become_lines_and_restarts() {
             &["Kubernetes kubelet"],
             &[],
         ),
-        crash_7031(9, since + 42, "Print Spooler", &utf16z("Spooler/4")),
-        crash_7031(10, since + 43, "kubelet-extra", &utf16z("kubelet-extra/4")),
+        record(
+            7,
+            since + 40,
+            7036,
+            SCM_SOURCE,
+            &["Kubernetes kubelet", "running"],
+            &[],
+        ),
+        // Named by service name, by service name in the data, and by display name.
+        record(
+            6,
+            since + 30,
+            0xC000_1B7A,
+            SCM_SOURCE,
+            &["kubelet", "3"],
+            &[],
+        ),
+        crash_7031(
+            5,
+            since + 20,
+            "Some Display Name Windows Localized",
+            &utf16z("KUBELET/4"),
+        ),
+        crash_7031(4, since + 10, "Kubernetes kubelet", &[]),
+        // 7009 names the service in its second string; 7000 names containerd.
+        record(
+            3,
+            since + 6,
+            0xC000_1B61,
+            SCM_SOURCE,
+            &["30000", "containerd"],
+            &[],
+        ),
+        record(
+            2,
+            since + 5,
+            0xC000_1B58,
+            SCM_SOURCE,
+            &["containerd container runtime", "%%1053"],
+            &[],
+        ),
+        // Before this boot: ignored.
+        crash_7031(1, since - 5, "Kubernetes kubelet", &[]),
     ]
     .iter()
     .flat_map(|r| parse_records(r).unwrap())

@@ -181,13 +181,13 @@ impl ScmEvents {
     }
 }
 
-/// Picks the watched services' failure events out of `records` (any order).
+/// Picks the watched services' failure events out of `records`, newest first as
+/// `ReadEventLogW` reads backwards.
 pub fn scm_events(records: &[EventRecord], watched: &[Watched<'_>], since: u32) -> ScmEvents {
-    let mut recs: Vec<&EventRecord> = records
+    let recs = records
         .iter()
-        .filter(|r| r.time_generated >= since && r.source == SCM_SOURCE)
-        .collect();
-    recs.sort_by_key(|r| (r.time_generated, r.record_number));
+        .rev()
+        .filter(|r| r.time_generated >= since && r.source == SCM_SOURCE);
     let mut out = ScmEvents {
         restarts: watched.iter().map(|w| (w.unit.to_string(), 0)).collect(),
         ..ScmEvents::default()
@@ -408,7 +408,7 @@ mod calls {
     /// them); an error reads `event log unavailable: …`.
     pub fn this_boot(units: &[&str]) -> Result<ScmEvents, String> {
         let specs = super::super::node_services(std::path::Path::new(r"C:\k"), "C:\\".as_ref());
-        let watched: Vec<Watched> = units
+        let watched: Vec<Watched<'_>> = units
             .iter()
             .filter(|u| !u.is_empty())
             .map(|&unit| {
