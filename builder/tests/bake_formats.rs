@@ -178,6 +178,7 @@ fn windows_zip_has_the_c_k_layout_and_pe_binaries() {
         "k/kiln/image.env",
         "k/kiln/max-pods.map",
         "k/kiln/kubelet-config.yaml",
+        "k/kiln/kiln-report.xml",
     ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }

@@ -250,10 +250,15 @@ pub struct Diagnosis {
 pub fn unit_states(opts: &ReportOptions) -> Vec<UnitState> {
     #[cfg(windows)]
     {
+        // The SCM keeps no restart count; its 7031 events in the System log are one each.
         let units = [opts.kubelet_unit.as_str(), opts.containerd_unit.as_str()];
+        let events = crate::windows::eventlog::this_boot(&units).ok();
         crate::windows::health::query(&units, &|m| warn(opts, m))
             .iter()
-            .map(|(name, r)| UnitState::from_service(name, r))
+            .map(|(name, r)| UnitState {
+                restarts: events.as_ref().and_then(|e| e.restarts_of(name)),
+                ..UnitState::from_service(name, r)
+            })
             .collect()
     }
     #[cfg(not(windows))]
@@ -305,6 +310,12 @@ pub fn kubelet_state(opts: &ReportOptions) -> Option<UnitState> {
 /// source (`kubelet: …`), oldest first.
 pub fn read_logs(opts: &ReportOptions) -> Vec<String> {
     let mut lines = Vec::new();
+    // Windows: the SCM's failure events of this boot, or why the event log could not be read.
+    #[cfg(windows)]
+    match crate::windows::eventlog::this_boot(&[&opts.kubelet_unit, &opts.containerd_unit]) {
+        Ok(e) => push_labelled(&mut lines, "eventlog", &e.lines.join("\n"), &opts.redactor),
+        Err(note) => push_labelled(&mut lines, "eventlog", &note, &opts.redactor),
+    }
     if let Some(journalctl) = &opts.journalctl {
         let n = opts.journal_lines.to_string();
         for unit in [&opts.kubelet_unit, &opts.containerd_unit] {

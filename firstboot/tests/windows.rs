@@ -641,3 +641,35 @@ fn azure_status_lands_in_the_hyper_v_guest_pool() {
     // Nothing is written at the Linux pool's place.
     assert!(!root.join("var").exists());
 }
+
+/// Issue 17 asks to see a recovery action restart a service under Wine. Wine's SCM does not
+/// implement failure actions: `svcctl_ChangeServiceConfig2W` (programs/services/rpc.c) only
+/// logs a FIXME for `SERVICE_CONFIG_FAILURE_ACTIONS` and stores nothing, so nothing could
+/// restart the service, and nothing lands where Windows keeps the actions (the `FailureActions`
+/// value of the service's key). This records that blocker where it shows: when a Wine that
+/// stores the actions arrives, this fails, and the restart can be observed instead.
+#[test]
+fn wines_scm_stores_no_failure_actions_so_no_restart_can_be_observed() {
+    let tag = format!("kilnfa{}", std::process::id());
+    let mut specs: Vec<windows::ServiceSpec> = node_services(Path::new("C:\\k"), Path::new("C:\\"))
+        .into_iter()
+        .filter(|s| s.name == "kubelet")
+        .collect();
+    private(&mut specs, &tag);
+    specs[0].dependencies.clear();
+    assert!(!specs[0].restart_after_ms.is_empty());
+    let mut scm = Scm::open().unwrap();
+    let _ = windows::uninstall(&mut scm, &[specs[0].name.as_str()]);
+    // Wine accepts the call (install succeeds) ...
+    windows::install(&mut scm, &specs).unwrap();
+    let actions = service_value(&specs[0].name, "FailureActions");
+    // ... kiln's own fallback value is there ...
+    let flag = service_value(&specs[0].name, "FailureActionsOnNonCrashFailures");
+    let _ = windows::uninstall(&mut scm, &[specs[0].name.as_str()]);
+    assert!(flag.is_some_and(|v| v.trim_end().ends_with("0x1")));
+    // ... but the actions themselves are kept nowhere.
+    assert_eq!(
+        actions, None,
+        "Wine now stores failure actions: test the restart itself"
+    );
+}

@@ -139,6 +139,11 @@ impl Layer {
         self.add_registries(def, lock_keys, "k/containerd/certs.d", |p| {
             format!("C:\\{}", p.replace('/', "\\"))
         })?;
+        self.add_text(
+            "k/kiln/kiln-report.xml",
+            units::KILN_REPORT_TASK.into(),
+            Origin::Kiln("task".into()),
+        )?;
         if let Some(env) = render::containerd_env_windows(def) {
             self.add_text(
                 "k/containerd/containerd.env",

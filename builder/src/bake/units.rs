@@ -95,6 +95,59 @@ Unit=kiln-report.service
 WantedBy=timers.target
 ";
 
+/// `C:\k\kiln\kiln-report.xml`: the Windows side of `kiln-report.timer` and kubelet's
+/// `OnFailure=`, a Task Scheduler task `kiln-firstboot install` registers as `kiln-report`
+/// (`schtasks /Create /XML`). It runs `kiln-firstboot report --quiet` as SYSTEM 30 s after boot
+/// and every minute after (Task Scheduler's shortest repetition), and whenever the Service
+/// Control Manager logs that the kubelet service (display name `Kubernetes kubelet`, as
+/// `kiln-firstboot install` registers it) stopped with an error or crashed (System log events
+/// 7023, 7024, 7031, 7034). Operators see it in Task Scheduler; its last run result is
+/// `report`'s exit code. ASCII only, declared UTF-8: `schtasks` reads a file without a
+/// byte-order mark in the ANSI code page.
+pub const KILN_REPORT_TASK: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<Task version="1.2" xmlns="http://schemas.microsoft.com/windows/2004/02/mit/task">
+  <RegistrationInfo>
+    <Author>kiln</Author>
+    <Description>kiln: check kubelet after boot and report a failure or a recovery (C:\ProgramData\kiln\run\status.json, COM1, Application log)</Description>
+    <URI>\kiln-report</URI>
+  </RegistrationInfo>
+  <Triggers>
+    <BootTrigger>
+      <Enabled>true</Enabled>
+      <Delay>PT30S</Delay>
+      <Repetition>
+        <Interval>PT1M</Interval>
+        <StopAtDurationEnd>false</StopAtDurationEnd>
+      </Repetition>
+    </BootTrigger>
+    <EventTrigger>
+      <Enabled>true</Enabled>
+      <Subscription>&lt;QueryList&gt;&lt;Query Id="0" Path="System"&gt;&lt;Select Path="System"&gt;*[System[Provider[@Name='Service Control Manager'] and (EventID=7023 or EventID=7024 or EventID=7031 or EventID=7034)]] and *[EventData[Data[@Name='param1']='Kubernetes kubelet']]&lt;/Select&gt;&lt;/Query&gt;&lt;/QueryList&gt;</Subscription>
+    </EventTrigger>
+  </Triggers>
+  <Principals>
+    <Principal id="Author">
+      <UserId>S-1-5-18</UserId>
+      <RunLevel>HighestAvailable</RunLevel>
+    </Principal>
+  </Principals>
+  <Settings>
+    <MultipleInstancesPolicy>IgnoreNew</MultipleInstancesPolicy>
+    <DisallowStartIfOnBatteries>false</DisallowStartIfOnBatteries>
+    <StopIfGoingOnBatteries>false</StopIfGoingOnBatteries>
+    <ExecutionTimeLimit>PT5M</ExecutionTimeLimit>
+    <AllowStartOnDemand>true</AllowStartOnDemand>
+    <Enabled>true</Enabled>
+  </Settings>
+  <Actions Context="Author">
+    <Exec>
+      <Command>C:\k\kiln-firstboot.exe</Command>
+      <Arguments>report --quiet</Arguments>
+    </Exec>
+  </Actions>
+</Task>
+"#;
+
 /// `kiln-images.service`: imports the layer's baked image archives into containerd's `k8s.io`
 /// namespace (the CRI plugin's) before kubelet or kiln-firstboot starts, with no registry:
 /// `ctr images import` reads the archive only. One `ExecStart=` per archive, in order; the
@@ -197,6 +250,15 @@ pub fn wanted_by(unit: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The Windows task is the file kiln-firstboot's tests register under Wine; a change here
+    /// is a change there: `cp` the constant's text over the fixture.
+    #[test]
+    fn report_task_is_firstboots_fixture() {
+        let fixture = include_str!("../../../firstboot/tests/fixtures/windows/kiln-report.xml");
+        assert_eq!(KILN_REPORT_TASK, fixture);
+        assert!(KILN_REPORT_TASK.is_ascii());
+    }
 
     #[test]
     fn wanted_by_reads_only_the_install_section() {

@@ -298,6 +298,8 @@ impl Reporter {
         line.push_str(STATUS_PREFIX);
         line.push_str(self.buf.trim_end());
         self.console.line(&self.redactor.redact(&line));
+        #[cfg(windows)]
+        crate::windows::eventlog::publish(self.reason, &self.message, &line, &self.redactor);
         if let Some((p, to)) = &self.report_back {
             let json = self.redactor.redact(self.buf.trim_end());
             if let Err(err) = provider::source(*p).report_back(to, &json) {

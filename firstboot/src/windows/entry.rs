@@ -2,7 +2,7 @@
 //! common argument parser sees the command line.
 
 use super::kubelet::open_scm;
-use super::{containerd_environment, install, node_services, parse_install_args, uninstall};
+use super::{containerd_environment, install, node_services, parse_install_args, task, uninstall};
 use crate::redact::{self, Redactor};
 use crate::Reason;
 
@@ -37,19 +37,36 @@ pub fn main(args: &[String]) -> Option<u8> {
                     }
                     Err(e) => return Some(fail(e, 1)),
                 }
-                match install(scm.as_mut(), &specs) {
-                    Ok(done) => {
-                        for (name, how) in done {
-                            redact::print(
-                                &r.redact(&format!("kiln-firstboot install: {name} {how:?}\n")),
-                            );
-                        }
+                // The Application log source kiln-firstboot reports its status under.
+                #[cfg(windows)]
+                if let Err(e) = super::eventlog::register_source() {
+                    return Some(fail(e, 1));
+                }
+                let done = match install(scm.as_mut(), &specs) {
+                    Ok(done) => done,
+                    Err(e) => return Some(fail(e.to_string(), 1)),
+                };
+                for (name, how) in done {
+                    redact::print(&r.redact(&format!("kiln-firstboot install: {name} {how:?}\n")));
+                }
+                // The post-boot check (`report`), from the definition the layer carries.
+                match task::register(task::TASK_NAME, &task::definition(&o.bin_dir)) {
+                    Ok(()) => {
+                        redact::print(&r.redact("kiln-firstboot install: kiln-report task\n"));
                         Some(0)
                     }
-                    Err(e) => Some(fail(e.to_string(), 1)),
+                    Err(e) => Some(fail(e, 1)),
                 }
             } else {
                 let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+                #[cfg(windows)]
+                if let Err(e) = super::eventlog::unregister_source() {
+                    return Some(fail(e, 1));
+                }
+                if let Err(e) = task::unregister(task::TASK_NAME) {
+                    // Already gone (an earlier uninstall) is not worth stopping for.
+                    redact::eprint(&r.redact(&format!("kiln-firstboot uninstall: warning: {e}")));
+                }
                 match uninstall(scm.as_mut(), &names) {
                     Ok(removed) => {
                         redact::print(&r.redact(&format!(

@@ -6,6 +6,7 @@
 #[cfg(windows)]
 pub mod dispatch;
 pub mod entry;
+pub mod eventlog;
 #[cfg(windows)]
 pub mod firmware;
 pub mod health;
@@ -14,6 +15,7 @@ pub mod kubelet;
 pub mod kvp;
 #[cfg(windows)]
 pub mod scm;
+pub mod task;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
