@@ -43,18 +43,7 @@ pub fn make_image(work: &Path, spec: &NodeBoot, vendor: Vendor) -> Result<Imaged
     let assets = crate::assets::ensure()?;
     let tools = scenario::tools()?;
     let layer = match vendor {
-        Vendor::Ubuntu => {
-            let firstboot = scenario::firstboot_for(tools, assets.arch)?;
-            let baked = scenario::bake_for(
-                tools,
-                "ubuntu",
-                "rootfs",
-                &work.join("bake"),
-                assets.arch,
-                &firstboot,
-            )?;
-            scenario::pick(&baked, ".tar.zst")?
-        }
+        Vendor::Ubuntu => crate::node::ubuntu_layer(tools, assets, work)?,
         Vendor::Flatcar => {
             let baked = scenario::bake(tools, "flatcar", "sysext", &work.join("bake"))?;
             scenario::pick(&baked, ".raw")?

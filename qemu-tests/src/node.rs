@@ -95,9 +95,9 @@ pub struct Booted {
     pub log: PathBuf,
 }
 
-/// Prepares the root of a rootfs-layer node: base + `kiln install` + rendered files. The
-/// layer is baked for the assets' architecture with that architecture's kiln-firstboot.
-pub fn rootfs_root(tools: &Tools, assets: &Assets, work: &Path, node: &NodeConfig) -> Result<Root> {
+/// The ubuntu rootfs layer baked under `work/bake` for the assets' architecture, with that
+/// architecture's kiln-firstboot.
+pub fn ubuntu_layer(tools: &Tools, assets: &Assets, work: &Path) -> Result<PathBuf> {
     let firstboot = scenario::firstboot_for(tools, assets.arch)?;
     let baked = scenario::bake_for(
         tools,
@@ -107,7 +107,13 @@ pub fn rootfs_root(tools: &Tools, assets: &Assets, work: &Path, node: &NodeConfi
         assets.arch,
         &firstboot,
     )?;
-    let layer = scenario::pick(&baked, ".tar.zst")?;
+    scenario::pick(&baked, ".tar.zst")
+}
+
+/// Prepares the root of a rootfs-layer node: base + `kiln install` + rendered files. The
+/// layer is baked for the assets' architecture with that architecture's kiln-firstboot.
+pub fn rootfs_root(tools: &Tools, assets: &Assets, work: &Path, node: &NodeConfig) -> Result<Root> {
+    let layer = ubuntu_layer(tools, assets, work)?;
     let root = Root::from_base(&assets.base, work)?;
     scenario::install(tools, &layer, &root.dir)?;
     let node_toml = scenario::node_toml(&work.join("node"), node)?;
