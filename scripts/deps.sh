@@ -24,6 +24,8 @@ base=(
   cloud-init ignition python3-venv   # real validators of `kiln render` output (docs/render.md)
   containerd gnupg                   # bake tests: containerd parses the Windows config, gpg signs SHA256SUMS
   busybox-static cpio kmod e2fsprogs
+  gdisk fdisk                        # sgdisk and sfdisk: the kiln image tests build GPT and MBR base disks
+  xfsprogs btrfs-progs               # kiln image writes xfs and btrfs roots (builder/tests/image_fs.rs)
   musl-tools
   protobuf-compiler                  # tools/cri-smoke: k8s-cri compiles the CRI protos with protoc
   gcc-aarch64-linux-gnu libc6-dev-arm64-cross   # arm64 stand-ins of the fixture mirror

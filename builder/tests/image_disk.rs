@@ -81,7 +81,7 @@ fn qcow2_gpt_base_becomes_a_node_in_every_format() {
     ok(&o, "kiln image --format raw");
     let text = stdout(&o);
     assert!(
-        text.contains("root is partition 2 at byte 8388608"),
+        text.contains("root is partition 2 (ext4) at byte 8388608"),
         "{text}"
     );
     assert!(text.contains("(qcow2, GPT table)"), "{text}");
@@ -383,7 +383,7 @@ fn mbr_base_with_one_linux_partition() {
     let o = image(&[&"--base", &disk, &"--layer", &layer, &"--out", &out]);
     ok(&o, "kiln image on MBR");
     assert!(
-        stdout(&o).contains("(raw, MBR table): root is partition 1 at byte 1048576"),
+        stdout(&o).contains("(raw, MBR table): root is partition 1 (ext4) at byte 1048576"),
         "{}",
         stdout(&o)
     );

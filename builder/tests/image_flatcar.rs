@@ -15,6 +15,8 @@ const TOOLS: &[&str] = &[
     "debugfs",
     "qemu-img",
     "losetup",
+    "setpriv",
+    "e2fsck",
     "mount",
 ];
 const COREOS_ROOT: &str = "3884DD41-8582-4404-B9A8-E9B84F2DF50E";
@@ -92,7 +94,7 @@ fn the_sysext_lands_in_etc_extensions_of_the_root_partition() {
     ok(&o, "kiln image on a Flatcar base");
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
-        text.contains("root is partition 9 at byte 12582912"),
+        text.contains("root is partition 9 (ext4) at byte 12582912"),
         "{text}"
     );
     assert!(
@@ -111,6 +113,27 @@ fn the_sysext_lands_in_etc_extensions_of_the_root_partition() {
         dump(&node, at, "/etc/machine-id", &d.join("mid")).unwrap(),
         b"uninitialized\n"
     );
+    // Unprivileged (debugfs, as nobody): the same tree.
+    let mine = nobody_dir(d).join("node.raw");
+    let o = as_nobody(&[
+        &"--base",
+        &base,
+        &"--layer",
+        &sx,
+        &"--out",
+        &mine,
+        &"--format",
+        &"raw",
+        &"--via",
+        &"debugfs",
+    ]);
+    ok(&o, "kiln image --via debugfs on a Flatcar base");
+    assert_eq!(tree_at(&mine, at, d), tree_at(&node, at, d));
+    assert_eq!(
+        owners(&mine, at, &["/etc/extensions"]),
+        owners(&node, at, &["/etc/extensions"])
+    );
+    fsck_clean(&mine, at);
 
     // Another version in /etc/extensions: refused without --replace, removed with it.
     let older = d.join("older");

@@ -7,15 +7,16 @@ use clap::Args;
 
 use crate::cli::common::{exit, Global};
 use crate::cli::install::{print_report, LayerChecks};
-use crate::image::{Format, ImageOptions};
+use crate::image::{Format, ImageOptions, Via};
 
 /// `kiln image`
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Modes: rootful only (run as root): the root partition of a copy of \
-the base is loop-mounted in a private mount namespace. An unprivileged mode (e2fsprogs' \
-debugfs -w on IMAGE?offset=N) is not built yet. Root filesystems: ext4 (xfs and btrfs are \
-recognised and refused)."
+    after_help = "Modes (--via): loop, as root: the root partition of a copy of the base is \
+loop-mounted in a private mount namespace; ext4, xfs and btrfs roots. debugfs, without \
+privileges: e2fsprogs' debugfs edits the ext4 root inside the copy (no mount, no loop \
+device, no FUSE), then every written file is read back and e2fsck -fn checks the \
+filesystem. auto (the default) takes loop when kiln may mount, debugfs otherwise."
 )]
 pub struct ImageArgs {
     /// The base disk image: raw, qcow2, or any format `qemu-img` reads. Never written.
@@ -44,6 +45,10 @@ pub struct ImageArgs {
     /// go into the image's /etc/kiln/, so the node needs no user data at boot.
     #[arg(long, value_name = "NODE_TOML")]
     pub node: Option<PathBuf>,
+    /// How the root filesystem is written: loop (root), debugfs (no privileges, ext4), or
+    /// auto.
+    #[arg(long, value_enum, default_value_t = Via::Auto)]
+    pub via: Via,
     /// How the layer is checked.
     #[command(flatten)]
     pub checks: LayerChecks,
@@ -65,6 +70,7 @@ pub fn run_image(a: ImageArgs, global: &Global) -> anyhow::Result<ExitCode> {
         replace: a.replace,
         install: a.checks.options()?,
         node_files,
+        via: a.via,
     };
     let r = match crate::image::build(&opts) {
         Ok(r) => r,
@@ -89,14 +95,18 @@ pub fn run_image(a: ImageArgs, global: &Global) -> anyhow::Result<ExitCode> {
     }
     if !global.quiet {
         println!(
-            "base {} ({}, {} table): root is partition {} at byte {} ({} bytes), {} bytes free",
+            "base {} ({}, {} table): root is partition {} ({}) at byte {} ({} bytes), {} bytes free; written via {}",
             a.base.display(),
             r.base_format,
             r.table,
             r.partition,
+            r.filesystem,
             r.offset,
             r.size,
-            r.free_before
+            r.free_before,
+            clap::ValueEnum::to_possible_value(&r.via)
+                .map(|v| v.get_name().to_string())
+                .unwrap_or_default()
         );
         if let Some(old) = &r.replaced {
             println!("replaced kiln node {old}");

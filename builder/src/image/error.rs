@@ -45,7 +45,7 @@ pub enum ImageError {
     },
     /// The root partition holds no filesystem kiln can write.
     #[error(
-        "base image {base}, partition {partition}: expected an ext4 root filesystem, found {found}"
+        "base image {base}, partition {partition}: expected a root filesystem kiln can write (ext4, xfs, btrfs), found {found}"
     )]
     Filesystem {
         /// The base image.
@@ -66,7 +66,7 @@ pub enum ImageError {
         want: String,
     },
     /// The root filesystem is too full for the layer.
-    #[error("base image {base}, partition {partition}: the root filesystem has {free} bytes free, the layer unpacks to {need} bytes (plus a {margin}-byte margin); grow the partition and filesystem (qemu-img resize, growpart, resize2fs) first")]
+    #[error("base image {base}, partition {partition}: the root filesystem has {free} bytes and {inodes} inodes free, the layer unpacks to {need} bytes (plus a {margin}-byte margin) in {entries} entries; grow the partition and filesystem (qemu-img resize, growpart, resize2fs) first")]
     NoSpace {
         /// The base image.
         base: PathBuf,
@@ -78,6 +78,10 @@ pub enum ImageError {
         need: u64,
         /// The margin kept for metadata.
         margin: u64,
+        /// Inodes free.
+        inodes: u64,
+        /// Entries the layer adds.
+        entries: u64,
     },
     /// The layer could not be read.
     #[error("layer {layer}: {why}")]

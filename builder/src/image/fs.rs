@@ -44,6 +44,46 @@ pub fn detect(head: &[u8]) -> Option<FsKind> {
     None
 }
 
+/// What an ext4 superblock says about room, for the unprivileged mode (which has no statvfs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ext4Space {
+    /// Free blocks less the reserved ones, in bytes (what statvfs calls `f_bavail`).
+    pub free: u64,
+    /// Free inodes.
+    pub inodes: u64,
+    /// The journal needs recovery (`needs_recovery`): the filesystem was not unmounted cleanly.
+    pub needs_recovery: bool,
+}
+
+fn le(head: &[u8], at: usize, n: usize) -> u64 {
+    head[1024 + at..1024 + at + n]
+        .iter()
+        .rev()
+        .fold(0, |v, &b| (v << 8) | b as u64)
+}
+
+/// Reads [`Ext4Space`] from the superblock at byte 1024 of `head` (field offsets from the
+/// kernel's `struct ext4_super_block`, `fs/ext4/ext4.h`); `None` when `head` holds none.
+pub fn ext4_space(head: &[u8]) -> Option<Ext4Space> {
+    if detect(head) != Some(FsKind::Ext4) || head.len() < 1024 + 0x15c {
+        return None;
+    }
+    let incompat = le(head, 0x60, 4);
+    let wide = incompat & 0x80 != 0; // INCOMPAT_64BIT
+    let blocks =
+        |lo: usize, hi: usize| le(head, lo, 4) | if wide { le(head, hi, 4) << 32 } else { 0 };
+    let log = le(head, 0x18, 4);
+    if log > 6 {
+        return None; // block sizes above 64 KiB do not exist
+    }
+    let free = blocks(0x0c, 0x158).saturating_sub(blocks(0x08, 0x154));
+    Some(Ext4Space {
+        free: free.saturating_mul(1024 << log),
+        inodes: le(head, 0x10, 4),
+        needs_recovery: incompat & 0x4 != 0, // INCOMPAT_RECOVER
+    })
+}
+
 /// What the first bytes look like, for an error message: hex of the first 8 bytes.
 pub fn describe_unknown(head: &[u8]) -> String {
     if head.iter().all(|&b| b == 0) {

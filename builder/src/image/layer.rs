@@ -19,10 +19,17 @@ pub struct LayerFacts {
     pub entries: u64,
     /// `KILN_IMAGE_ID` of the layer's `image.env`, when it has one.
     pub image_id: Option<String>,
+    /// The layer's install manifest (`usr/lib/kiln/install.manifest`), when it has one.
+    pub manifest: Option<String>,
+    /// Each entry's size, by path (relative, as the install manifest names it).
+    pub sizes: std::collections::BTreeMap<String, u64>,
 }
 
 /// The most of `image.env` read (the env-file codec's own limit is lower).
 const MAX_ENV: u64 = 1 << 20;
+
+/// The most of the install manifest read (a line per file; a layer has hundreds).
+const MAX_MANIFEST: u64 = 16 << 20;
 
 /// Reads `layer` (tar.zst) once, measuring it.
 pub fn peek(layer: &Path) -> Result<LayerFacts, ImageError> {
@@ -43,6 +50,9 @@ pub fn peek(layer: &Path) -> Result<LayerFacts, ImageError> {
         facts.entries += 1;
         facts.unpacked_bytes = facts.unpacked_bytes.saturating_add(e.size());
         let name = String::from_utf8_lossy(&e.path_bytes()).into_owned();
+        facts
+            .sizes
+            .insert(name.trim_start_matches("./").to_string(), e.size());
         if name.trim_start_matches("./") == want {
             let mut text = String::new();
             e.by_ref()
@@ -51,9 +61,49 @@ pub fn peek(layer: &Path) -> Result<LayerFacts, ImageError> {
                 .map_err(|e| bad(format!("{want}: {e}")))?;
             let env = envfile::parse(&text).map_err(|e| bad(format!("{want}: {e}")))?;
             facts.image_id = env.get(image_env::KILN_IMAGE_ID).map(str::to_string);
+        } else if name.trim_start_matches("./") == crate::bake::INSTALL_MANIFEST {
+            let mut text = String::new();
+            e.by_ref()
+                .take(MAX_MANIFEST)
+                .read_to_string(&mut text)
+                .map_err(|e| bad(format!("{}: {e}", crate::bake::INSTALL_MANIFEST)))?;
+            facts.manifest = Some(text);
         }
     }
     Ok(facts)
+}
+
+/// Of the layer's unpacked bytes, how many the root already holds as the layer wants them:
+/// files its install manifest lists with the sha256 and mode the layer's manifest has, which
+/// `kiln install` leaves alone (an idempotent re-run or an upgrade that keeps most files).
+pub fn already_there(root: &Path, facts: &LayerFacts) -> u64 {
+    use crate::install::root::{Node, Root};
+    let Some(new) = facts.manifest.as_deref() else {
+        return 0;
+    };
+    let rel = crate::bake::INSTALL_MANIFEST;
+    let (dir, name) = rel.rsplit_once('/').expect("a path with a directory");
+    let read = || -> Option<String> {
+        let d = Root::open(root, None).ok()?.dir(dir).ok()??;
+        if !matches!(d.node(name).ok()?, Node::File { .. }) {
+            return None;
+        }
+        let mut text = String::new();
+        d.open_file(name)
+            .ok()?
+            .take(MAX_MANIFEST)
+            .read_to_string(&mut text)
+            .ok()?;
+        Some(text)
+    };
+    let parse = |t: &str| crate::install::parse_manifest(t, Path::new(rel)).ok();
+    let (Some(old), Some(new)) = (read().as_deref().and_then(parse), parse(new)) else {
+        return 0;
+    };
+    new.iter()
+        .filter(|(p, o)| old.get(*p) == Some(o))
+        .map(|(p, _)| facts.sizes.get(p).copied().unwrap_or(0))
+        .sum()
 }
 
 /// `KILN_IMAGE_ID` of the `image.env` a mounted root holds, read without following a

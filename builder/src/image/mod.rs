@@ -5,52 +5,33 @@
 //! layer with `kiln install`'s own code ([`crate::install::install`]), and writes OUT in the
 //! format asked for ([`disk`]) through a temporary file and a rename.
 //!
-//! One mode exists: rootful, through a loop device. An unprivileged mode (e2fsprogs'
-//! `debugfs -w` on `IMAGE?offset=N`) is not built yet.
+//! Two modes ([`Via`]): rootful, through a loop mount (ext4, xfs, btrfs), and unprivileged,
+//! through e2fsprogs' debugfs on `IMAGE?offset=N` (ext4; [`offline`]). Both run the same
+//! checks and the same install ([`apply`]).
 
 use std::path::{Path, PathBuf};
 
-use crate::install::{InstallOptions, InstallReport};
+use crate::install::InstallReport;
 
+pub mod apply;
+pub mod debugfs;
 pub mod disk;
 mod error;
 pub mod fs;
 pub mod layer;
 pub mod leftovers;
 pub mod mount;
+pub mod offline;
 pub mod partition;
 pub mod pick;
 pub mod provision;
 pub mod sbom;
 pub mod sysext;
 
+pub use apply::{ImageOptions, Via, SPACE_MARGIN};
 pub use disk::Format;
 use error::io_err;
 pub use error::ImageError;
-
-/// Bytes kept free beyond the layer's size, for directories, inode tables and the journal.
-pub const SPACE_MARGIN: u64 = 16 << 20;
-
-/// What to build.
-#[derive(Debug, Clone)]
-pub struct ImageOptions {
-    /// The base disk image (raw, qcow2, or anything `qemu-img` reads). Read only.
-    pub base: PathBuf,
-    /// The rootfs layer (`kiln bake --format rootfs`).
-    pub layer: PathBuf,
-    /// Where the node image goes (replaced atomically).
-    pub out: PathBuf,
-    /// OUT's format.
-    pub format: Format,
-    /// The root partition's number, instead of finding it.
-    pub partition: Option<u32>,
-    /// Upgrade a base that is already a kiln node of another image.
-    pub replace: bool,
-    /// How the layer is installed (trust, setuid paths, size cap): `kiln install`'s options.
-    pub install: InstallOptions,
-    /// A node config's files for `/etc/kiln/` (`kiln image --node`), written after the layer.
-    pub node_files: Vec<crate::render::model::NodeFile>,
-}
 
 /// What one `kiln image` did.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -65,6 +46,10 @@ pub struct ImageReport {
     pub offset: u64,
     /// Its size in bytes.
     pub size: u64,
+    /// How the root filesystem was written (`loop` or `debugfs`).
+    pub via: Via,
+    /// The root filesystem (`ext4`, `xfs`, `btrfs`).
+    pub filesystem: String,
     /// The image id of the kiln node the base already was, if it was one.
     pub replaced: Option<String>,
     /// The layer's image id.
@@ -91,8 +76,8 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// Builds the node image. Needs root (`CAP_SYS_ADMIN`): it moves the calling thread into
-/// a private mount namespace of its own.
+/// Builds the node image: rootful through a loop mount in a private mount namespace of the
+/// calling thread, or unprivileged through debugfs ([`ImageOptions::via`]).
 pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
     if same_file(&o.base, &o.out) {
         return Err(ImageError::Io {
@@ -102,29 +87,20 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
             ),
         });
     }
-    std::fs::metadata(&o.base).map_err(io_err(&o.base))?;
-    // The base's sha256 for the SBOM, read beside the rest of the run (the base is never
-    // written, so any moment gives the same bytes).
-    let base_hash = {
-        let p = o.base.clone();
-        std::thread::spawn(move || crate::digest::hash_file(&p, crate::digest::Sums::Sha256))
-    };
+    check_base(&o.base)?;
     // The layer first: a layer that cannot be read fails before gigabytes are copied.
     let is_sysext = sysext::is_sysext(&o.layer);
     let facts = if is_sysext {
         layer::LayerFacts {
             unpacked_bytes: std::fs::metadata(&o.layer).map_err(io_err(&o.layer))?.len(),
             entries: 1,
-            image_id: None,
+            ..Default::default()
         }
     } else {
         layer::peek(&o.layer)?
     };
     let base_format = disk::probe(&o.base)?;
-    let dir = match o.out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    let dir = out_dir(&o.out)?;
     let temp = |suffix: &str| {
         let t = tempfile::Builder::new()
             .prefix(leftovers::PREFIX)
@@ -134,29 +110,8 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
         leftovers::hold(t.as_file()).map_err(io_err(t.path()))?;
         Ok::<_, ImageError>(t)
     };
-    match std::fs::metadata(&dir) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => {
-            return Err(ImageError::Io {
-                path: dir,
-                source: std::io::Error::other("is not a directory (the directory of --out)"),
-            })
-        }
-        Err(e) => {
-            return Err(ImageError::Io {
-                path: dir,
-                source: std::io::Error::new(
-                    e.kind(),
-                    format!("the directory of --out: {e}; create it first"),
-                ),
-            })
-        }
-    }
-    // Before the copy, so a run without root fails at once rather than after gigabytes.
-    mount::private_namespace().map_err(|e| ImageError::Tool {
-        tool: "unshare(CLONE_NEWNS)".into(),
-        why: format!("{e}: kiln image mounts the root partition through a loop device and needs root (the unprivileged mode is not built yet)"),
-    })?;
+    // Before the copy, so a run that cannot mount fails at once rather than after gigabytes.
+    let via = choose_via(o.via)?;
     // What killed runs left here (a working copy can be as big as the base).
     let swept = leftovers::sweep(&dir);
     let work = temp(".raw")?;
@@ -176,102 +131,54 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
         .min(fs::PROBE_BYTES as u64) as usize;
     let head =
         partition::ReadAt::read_at(&file, part.offset, probe).map_err(io_err(work.path()))?;
-    let fs_err = |found: String| ImageError::Filesystem {
-        base: o.base.clone(),
-        partition: part.number,
-        found,
-    };
-    match fs::detect(&head) {
-        Some(fs::FsKind::Ext4) => {}
-        Some(other) => {
-            return Err(fs_err(format!(
-                "{} (kiln image writes ext4 only so far)",
-                other.name()
-            )))
-        }
-        None => return Err(fs_err(fs::describe_unknown(&head))),
-    }
     drop(file);
-
-    let mounted = mount::Mounted::new(work.path(), part.offset, part.size, "ext4", &dir)?;
-    let root = mounted.path().to_path_buf();
-
-    // Checks before the first write: whose node this is, and whether the layer fits.
-    // (A sysext's other versions are found, and refused without --replace, when placing.)
-    let installed = if is_sysext {
-        None
-    } else {
-        layer::installed_image_id(&root)?
+    let kind = check_fs(&head, via, &o.base, part.number)?;
+    // The base's sha256 for the SBOM, read beside the rest of the run once the base is known
+    // to be usable (the base is never written, so any moment gives the same bytes).
+    let base_hash = {
+        let p = o.base.clone();
+        std::thread::spawn(move || crate::digest::hash_file(&p, crate::digest::Sums::Sha256))
     };
-    if let (Some(have), false) = (&installed, o.replace) {
-        if facts.image_id.as_deref() != Some(have.as_str()) {
-            return Err(ImageError::OtherVersion {
-                base: o.base.clone(),
-                found: have.clone(),
-                want: facts
-                    .image_id
-                    .clone()
-                    .unwrap_or_else(|| "(no image id)".into()),
-            });
-        }
-    }
-    let st = rustix::fs::statvfs(&root).map_err(|e| ImageError::Io {
-        path: root.clone(),
-        source: e.into(),
-    })?;
-    let free = st.f_bavail.saturating_mul(st.f_frsize);
-    let need = facts.unpacked_bytes
-        + o.node_files
-            .iter()
-            .map(|f| f.contents.len() as u64)
-            .sum::<u64>();
-    let entries = facts.entries + o.node_files.len() as u64;
-    if free < need.saturating_add(SPACE_MARGIN) || st.f_favail < entries {
-        return Err(ImageError::NoSpace {
+    let t = apply::Target {
+        base: &o.base,
+        partition: part.number,
+    };
+    let applied = if via == Via::Loop {
+        let mounted = mount::Mounted::new(work.path(), part.offset, part.size, kind.name(), &dir)?;
+        let root = mounted.path().to_path_buf();
+        let st = rustix::fs::statvfs(&root).map_err(|e| ImageError::Io {
+            path: root.clone(),
+            source: e.into(),
+        })?;
+        let space = apply::Space {
+            free: st.f_bavail.saturating_mul(st.f_frsize),
+            // btrfs allocates inodes as it goes and reports none (f_files 0).
+            inodes: if st.f_files == 0 {
+                u64::MAX
+            } else {
+                st.f_favail
+            },
+        };
+        let a = apply::to_root(&root, o, &facts, is_sysext, space, t)?;
+        mounted.unmount()?;
+        a
+    } else {
+        let sb = fs::ext4_space(&head).ok_or_else(|| ImageError::Filesystem {
             base: o.base.clone(),
             partition: part.number,
-            free,
-            need,
-            margin: SPACE_MARGIN,
-        });
-    }
-
-    let report = if is_sysext {
-        let p = sysext::place(
-            &o.layer,
-            &root,
-            &o.install.trust,
-            o.replace,
-            &o.base,
-            part.number,
-        )?;
-        InstallReport {
-            verified: p.verified,
-            written: [p.written].into_iter().filter(|w| !w.is_empty()).collect(),
-            removed: p.removed,
-            ..Default::default()
-        }
-    } else {
-        // The working copy is thrown away on failure and flushed whole before it is
-        // published: per-file fsyncs through the loop device buy nothing.
-        let install = InstallOptions {
-            durable: false,
-            ..o.install.clone()
+            found: "an ext4 superblock kiln cannot read".into(),
+        })?;
+        let at = apply::Staged {
+            work: work.path(),
+            offset: part.offset,
+            scratch: &dir,
         };
-        crate::install::install(&o.layer, &root, &install).map_err(|source| {
-            ImageError::Install {
-                base: o.base.clone(),
-                partition: part.number,
-                source: Box::new(source),
-            }
-        })?
+        let space = apply::Space {
+            free: sb.free,
+            inodes: sb.inodes,
+        };
+        apply::offline(at, o, &facts, is_sysext, space, t)?
     };
-    let node_files = if o.node_files.is_empty() {
-        Vec::new()
-    } else {
-        provision::place_node_files(&root, &o.node_files)?
-    };
-    mounted.unmount()?;
 
     // The SBOM before OUT appears, so no image is published without one.
     let base_sha256 = base_hash
@@ -285,6 +192,7 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
     let format_name = clap::ValueEnum::to_possible_value(&o.format)
         .map(|v| v.get_name().to_string())
         .unwrap_or_default();
+    let layer_sha256 = applied.report.verified.as_ref().map(|v| v.sha256.clone());
     let sbom = sbom::spdx_json(&sbom::Inputs {
         out: &o.out,
         format: &format_name,
@@ -293,8 +201,9 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
         base_sha256: &base_sha256,
         partition: part.number,
         layer: &o.layer,
+        layer_sha256: layer_sha256.as_deref(),
         image_id: facts.image_id.as_deref(),
-        node_files: &node_files,
+        node_files: &applied.node_files,
     })?;
     let sbom_path = sbom_path(&o.out);
 
@@ -329,14 +238,107 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
         partition: part.number,
         offset: part.offset,
         size: part.size,
-        replaced: installed.filter(|h| facts.image_id.as_deref() != Some(h.as_str())),
+        via,
+        filesystem: kind.name().to_string(),
+        replaced: applied
+            .installed
+            .filter(|h| facts.image_id.as_deref() != Some(h.as_str())),
         image_id: facts.image_id,
-        free_before: free,
-        install: report,
-        node_files,
+        free_before: applied.free,
+        install: applied.report,
+        node_files: applied.node_files,
         swept,
         out: o.out.clone(),
     })
+}
+
+/// The base must be a regular file or a block device (an attached volume): a character
+/// device, FIFO or directory is refused before anything reads it.
+fn check_base(base: &Path) -> Result<(), ImageError> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = std::fs::metadata(base).map_err(io_err(base))?.file_type();
+    if t.is_file() || t.is_block_device() {
+        return Ok(());
+    }
+    let found = if t.is_dir() {
+        "a directory"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else {
+        "a special file"
+    };
+    Err(ImageError::Io {
+        path: base.to_path_buf(),
+        source: std::io::Error::other(format!(
+            "expected a disk image file (or a block device), found {found}"
+        )),
+    })
+}
+
+/// OUT's directory, which must exist: the working copy and OUT's temporary file go there.
+fn out_dir(out: &Path) -> Result<PathBuf, ImageError> {
+    let dir = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    match std::fs::metadata(&dir) {
+        Ok(m) if m.is_dir() => Ok(dir),
+        Ok(_) => Err(ImageError::Io {
+            path: dir,
+            source: std::io::Error::other("is not a directory (the directory of --out)"),
+        }),
+        Err(e) => Err(ImageError::Io {
+            path: dir,
+            source: std::io::Error::new(
+                e.kind(),
+                format!("the directory of --out: {e}; create it first"),
+            ),
+        }),
+    }
+}
+
+/// Resolves `--via auto`: a private mount namespace is the test of whether kiln may mount.
+fn choose_via(via: Via) -> Result<Via, ImageError> {
+    match via {
+        Via::Debugfs => Ok(Via::Debugfs),
+        Via::Auto => Ok(if mount::private_namespace().is_ok() {
+            Via::Loop
+        } else {
+            Via::Debugfs
+        }),
+        Via::Loop => {
+            mount::private_namespace().map_err(|e| ImageError::Tool {
+                tool: "unshare(CLONE_NEWNS)".into(),
+                why: format!("{e}: --via loop mounts the root partition through a loop device and needs root; --via debugfs needs no privileges (ext4 only)"),
+            })?;
+            Ok(Via::Loop)
+        }
+    }
+}
+
+/// The root partition's filesystem, if the chosen mode can write it.
+fn check_fs(head: &[u8], via: Via, base: &Path, partition: u32) -> Result<fs::FsKind, ImageError> {
+    let fs_err = |found: String| ImageError::Filesystem {
+        base: base.to_path_buf(),
+        partition,
+        found,
+    };
+    match (fs::detect(head), via) {
+        (Some(fs::FsKind::Ext4), Via::Debugfs) => {
+            if fs::ext4_space(head).is_some_and(|s| s.needs_recovery) {
+                return Err(fs_err("ext4 whose journal needs recovery (it was not unmounted cleanly): run e2fsck on the base, or kiln image as root (--via loop), which replays it".into()));
+            }
+            Ok(fs::FsKind::Ext4)
+        }
+        (Some(other), Via::Debugfs) => Err(fs_err(format!(
+            "{} (the unprivileged mode writes ext4 only; as root, --via loop writes xfs and btrfs too)",
+            other.name()
+        ))),
+        (Some(kind), _) => Ok(kind),
+        (None, _) => Err(fs_err(fs::describe_unknown(head))),
+    }
 }
 
 /// Where the SBOM of `out` goes: `OUT.spdx.json`.

@@ -33,6 +33,8 @@ pub struct Inputs<'a> {
     pub partition: u32,
     /// The layer file.
     pub layer: &'a Path,
+    /// Its sha256 as the install verified it (hashed here when the install did not say).
+    pub layer_sha256: Option<&'a str>,
     /// The layer's image id, if it has one.
     pub image_id: Option<&'a str>,
     /// Paths of the node config's files written into the image.
@@ -93,9 +95,14 @@ fn read_capped(path: &Path) -> std::io::Result<Vec<u8>> {
 
 /// Renders the document.
 pub fn spdx_json(i: &Inputs<'_>) -> Result<String, ImageError> {
-    let layer_sha256 = hash_file(i.layer, Sums::Sha256)
-        .map_err(io_err(i.layer))?
-        .sha256;
+    let layer_sha256 = match i.layer_sha256 {
+        Some(h) => h.to_string(),
+        None => {
+            hash_file(i.layer, Sums::Sha256)
+                .map_err(io_err(i.layer))?
+                .sha256
+        }
+    };
     let sbom_path = layer_sbom_path(i.layer);
     let layer_doc: Option<(String, String)> = match read_capped(&sbom_path) {
         Ok(bytes) => {

@@ -269,3 +269,85 @@ pub fn leftovers(dir: &Path, keep: &[&str]) -> Vec<String> {
         })
         .collect()
 }
+
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// `kiln image ARGS` as `nobody`, with no capabilities.
+pub fn as_nobody(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--reuid=nobody",
+        "--regid=nogroup",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+    ])
+    .arg(env!("CARGO_BIN_EXE_kiln"))
+    .arg("image");
+    for a in args {
+        c.arg(a);
+    }
+    c.output().unwrap()
+}
+
+/// Opens the fixture's directory to `nobody` (read and traverse) and makes a directory it
+/// may write its images to.
+pub fn nobody_dir(d: &Path) -> PathBuf {
+    let mut p = d.to_path_buf();
+    while p != Path::new("/") {
+        let m =
+            std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&p).unwrap().permissions());
+        if m & 0o005 != 0o005 {
+            std::fs::set_permissions(
+                &p,
+                <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(m | 0o005),
+            )
+            .unwrap();
+        }
+        if !p.pop() {
+            break;
+        }
+    }
+    let out = d.join("nobody");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::set_permissions(
+        &out,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o777),
+    )
+    .unwrap();
+    out
+}
+
+/// Every entry of the ext4 filesystem at `offset` of `disk` with its owner, `ls -p` style.
+pub fn owners(disk: &Path, offset: u64, dirs: &[&str]) -> Vec<String> {
+    let mut v = Vec::new();
+    for d in dirs {
+        let o = sh(Command::new("debugfs")
+            .arg("-R")
+            .arg(format!("ls -p {d}"))
+            .arg(format!("{}?offset={offset}", disk.display())));
+        for l in String::from_utf8_lossy(&o.stdout).lines() {
+            let f: Vec<&str> = l.split('/').collect();
+            if f.len() > 6 && f[5] != "." && f[5] != ".." {
+                v.push(format!("{d}/{} {} {}:{}", f[5], f[2], f[3], f[4]));
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
+pub fn fsck_clean(disk: &Path, offset: u64) {
+    let o = Command::new("e2fsck")
+        .arg("-fn")
+        .arg(format!("{}?offset={offset}", disk.display()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "e2fsck -fn: {}", text(&o));
+}
