@@ -165,6 +165,24 @@ impl Fs {
         if !safe(path) {
             return Ok(None);
         }
+        // Its size first, so a huge file in a hostile base is never read into memory.
+        let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+        let dir = if dir.is_empty() { "/" } else { dir };
+        let listed = self.list(&[dir.to_string()], Path::new("/"))?;
+        match listed.get(dir).and_then(|m| m.get(name)) {
+            None => return Ok(None),
+            Some(e) if e.kind() != S_IFREG => return Ok(None),
+            Some(e) if e.size > MAX_CAT as u64 => {
+                return Err(ImageError::Tool {
+                    tool: "debugfs".into(),
+                    why: format!(
+                        "{path} in {} is {} bytes, expected at most {MAX_CAT}",
+                        self.spec, e.size
+                    ),
+                })
+            }
+            Some(_) => {}
+        }
         let out = Command::new("debugfs")
             .arg("-R")
             .arg(format!("cat {path}"))
