@@ -148,15 +148,10 @@ fn sparse_copy(src: &File, dst: &File) -> io::Result<()> {
 }
 
 /// Writes `work` (raw) to `out` in `format` (through `qemu-img convert`).
-pub fn convert_out(
-    work: &Path,
-    work_format: &str,
-    format: Format,
-    out: &Path,
-) -> Result<(), ImageError> {
+pub fn convert_out(work: &Path, format: Format, out: &Path) -> Result<(), ImageError> {
     let (driver, opts) = format.qemu();
     let mut c = Command::new("qemu-img");
-    c.args(["convert", "-f", work_format, "-O", driver]);
+    c.args(["convert", "-f", "raw", "-O", driver]);
     if let Some(o) = opts {
         c.args(["-o", o]);
     }

@@ -22,7 +22,6 @@ pub mod layer;
 pub mod leftovers;
 pub mod mount;
 pub mod offline;
-pub mod overlay;
 pub mod partition;
 pub mod pick;
 pub mod provision;
@@ -115,29 +114,10 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
     let via = choose_via(o.via)?;
     // What killed runs left here (a working copy can be as big as the base).
     let swept = leftovers::sweep(&dir);
-    // As root with FUSE: an overlay on the base, exported as a raw file; otherwise a raw
-    // working copy of the base.
-    // (Not for a raw base of a size QEMU would round up to whole sectors: the export would
-    // show bytes the base does not have.)
-    let whole_sectors =
-        base_format != "raw" || std::fs::metadata(&o.base).is_ok_and(|m| m.len() % 512 == 0);
-    let (export, work) = if via == Via::Loop && whole_sectors && overlay::available() {
-        (
-            Some(overlay::Exported::start(&o.base, &base_format, &dir)?),
-            None,
-        )
-    } else {
-        let w = temp(".raw")?;
-        disk::working_copy(&o.base, &base_format, w.path())?;
-        (None, Some(w))
-    };
-    let raw: PathBuf = match (&export, &work) {
-        (Some(e), _) => e.path().to_path_buf(),
-        (None, Some(w)) => w.path().to_path_buf(),
-        (None, None) => unreachable!("one of the two is made"),
-    };
+    let work = temp(".raw")?;
+    disk::working_copy(&o.base, &base_format, work.path())?;
 
-    let file = std::fs::File::open(&raw).map_err(io_err(&raw))?;
+    let file = std::fs::File::open(work.path()).map_err(io_err(work.path()))?;
     let table = partition::read_table(&file).map_err(|source| ImageError::Table {
         base: o.base.clone(),
         source,
@@ -149,7 +129,8 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
     let probe = (partition::ReadAt::size(&file) - part.offset)
         .min(part.size)
         .min(fs::PROBE_BYTES as u64) as usize;
-    let head = partition::ReadAt::read_at(&file, part.offset, probe).map_err(io_err(&raw))?;
+    let head =
+        partition::ReadAt::read_at(&file, part.offset, probe).map_err(io_err(work.path()))?;
     drop(file);
     let kind = check_fs(&head, via, &o.base, part.number)?;
     // The base's sha256 for the SBOM, read beside the rest of the run once the base is known
@@ -163,7 +144,7 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
         partition: part.number,
     };
     let applied = if via == Via::Loop {
-        let mounted = mount::Mounted::new(&raw, part.offset, part.size, kind.name(), &dir)?;
+        let mounted = mount::Mounted::new(work.path(), part.offset, part.size, kind.name(), &dir)?;
         let root = mounted.path().to_path_buf();
         let st = rustix::fs::statvfs(&root).map_err(|e| ImageError::Io {
             path: root.clone(),
@@ -188,7 +169,7 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
             found: "an ext4 superblock kiln cannot read".into(),
         })?;
         let at = apply::Staged {
-            work: &raw,
+            work: work.path(),
             offset: part.offset,
             scratch: &dir,
         };
@@ -226,25 +207,16 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
     })?;
     let sbom_path = sbom_path(&o.out);
 
-    // The overlay (base and changes) or the raw working copy, converted once into OUT; a raw
-    // working copy is OUT itself when raw is asked for.
-    let src = match (export, work) {
-        (Some(e), _) => Some((e.finish()?, "qcow2")),
-        (None, Some(w)) if o.format == Format::Raw => {
-            sync(w.path())?;
-            publish_mode(w.path())?;
-            w.persist(&o.out).map_err(|e| ImageError::Io {
-                path: o.out.clone(),
-                source: e.error,
-            })?;
-            None
-        }
-        (None, Some(w)) => Some((w, "raw")),
-        (None, None) => unreachable!("one of the two is made"),
-    };
-    if let Some((src, src_format)) = src {
+    if o.format == Format::Raw {
+        sync(work.path())?;
+        publish_mode(work.path())?;
+        work.persist(&o.out).map_err(|e| ImageError::Io {
+            path: o.out.clone(),
+            source: e.error,
+        })?;
+    } else {
         let out = temp(".out")?;
-        disk::convert_out(src.path(), src_format, o.format, out.path())?;
+        disk::convert_out(work.path(), o.format, out.path())?;
         sync(out.path())?;
         publish_mode(out.path())?;
         out.persist(&o.out).map_err(|e| ImageError::Io {
