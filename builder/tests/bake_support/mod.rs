@@ -458,3 +458,40 @@ pub fn golden(name: &str, actual: &str) {
         );
     }
 }
+
+/// The SPDX reference validator (`pyspdxtools` from spdx-tools, installed by `make deps`, or
+/// `KILN_PYSPDXTOOLS`); when it is missing, the check is recorded as not run
+/// (testkit/optout.rs), which fails `make test` unless opted out by name.
+pub fn pyspdxtools() -> Option<PathBuf> {
+    let p = std::env::var_os("KILN_PYSPDXTOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/kiln/spdx-tools/bin/pyspdxtools"));
+    if p.exists() {
+        return Some(p);
+    }
+    optout::cannot_run(
+        "spdx-validator",
+        &format!(
+            "{} is missing, so SBOMs cannot be validated by the SPDX reference validator; \
+             `make deps` (scripts/deps.sh) installs spdx-tools",
+            p.display()
+        ),
+    );
+    None
+}
+
+/// Asserts `validator` accepts the SPDX document at `sbom`.
+pub fn assert_valid_spdx(validator: &Path, sbom: &Path) {
+    let r = Command::new(validator)
+        .arg("-i")
+        .arg(sbom)
+        .output()
+        .unwrap();
+    assert!(
+        r.status.success(),
+        "pyspdxtools rejected {}:\nstdout:\n{}\nstderr:\n{}",
+        sbom.display(),
+        String::from_utf8_lossy(&r.stdout),
+        String::from_utf8_lossy(&r.stderr)
+    );
+}
