@@ -102,6 +102,29 @@ fn unprivileged_writes_the_tree_the_rootful_mode_writes() {
     ok(&run_root(v), "rootful upgrade");
     assert_eq!(tree_at(&up, at, d), tree_at(&root_up, at, d));
     fsck_clean(&up, at);
+
+    // Byte-identical outputs: debugfs stamps SOURCE_DATE_EPOCH, not the clock (runs a
+    // second apart), for raw and qcow2.
+    for fmt in ["raw", "qcow2"] {
+        let sums: Vec<String> = ["r1", "r2"]
+            .iter()
+            .map(|n| {
+                std::thread::sleep(std::time::Duration::from_millis(1100));
+                let p = out.join(format!("{n}.{fmt}"));
+                let mut v = args(&p, &layer, &base, "debugfs");
+                v.truncate(6);
+                v.extend([
+                    "--format".into(),
+                    fmt.into(),
+                    "--via".into(),
+                    "debugfs".into(),
+                ]);
+                ok(&run_nobody(v), "reproducible");
+                sha256_file(&p)
+            })
+            .collect();
+        assert_eq!(sums[0], sums[1], "{fmt} outputs differ");
+    }
 }
 
 #[test]

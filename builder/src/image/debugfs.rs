@@ -61,14 +61,19 @@ pub fn safe(s: &str) -> bool {
 pub struct Fs {
     spec: String,
     image: PathBuf,
+    time: u64,
 }
 
 impl Fs {
-    /// The ext4 filesystem at `offset` in `image`.
+    /// The ext4 filesystem at `offset` in `image`. Every time debugfs stamps (inode times,
+    /// the superblock's write time) is `SOURCE_DATE_EPOCH`, or kiln's default epoch, as the
+    /// SBOM's: e2fsprogs' `E2FSPROGS_FAKE_TIME` (lib/ext2fs, `fs->now`). So the same base,
+    /// layer and epoch give the same bytes.
     pub fn new(image: &Path, offset: u64) -> Fs {
         Fs {
             spec: format!("{}?offset={offset}", image.display()),
             image: image.to_path_buf(),
+            time: crate::bake::epoch_from_env().unwrap_or(crate::bake::layer::DEFAULT_EPOCH),
         }
     }
 
@@ -89,6 +94,7 @@ impl Fs {
         let mut child = cmd
             .args(["-f", "-"])
             .arg(&self.spec)
+            .env("E2FSPROGS_FAKE_TIME", self.time.to_string())
             .current_dir(cwd)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
