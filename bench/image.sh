@@ -6,7 +6,7 @@
 # Base: a 2 GiB GPT disk (1 MiB ESP, the rest an x86-64 root ext4 filled by mkfs.ext4 -d with
 # DATA_MIB of this machine's binaries), as qcow2 (what cloud vendors ship) and as raw.
 # Layer: a stand-in of the ubuntu layer's shape and size (an install manifest, image.env,
-# LAYER_MIB of ELF content in usr/bin), with its SHA256SUMS: baking the real one needs the
+# LAYER_MIB of ELF content in usr/bin, 8 MiB zstd frames), with its SHA256SUMS: baking the real one needs the
 # artifact store that bench/bake.sh builds.
 # Needs root (kiln image's loop mount). Env: KILN (default target/release/kiln), RUNS
 # (default 3), DATA_MIB (default 400), LAYER_MIB (default 300).
@@ -64,7 +64,10 @@ with tarfile.open(os.path.join(w, "layer.tar"), "w", format=tarfile.GNU_FORMAT) 
     for p, (c, m) in sorted(files.items()):
         ti = tarfile.TarInfo(p); ti.size = len(c); ti.mode = m; t.addfile(ti, io.BytesIO(c))
 PY
-zstd -q -T0 -3 --rm "$W/layer.tar" -o "$W/layer.tar.zst"
+# Framed as kiln frames a rootfs layer: independent zstd frames of 8 MiB of tar each, each
+# stating its size (builder/src/bake/rootfs.rs), so kiln image can skip big files' frames.
+(cd "$W" && split -b 8M -d -a 4 layer.tar part. && for p in part.*; do zstd -q -3 --rm "$p"; done \
+  && cat part.*.zst > layer.tar.zst && rm -f part.*.zst layer.tar)
 (cd "$W" && sha256sum layer.tar.zst > SHA256SUMS)
 layer_bytes=$(stat -c %s "$W/layer.tar.zst")
 echo "base: 2 GiB, $((n >> 20)) MiB of files in its root; layer: $((layer_bytes >> 20)) MiB compressed"

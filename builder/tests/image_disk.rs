@@ -536,3 +536,53 @@ fn node_config_goes_into_the_image() {
         "{text}"
     );
 }
+
+/// `kiln image` measures a kiln layer without decompressing its big files' frames: reading
+/// the baked layer with `image::frames` skips frames and still sees every entry, with the
+/// sizes a plain streaming read sees.
+#[test]
+fn a_baked_layer_is_measured_frame_by_frame() {
+    use std::io::Read;
+    let fx = fixture(Bins::Real);
+    let layer = layer(&fx, "3.10", &fx.dir.path().join("out"));
+    let streamed: Vec<(String, u64)> = {
+        let dec = zstd::Decoder::new(std::fs::File::open(&layer).unwrap()).unwrap();
+        let mut a = tar::Archive::new(dec);
+        a.entries()
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.path().unwrap().display().to_string(), e.size())
+            })
+            .collect()
+    };
+    let mut frames = kiln::image::frames::Frames::new(std::fs::File::open(&layer).unwrap());
+    let mut seen = Vec::new();
+    {
+        let mut a = tar::Archive::new(&mut frames);
+        for e in a.entries_with_seek().unwrap() {
+            let mut e = e.unwrap();
+            let name = e.path().unwrap().display().to_string();
+            if name == "usr/lib/kiln/image.env" {
+                let mut t = String::new();
+                e.read_to_string(&mut t).unwrap();
+                assert!(t.contains("KILN_IMAGE_ID="), "{t}");
+            }
+            seen.push((name, e.size()));
+        }
+    }
+    assert_eq!(seen, streamed);
+    assert!(
+        frames.skipped > 0,
+        "skipped {} frames, decompressed {}",
+        frames.skipped,
+        frames.decompressed
+    );
+    let facts = kiln::image::layer::peek(&layer).unwrap();
+    assert_eq!(facts.entries as usize, streamed.len());
+    assert_eq!(
+        facts.unpacked_bytes,
+        streamed.iter().map(|(_, s)| s).sum::<u64>()
+    );
+    assert!(facts.image_id.is_some() && facts.manifest.is_some());
+}

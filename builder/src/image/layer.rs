@@ -31,21 +31,40 @@ const MAX_ENV: u64 = 1 << 20;
 /// The most of the install manifest read (a line per file; a layer has hundreds).
 const MAX_MANIFEST: u64 = 16 << 20;
 
-/// Reads `layer` (tar.zst) once, measuring it.
+/// Measures `layer` (tar.zst): its tar headers, `image.env` and install manifest. A layer
+/// kiln baked is read frame by frame, skipping the frames of big files' data
+/// ([`crate::image::frames`]); any other zstd stream is decompressed whole.
 pub fn peek(layer: &Path) -> Result<LayerFacts, ImageError> {
     let bad = |why: String| ImageError::Layer {
         layer: layer.to_path_buf(),
         why,
     };
+    if let Ok(f) = File::open(layer) {
+        let mut tar = tar::Archive::new(crate::image::frames::Frames::new(f));
+        if let Ok(facts) = tar
+            .entries_with_seek()
+            .map_err(|e| bad(e.to_string()))
+            .and_then(|es| measure(es, &bad))
+        {
+            return Ok(facts);
+        }
+    }
     let f = File::open(layer).map_err(|e| bad(e.to_string()))?;
     let dec = zstd::Decoder::new(f).map_err(|e| bad(format!("not zstd: {e}")))?;
     let mut tar = tar::Archive::new(dec);
+    let entries = tar
+        .entries()
+        .map_err(|e| bad(format!("not a tar archive: {e}")))?;
+    measure(entries, &bad)
+}
+
+fn measure<R: Read>(
+    entries: tar::Entries<'_, R>,
+    bad: &dyn Fn(String) -> ImageError,
+) -> Result<LayerFacts, ImageError> {
     let mut facts = LayerFacts::default();
     let want = paths::IMAGE_ENV.trim_start_matches('/');
-    for e in tar
-        .entries()
-        .map_err(|e| bad(format!("not a tar archive: {e}")))?
-    {
+    for e in entries {
         let mut e = e.map_err(|e| bad(format!("reading an entry: {e}")))?;
         facts.entries += 1;
         facts.unpacked_bytes = facts.unpacked_bytes.saturating_add(e.size());

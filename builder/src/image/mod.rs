@@ -17,6 +17,7 @@ pub mod apply;
 pub mod debugfs;
 pub mod disk;
 mod error;
+pub mod frames;
 pub mod fs;
 pub mod layer;
 pub mod leftovers;
