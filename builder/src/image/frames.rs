@@ -245,7 +245,7 @@ mod tests {
     fn what_it_cannot_skip_is_an_error_not_a_guess() {
         // A streamed frame (no content size).
         let mut e = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
-        std::io::Write::write_all(&mut e, b"streamed").unwrap();
+        io::Write::write_all(&mut e, b"streamed").unwrap();
         let z = e.finish().unwrap();
         let mut out = Vec::new();
         let err = Frames::new(Cursor::new(&z))
