@@ -11,7 +11,7 @@ use crate::cli::common::{
     default_cache, load_lock, Global, NetArgs, RegistryArgs, TrustArgs, DEFAULT_LOCK,
 };
 use crate::cli::fail::classify;
-use crate::cli::fetch::{report_summary, run_fetch_sources};
+use crate::cli::fetch::{image_sources, report_summary, run_fetch_sources, run_pull_images};
 use crate::cli::phases::PhaseDisplay;
 use crate::image_def::{Arch, Format, ImageDef, Os};
 use crate::supply::store::Store;
@@ -282,20 +282,42 @@ fn fetch_missing(
         .filter(|art| store.lookup(art).is_none())
         .cloned()
         .collect();
-    if missing.is_empty() {
-        return Ok(());
+    if !missing.is_empty() {
+        let summary = run_fetch_sources(
+            store,
+            &missing,
+            &a.mirrors,
+            a.upstream,
+            &a.registry,
+            &a.net,
+            global,
+        )?;
+        report_summary("bake --fetch", store_dir, &summary, global);
     }
-    let summary = run_fetch_sources(
+    // The images the layer carries (Linux only), for this platform only, when incomplete.
+    let images: Vec<_> = lock
+        .images
+        .iter()
+        .filter(|_| def.os == Os::Linux)
+        .filter_map(|img| {
+            let pin = img.platform(def.os, arch)?.clone();
+            Some(crate::supply::lock::Image {
+                platforms: vec![pin],
+                ..img.clone()
+            })
+        })
+        .filter(|img| !crate::supply::registry::layout::missing(store, img).is_empty())
+        .collect();
+    let sources = image_sources(&a.mirrors, a.upstream)?;
+    run_pull_images(
+        "bake --fetch",
         store,
-        &missing,
-        &a.mirrors,
-        a.upstream,
+        &images,
+        &sources,
         &a.registry,
         &a.net,
         global,
-    )?;
-    report_summary("bake --fetch", store_dir, &summary, global);
-    Ok(())
+    )
 }
 
 /// Where `make firstboot` / `make windows` put the kiln-firstboot for an OS and architecture.

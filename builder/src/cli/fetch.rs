@@ -11,7 +11,7 @@ use crate::cli::common::{
 };
 use crate::cli::progress;
 use crate::supply::lock;
-use crate::supply::registry::OciTarget;
+use crate::supply::registry::{ImageSource, OciTarget};
 
 /// `kiln fetch`
 #[derive(Debug, Args)]
@@ -61,14 +61,12 @@ fn fetch_cmd(a: FetchArgs, global: &Global) -> anyhow::Result<ExitCode> {
     )?;
     report_summary("fetch", &cache, &summary, global);
     let images = a.filter.apply_images(&lock);
-    let oci = first_oci(&a.mirrors)?;
-    let upstream = a.mirrors.is_empty() || a.upstream;
+    let sources = image_sources(&a.mirrors, a.upstream)?;
     run_pull_images(
         "fetch",
         &store,
         &images,
-        oci.as_ref(),
-        upstream,
+        &sources,
         &a.registry,
         &a.net,
         global,
@@ -76,29 +74,18 @@ fn fetch_cmd(a: FetchArgs, global: &Global) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Pulls the lock's images from their registries into `store` (an OCI image layout) and
-/// reports what was done. Images come only from their registries: without upstream access
-/// (a `--mirror` without `--upstream`) they are named and left out, never silently.
-#[allow(clippy::too_many_arguments)]
+/// Pulls the lock's images into `store` (an OCI image layout) from `sources`, in order, and
+/// reports what was done.
 pub(crate) fn run_pull_images(
     what: &str,
     store: &crate::supply::store::Store,
     images: &[lock::Image],
-    from: Option<&OciTarget>,
-    upstream: bool,
+    sources: &[ImageSource],
     registry: &RegistryArgs,
     net: &NetArgs,
     global: &Global,
 ) -> anyhow::Result<()> {
     if images.is_empty() {
-        return Ok(());
-    }
-    if !upstream && from.is_none() {
-        let names: Vec<String> = images.iter().map(|i| i.id()).collect();
-        eprintln!(
-            "kiln: {what}: images are pulled from their registries only; add --upstream to pull {}",
-            names.join(", ")
-        );
         return Ok(());
     }
     let ropts = registry.options()?;
@@ -107,7 +94,7 @@ pub(crate) fn run_pull_images(
     let r = rt.block_on(crate::supply::registry::pull_images(
         store,
         images,
-        from,
+        sources,
         &ropts,
         &net.options(),
         reporter.clone(),
@@ -132,13 +119,25 @@ pub(crate) fn run_pull_images(
     Ok(())
 }
 
-/// The first `oci://` mirror among `mirrors`, parsed.
-pub(crate) fn first_oci(mirrors: &[String]) -> anyhow::Result<Option<OciTarget>> {
-    mirrors
-        .iter()
-        .find(|m| OciTarget::is_oci(m))
-        .map(|m| OciTarget::parse(m).map_err(|e| anyhow::anyhow!("--mirror {e}")))
-        .transpose()
+/// Where a fetch takes images from: registry mirrors (`oci://…`) first, then URL and
+/// directory mirrors in the order given (their `blobs/sha256/` holds images like files), then
+/// each image's own registry when `upstream` or when no mirror is given.
+pub(crate) fn image_sources(
+    mirrors: &[String],
+    upstream: bool,
+) -> anyhow::Result<Vec<ImageSource>> {
+    let mut out = Vec::new();
+    for m in mirrors.iter().filter(|m| OciTarget::is_oci(m)) {
+        let t = OciTarget::parse(m).map_err(|e| anyhow::anyhow!("--mirror {e}"))?;
+        out.push(ImageSource::Oci(t));
+    }
+    for m in mirrors.iter().filter(|m| !OciTarget::is_oci(m)) {
+        out.push(ImageSource::Mirror(crate::supply::fetch::Source::mirror(m)));
+    }
+    if mirrors.is_empty() || upstream {
+        out.push(ImageSource::Upstream);
+    }
+    Ok(out)
 }
 
 /// Fetches `artifacts` from `mirrors` (registry mirrors `oci://…` first, each artifact's blob by

@@ -1,0 +1,316 @@
+//! A lock's pinned images from a plain kiln mirror (issue 16): `kiln fetch --mirror` and
+//! `kiln bake --fetch --mirror` over real HTTP on loopback (the test file server serving a
+//! mirror's `blobs/sha256/`) and from a mirror directory, with no registry anywhere. Each
+//! manifest and blob is checked against its digest while it streams: a wrong-digest blob is
+//! refused and nothing of it is stored; a truncated one is resumed with Range, or refused when
+//! it never completes; the registry the lock names is never contacted.
+
+// Both support trees include testkit/optout.rs; this test uses both.
+#![allow(clippy::duplicate_mod)]
+
+mod bake_support;
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use support::registry::{self, all_blobs_honest, hex, TestImage};
+use support::server::{Fault, Server};
+
+/// The reference the definitions name as their sandbox image. The registry is never asked:
+/// every byte comes from the test's mirror, and the image is the test's own.
+const REFERENCE: &str = "registry.k8s.io/pause:3.10";
+
+struct Fx {
+    dir: tempfile::TempDir,
+    img: TestImage,
+    lock: PathBuf,
+    pk: PathBuf,
+}
+
+/// A test image (amd64, arm64 pinned; s390x in the index only) as a mirror directory, and a
+/// signed lock pinning it.
+fn fixture() -> Fx {
+    let dir = tempfile::tempdir().unwrap();
+    let img = registry::build_image(
+        &dir.path().join("mirror"),
+        "t",
+        &[
+            ("amd64", support::noise(400_000, 1)),
+            ("arm64", support::noise(300_000, 2)),
+            ("s390x", support::noise(200_000, 3)),
+        ],
+    );
+    let (pk, sk) = support::test_keypair(dir.path(), "t");
+    let d = dir.path().join("lock");
+    std::fs::create_dir_all(&d).unwrap();
+    let text = format!("version = 1\n{}", registry::image_entry(REFERENCE, &img));
+    let lock = support::write_signed_lock(&d, &text, &sk);
+    Fx { dir, img, lock, pk }
+}
+
+/// Serves every blob of the mirror directory at `/blobs/sha256/<hex>`.
+fn serve(layout: &Path) -> Server {
+    let s = Server::start();
+    for e in std::fs::read_dir(layout.join("blobs/sha256")).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        s.add(&format!("/blobs/sha256/{name}"), std::fs::read(&p).unwrap());
+    }
+    s
+}
+
+fn fetch(fx: &Fx, cache: &Path, mirror: &str) -> Output {
+    support::run(
+        support::kiln()
+            .args(["fetch", "--backoff-ms", "10", "--attempts", "3"])
+            .arg(&fx.lock)
+            .arg("--trusted-key")
+            .arg(&fx.pk)
+            .arg("--cache")
+            .arg(cache)
+            .args(["--mirror", mirror]),
+    )
+}
+
+fn path_of(d: &str) -> String {
+    format!("/blobs/sha256/{}", hex(d))
+}
+
+/// The amd64 layer: the biggest blob a node needs.
+fn amd64_layer(img: &TestImage) -> &str {
+    &img.platforms[0].3[1]
+}
+
+/// The pinned platforms' blobs are in `cache`, the unpinned one's are not, every blob is
+/// its digest, and the layout's index names the image.
+fn assert_pinned_only(fx: &Fx, cache: &Path) {
+    let at = |d: &str| cache.join("blobs/sha256").join(hex(d));
+    assert!(at(&fx.img.index_digest).is_file());
+    for (_, arch, md, blobs) in &fx.img.platforms {
+        let want = arch != "s390x";
+        assert_eq!(at(md).is_file(), want, "{arch} manifest");
+        for b in blobs {
+            assert_eq!(at(b).is_file(), want, "{arch} blob {b}");
+        }
+    }
+    assert_eq!(all_blobs_honest(cache), 1 + 2 * 3);
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(cache.join("index.json")).unwrap()).unwrap();
+    assert_eq!(
+        index["manifests"][0]["digest"],
+        fx.img.index_digest.as_str()
+    );
+    assert_eq!(
+        index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"],
+        REFERENCE
+    );
+}
+
+#[test]
+fn fetch_takes_the_pinned_platforms_from_an_http_mirror_and_again_nothing() {
+    let fx = fixture();
+    let srv = serve(&fx.img.layout);
+    let cache = fx.dir.path().join("cache");
+    let o = fetch(&fx, &cache, &srv.base());
+    assert!(o.status.success(), "{}", support::out_text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout)
+            .contains("fetch: 1 images (7 manifests and blobs, 0 already present)"),
+        "{}",
+        support::out_text(&o)
+    );
+    assert_pinned_only(&fx, &cache);
+    // Only the mirror's blobs were asked for, each once; the s390x ones never.
+    let log = srv.log();
+    assert_eq!(log.len(), 7, "{log:?}");
+    assert!(log.iter().all(|s| s.path.starts_with("/blobs/sha256/")));
+    assert_eq!(srv.hits(&path_of(&fx.img.platforms[2].2)), 0);
+
+    // Again: nothing crosses the wire.
+    let sent = srv.bytes_sent();
+    let o = fetch(&fx, &cache, &srv.base());
+    assert!(o.status.success(), "{}", support::out_text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("7 already present"),
+        "{}",
+        support::out_text(&o)
+    );
+    assert_eq!(srv.bytes_sent(), sent);
+}
+
+#[test]
+fn fetch_takes_images_from_a_mirror_directory_and_refuses_a_wrong_blob_there() {
+    let fx = fixture();
+    let cache = fx.dir.path().join("cache");
+    let mirror = fx.img.layout.to_str().unwrap().to_string();
+    let o = fetch(&fx, &cache, &mirror);
+    assert!(o.status.success(), "{}", support::out_text(&o));
+    assert_pinned_only(&fx, &cache);
+
+    // A mirror directory whose layer blob is not its digest: refused, named, not stored.
+    let bad = fx.dir.path().join("bad-mirror");
+    copy_dir(&fx.img.layout, &bad);
+    let layer = amd64_layer(&fx.img);
+    let p = bad.join("blobs/sha256").join(hex(layer));
+    let mut bytes = std::fs::read(&p).unwrap();
+    bytes[1000] ^= 0xff;
+    std::fs::write(&p, bytes).unwrap();
+    let cache2 = fx.dir.path().join("cache2");
+    let o = fetch(&fx, &cache2, bad.to_str().unwrap());
+    let text = support::out_text(&o);
+    assert_eq!(o.status.code(), Some(3), "{text}");
+    assert!(text.contains(hex(layer)), "{text}");
+    assert!(text.contains(&bad.display().to_string()), "{text}");
+    assert!(
+        text.contains("pause (registry.k8s.io/pause:3.10)"),
+        "{text}"
+    );
+    assert!(!cache2.join("blobs/sha256").join(hex(layer)).exists());
+    all_blobs_honest(&cache2);
+    // No record of an image that is not complete.
+    assert!(!cache2.join("index.json").exists());
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to.join("blobs/sha256")).unwrap();
+    for e in std::fs::read_dir(from.join("blobs/sha256")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, to.join("blobs/sha256").join(p.file_name().unwrap())).unwrap();
+    }
+}
+
+#[test]
+fn a_wrong_digest_blob_over_http_is_refused_and_nothing_of_it_is_stored() {
+    let fx = fixture();
+    let srv = serve(&fx.img.layout);
+    let layer = amd64_layer(&fx.img);
+    srv.always(&path_of(layer), Fault::WrongBytes);
+    let cache = fx.dir.path().join("cache");
+    let o = fetch(&fx, &cache, &srv.base());
+    let text = support::out_text(&o);
+    // Exit 3: wrong bytes, as for a file artifact.
+    assert_eq!(o.status.code(), Some(3), "{text}");
+    assert!(text.contains(hex(layer)), "{text}");
+    assert!(text.contains(&srv.base()), "{text}");
+    assert!(text.contains("the bytes were discarded"), "{text}");
+    assert!(!cache.join("blobs/sha256").join(hex(layer)).exists());
+    // The other blobs that arrived are their digests; no partial blob is visible.
+    all_blobs_honest(&cache);
+    assert!(!cache.join("index.json").exists());
+
+    // A wrong index: the root itself is refused.
+    let srv2 = serve(&fx.img.layout);
+    srv2.always(&path_of(&fx.img.index_digest), Fault::WrongBytes);
+    let cache2 = fx.dir.path().join("cache2");
+    let o = fetch(&fx, &cache2, &srv2.base());
+    let text = support::out_text(&o);
+    assert!(!o.status.success(), "{text}");
+    assert!(text.contains(hex(&fx.img.index_digest)), "{text}");
+    assert!(!cache2
+        .join("blobs/sha256")
+        .join(hex(&fx.img.index_digest))
+        .exists());
+    assert_eq!(srv2.hits(&path_of(layer)), 0, "nothing past a wrong index");
+
+    // Healed: the same cache completes.
+    srv.heal(&path_of(layer));
+    let o = fetch(&fx, &cache, &srv.base());
+    assert!(o.status.success(), "{}", support::out_text(&o));
+    assert_pinned_only(&fx, &cache);
+}
+
+#[test]
+fn a_truncated_blob_is_resumed_with_range_or_refused_when_it_never_completes() {
+    let fx = fixture();
+    let srv = serve(&fx.img.layout);
+    let layer = amd64_layer(&fx.img);
+    srv.fault(&path_of(layer), Fault::TruncateAfter(100_000));
+    let cache = fx.dir.path().join("cache");
+    let o = fetch(&fx, &cache, &srv.base());
+    assert!(o.status.success(), "{}", support::out_text(&o));
+    assert_pinned_only(&fx, &cache);
+    let tries: Vec<_> = srv
+        .log()
+        .into_iter()
+        .filter(|s| s.path == path_of(layer))
+        .collect();
+    assert_eq!(tries.len(), 2, "{tries:?}");
+    assert_eq!(tries[1].range_start, Some(100_000), "{tries:?}");
+
+    // Always cut short: refused after the attempts, named, nothing visible as the blob.
+    let srv = serve(&fx.img.layout);
+    srv.always(&path_of(layer), Fault::TruncateAfter(50_000));
+    let cache2 = fx.dir.path().join("cache2");
+    let o = fetch(&fx, &cache2, &srv.base());
+    let text = support::out_text(&o);
+    assert!(!o.status.success(), "{text}");
+    assert!(text.contains(hex(layer)), "{text}");
+    assert!(!cache2.join("blobs/sha256").join(hex(layer)).exists());
+    all_blobs_honest(&cache2);
+}
+
+#[test]
+fn bake_fetch_takes_the_layers_image_from_an_http_mirror() {
+    use bake_support::{kiln, ok, repo};
+    let fx = bake_support::fixture(bake_support::Bins::Real);
+    let img = registry::build_image(
+        &fx.dir.path().join("mirror"),
+        "t",
+        &[
+            (
+                "amd64",
+                std::fs::read("/bin/busybox").expect("busybox-static"),
+            ),
+            ("arm64", b"stand-in pause for arm64\n".to_vec()),
+        ],
+    );
+    let srv = serve(&img.layout);
+    let lock = fx.dir.path().join("images.lock");
+    let text = std::fs::read_to_string(&fx.lock).unwrap();
+    std::fs::write(
+        &lock,
+        format!("{text}\n{}", registry::image_entry(REFERENCE, &img)),
+    )
+    .unwrap();
+    let out = fx.dir.path().join("out");
+    let o = kiln()
+        .arg("bake")
+        .arg(repo().join("images/ubuntu.toml"))
+        .args(["--format", "rootfs", "--arch", "amd64", "--out"])
+        .arg(&out)
+        .arg("--lock")
+        .arg(&lock)
+        .arg("--allow-unsigned")
+        .arg("--store")
+        .arg(&fx.store)
+        .arg("--firstboot")
+        .arg(&fx.firstboot)
+        .arg("--no-cache")
+        .args(["--fetch", "--mirror", &srv.base(), "--backoff-ms", "10"])
+        .env("SOURCE_DATE_EPOCH", "1704067200")
+        .output()
+        .unwrap();
+    ok(&o, "bake --fetch");
+    // Only amd64's manifest, config and layer were fetched, besides the index.
+    let arm64 = &img.platforms[1];
+    assert_eq!(srv.hits(&path_of(&arm64.2)), 0);
+    assert_eq!(srv.log().len(), 4, "{:?}", srv.log());
+    let list = std::process::Command::new("tar")
+        .arg("--zstd")
+        .arg("-tf")
+        .arg(
+            std::fs::read_dir(&out)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .find(|p| p.to_string_lossy().ends_with(".tar.zst"))
+                .unwrap(),
+        )
+        .output()
+        .unwrap();
+    let names = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        names.contains("usr/share/kiln/images/pause.oci.tar"),
+        "{names}"
+    );
+}
