@@ -314,3 +314,52 @@ fn bake_fetch_takes_the_layers_image_from_an_http_mirror() {
         "{names}"
     );
 }
+
+#[test]
+fn a_mirror_lacking_blobs_falls_through_to_the_next_and_mirror_sync_copies_images() {
+    let fx = fixture();
+    let srv = serve(&fx.img.layout);
+    // The first mirror has the index only: what it lacks is asked of the second.
+    let partial = fx.dir.path().join("partial-mirror");
+    std::fs::create_dir_all(partial.join("blobs/sha256")).unwrap();
+    let index = hex(&fx.img.index_digest);
+    std::fs::copy(
+        fx.img.layout.join("blobs/sha256").join(index),
+        partial.join("blobs/sha256").join(index),
+    )
+    .unwrap();
+    let cache = fx.dir.path().join("cache");
+    let o = support::run(
+        support::kiln()
+            .args(["fetch", "--backoff-ms", "10", "--attempts", "2"])
+            .arg(&fx.lock)
+            .arg("--trusted-key")
+            .arg(&fx.pk)
+            .arg("--cache")
+            .arg(&cache)
+            .arg("--mirror")
+            .arg(&partial)
+            .args(["--mirror", &srv.base()]),
+    );
+    assert!(o.status.success(), "{}", support::out_text(&o));
+    assert_pinned_only(&fx, &cache);
+    // The index came from the first mirror, so the second was never asked for it.
+    assert_eq!(srv.hits(&path_of(&fx.img.index_digest)), 0);
+
+    // `mirror sync --from URL` carries the images into a new mirror directory.
+    let m = fx.dir.path().join("mirror2");
+    let o = support::run(
+        support::kiln()
+            .args(["mirror", "sync", "--backoff-ms", "10"])
+            .arg("--to")
+            .arg(&m)
+            .arg("--lock")
+            .arg(&fx.lock)
+            .arg("--trusted-key")
+            .arg(&fx.pk)
+            .args(["--from", &srv.base()]),
+    );
+    assert!(o.status.success(), "{}", support::out_text(&o));
+    assert_pinned_only(&fx, &m);
+    assert!(m.join("artifacts.lock").is_file());
+}
