@@ -252,7 +252,7 @@ fn a_truncated_blob_is_resumed_with_range_or_refused_when_it_never_completes() {
 
 #[test]
 fn bake_fetch_takes_the_layers_image_from_an_http_mirror() {
-    use bake_support::{kiln, ok, repo};
+    use bake_support::{bake_cli, ok, repo};
     let fx = bake_support::fixture(bake_support::Bins::Real);
     let img = registry::build_image(
         &fx.dir.path().join("mirror"),
@@ -266,31 +266,23 @@ fn bake_fetch_takes_the_layers_image_from_an_http_mirror() {
         ],
     );
     let srv = serve(&img.layout);
-    let lock = fx.dir.path().join("images.lock");
+    // The fixture's own (unsigned) lock, with the image added.
     let text = std::fs::read_to_string(&fx.lock).unwrap();
     std::fs::write(
-        &lock,
+        &fx.lock,
         format!("{text}\n{}", registry::image_entry(REFERENCE, &img)),
     )
     .unwrap();
     let out = fx.dir.path().join("out");
-    let o = kiln()
-        .arg("bake")
-        .arg(repo().join("images/ubuntu.toml"))
-        .args(["--format", "rootfs", "--arch", "amd64", "--out"])
-        .arg(&out)
-        .arg("--lock")
-        .arg(&lock)
-        .arg("--allow-unsigned")
-        .arg("--store")
-        .arg(&fx.store)
-        .arg("--firstboot")
-        .arg(&fx.firstboot)
-        .arg("--no-cache")
-        .args(["--fetch", "--mirror", &srv.base(), "--backoff-ms", "10"])
-        .env("SOURCE_DATE_EPOCH", "1704067200")
-        .output()
-        .unwrap();
+    let base = srv.base();
+    let o = bake_cli(
+        &fx,
+        &repo().join("images/ubuntu.toml"),
+        "rootfs",
+        "amd64",
+        &out,
+        &["--fetch", "--mirror", &base, "--backoff-ms", "10"],
+    );
     ok(&o, "bake --fetch");
     // Only amd64's manifest, config and layer were fetched, besides the index.
     let arm64 = &img.platforms[1];

@@ -11,7 +11,7 @@ use crate::cli::common::{
     default_cache, load_lock, Global, NetArgs, RegistryArgs, TrustArgs, DEFAULT_LOCK,
 };
 use crate::cli::fail::classify;
-use crate::cli::fetch::{image_sources, report_summary, run_fetch_sources, run_pull_images};
+use crate::cli::fetch::{fetch_into, FetchFrom};
 use crate::cli::phases::PhaseDisplay;
 use crate::image_def::{Arch, Format, ImageDef, Os};
 use crate::supply::store::Store;
@@ -258,8 +258,8 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `bake --fetch`: fetches the definition's artifacts that the store lacks, from the
-/// `--mirror` sources (and upstream only with `--upstream`).
+/// `bake --fetch`: fetches the definition's artifacts and the layer's images that the store
+/// lacks, from the `--mirror` sources (and upstream only with `--upstream`).
 fn fetch_missing(
     a: &BakeArgs,
     lock: &crate::supply::lock::Lock,
@@ -282,18 +282,6 @@ fn fetch_missing(
         .filter(|art| store.lookup(art).is_none())
         .cloned()
         .collect();
-    if !missing.is_empty() {
-        let summary = run_fetch_sources(
-            store,
-            &missing,
-            &a.mirrors,
-            a.upstream,
-            &a.registry,
-            &a.net,
-            global,
-        )?;
-        report_summary("bake --fetch", store_dir, &summary, global);
-    }
     // The images the layer carries (Linux only), for this platform only, when incomplete.
     let images: Vec<_> = lock
         .images
@@ -308,14 +296,14 @@ fn fetch_missing(
         })
         .filter(|img| !crate::supply::registry::layout::missing(store, img).is_empty())
         .collect();
-    let sources = image_sources(&a.mirrors, a.upstream)?;
-    run_pull_images(
+    let from = FetchFrom::new(&a.mirrors, a.upstream, &a.registry, &a.net);
+    fetch_into(
         "bake --fetch",
         store,
+        store_dir,
+        &missing,
         &images,
-        &sources,
-        &a.registry,
-        &a.net,
+        &from,
         global,
     )
 }

@@ -49,29 +49,72 @@ fn fetch_cmd(a: FetchArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let (lock, _) = load_lock(&a.lock, &a.trust)?;
     let cache = a.cache.clone().unwrap_or_else(default_cache);
     let store = crate::supply::store::Store::open(&cache)?;
+    let from = FetchFrom::new(&a.mirrors, a.upstream, &a.registry, &a.net);
     let artifacts = a.filter.apply(&lock);
-    let summary = run_fetch_sources(
-        &store,
-        &artifacts,
-        &a.mirrors,
-        a.upstream,
-        &a.registry,
-        &a.net,
-        global,
-    )?;
-    report_summary("fetch", &cache, &summary, global);
     let images = a.filter.apply_images(&lock);
-    let sources = image_sources(&a.mirrors, a.upstream)?;
-    run_pull_images(
-        "fetch",
-        &store,
-        &images,
-        &sources,
-        &a.registry,
-        &a.net,
-        global,
-    )?;
+    fetch_into("fetch", &store, &cache, &artifacts, &images, &from, global)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where a fetch may take bytes from, as its command line says.
+pub(crate) struct FetchFrom<'a> {
+    /// `--mirror` values, in order.
+    pub mirrors: &'a [String],
+    /// `--upstream`: fall back to the lock's URLs and the images' registries.
+    pub upstream: bool,
+    pub registry: &'a RegistryArgs,
+    pub net: &'a NetArgs,
+}
+
+impl<'a> FetchFrom<'a> {
+    pub(crate) fn new(
+        mirrors: &'a [String],
+        upstream: bool,
+        registry: &'a RegistryArgs,
+        net: &'a NetArgs,
+    ) -> FetchFrom<'a> {
+        FetchFrom {
+            mirrors,
+            upstream,
+            registry,
+            net,
+        }
+    }
+}
+
+/// Fetches `artifacts` into `store` (at `dir`), then pulls `images`, from the sources `from`
+/// names, reporting each step as `what`. An empty list is skipped.
+pub(crate) fn fetch_into(
+    what: &str,
+    store: &crate::supply::store::Store,
+    dir: &Path,
+    artifacts: &[lock::Artifact],
+    images: &[lock::Image],
+    from: &FetchFrom<'_>,
+    global: &Global,
+) -> anyhow::Result<()> {
+    if !artifacts.is_empty() {
+        let summary = run_fetch_sources(
+            store,
+            artifacts,
+            from.mirrors,
+            from.upstream,
+            from.registry,
+            from.net,
+            global,
+        )?;
+        report_summary(what, dir, &summary, global);
+    }
+    let sources = image_sources(from.mirrors, from.upstream)?;
+    run_pull_images(
+        what,
+        store,
+        images,
+        &sources,
+        from.registry,
+        from.net,
+        global,
+    )
 }
 
 /// Pulls the lock's images into `store` (an OCI image layout) from `sources`, in order, and
