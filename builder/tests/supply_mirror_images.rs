@@ -61,16 +61,22 @@ fn serve(layout: &Path) -> Server {
 }
 
 fn fetch(fx: &Fx, cache: &Path, mirror: &str) -> Output {
-    support::run(
-        support::kiln()
-            .args(["fetch", "--backoff-ms", "10", "--attempts", "3"])
-            .arg(&fx.lock)
-            .arg("--trusted-key")
-            .arg(&fx.pk)
-            .arg("--cache")
-            .arg(cache)
-            .args(["--mirror", mirror]),
-    )
+    fetch_from(fx, cache, &[mirror])
+}
+
+/// `kiln fetch` of the fixture's lock into `cache`, with each of `mirrors` as a `--mirror`.
+fn fetch_from(fx: &Fx, cache: &Path, mirrors: &[&str]) -> Output {
+    let mut c = support::kiln();
+    c.args(["fetch", "--backoff-ms", "10", "--attempts", "3"])
+        .arg(&fx.lock)
+        .arg("--trusted-key")
+        .arg(&fx.pk)
+        .arg("--cache")
+        .arg(cache);
+    for m in mirrors {
+        c.args(["--mirror", m]);
+    }
+    support::run(&mut c)
 }
 
 fn path_of(d: &str) -> String {
@@ -321,18 +327,7 @@ fn a_mirror_lacking_blobs_falls_through_to_the_next_and_mirror_sync_copies_image
     )
     .unwrap();
     let cache = fx.dir.path().join("cache");
-    let o = support::run(
-        support::kiln()
-            .args(["fetch", "--backoff-ms", "10", "--attempts", "2"])
-            .arg(&fx.lock)
-            .arg("--trusted-key")
-            .arg(&fx.pk)
-            .arg("--cache")
-            .arg(&cache)
-            .arg("--mirror")
-            .arg(&partial)
-            .args(["--mirror", &srv.base()]),
-    );
+    let o = fetch_from(&fx, &cache, &[partial.to_str().unwrap(), &srv.base()]);
     assert!(o.status.success(), "{}", support::out_text(&o));
     assert_pinned_only(&fx, &cache);
     // The index came from the first mirror, so the second was never asked for it.

@@ -35,15 +35,29 @@ impl Blobs<'_> {
         reporter: &dyn Reporter,
         transferred: &AtomicU64,
     ) -> Result<(), AttemptError> {
+        let hex = digest_hex(digest)
+            .ok_or_else(|| AttemptError::Wrong(format!("not a sha256 digest: {digest:?}")))?;
+        let bound = (size.unwrap_or(MAX_MANIFEST), size.is_some());
         match self {
-            Blobs::Registry(s) => s.manifest(store, digest, size, reporter, transferred).await,
-            Blobs::Mirror(m) => {
-                let hex = digest_hex(digest).ok_or_else(|| {
-                    AttemptError::Wrong(format!("not a sha256 digest: {digest:?}"))
-                })?;
-                let size = (size.unwrap_or(MAX_MANIFEST), size.is_some());
-                m.get(store, hex, size, reporter, transferred).await
+            Blobs::Registry(s) => {
+                let expect = Expect {
+                    sha256: hex.to_string(),
+                    size: bound.0,
+                    exact: bound.1,
+                    what: format!("{}/{}@{digest}", s.host, s.repo),
+                };
+                // A kiln mirror in a registry carries an image's root as a blob (its
+                // platforms are not all there; see `docs/mirror.md`).
+                let endpoint = if s.root_from_blobs && size.is_none() {
+                    "blobs"
+                } else {
+                    "manifests"
+                };
+                let url = format!("{}/v2/{}/{endpoint}/{digest}", s.base, s.repo);
+                s.get_into(store, &expect, &url, true, reporter, transferred)
+                    .await
             }
+            Blobs::Mirror(m) => m.get(store, hex, bound, reporter, transferred).await,
         }
     }
 
