@@ -350,3 +350,75 @@ fn a_mirror_lacking_blobs_falls_through_to_the_next_and_mirror_sync_copies_image
     assert_pinned_only(&fx, &m);
     assert!(m.join("artifacts.lock").is_file());
 }
+
+#[test]
+fn an_endless_index_is_cut_at_the_manifest_bound_over_http_and_from_a_directory() {
+    let fx = fixture();
+    // Over HTTP: 5 MiB where the index should be (over the 4 MiB bound for a document no
+    // parent states the size of).
+    let srv = Server::start();
+    srv.add(&path_of(&fx.img.index_digest), support::noise(5 << 20, 9));
+    let cache = fx.dir.path().join("cache");
+    let o = fetch(&fx, &cache, &srv.base());
+    let text = support::out_text(&o);
+    assert_eq!(o.status.code(), Some(3), "{text}");
+    assert!(
+        text.contains("expected 4194304 bytes, received more"),
+        "{text}"
+    );
+    assert!(text.contains(&srv.base()), "{text}");
+    assert!(!cache
+        .join("blobs/sha256")
+        .join(hex(&fx.img.index_digest))
+        .exists());
+    assert_eq!(srv.log().len(), 1, "nothing asked past the index");
+
+    // From a directory: a sparse 64 GiB file in its place is read only up to the bound.
+    let dir = fx.dir.path().join("huge-mirror");
+    std::fs::create_dir_all(dir.join("blobs/sha256")).unwrap();
+    let f =
+        std::fs::File::create(dir.join("blobs/sha256").join(hex(&fx.img.index_digest))).unwrap();
+    f.set_len(64 << 30).unwrap();
+    let cache2 = fx.dir.path().join("cache2");
+    let t = std::time::Instant::now();
+    let o = fetch(&fx, &cache2, dir.to_str().unwrap());
+    let text = support::out_text(&o);
+    assert_eq!(o.status.code(), Some(3), "{text}");
+    assert!(text.contains("received more"), "{text}");
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(!cache2
+        .join("blobs/sha256")
+        .join(hex(&fx.img.index_digest))
+        .exists());
+}
+
+#[test]
+fn a_fifo_in_a_mirror_directory_is_named_never_read() {
+    let fx = fixture();
+    let dir = fx.dir.path().join("fifo-mirror");
+    copy_dir(&fx.img.layout, &dir);
+    let layer = dir.join("blobs/sha256").join(hex(amd64_layer(&fx.img)));
+    std::fs::remove_file(&layer).unwrap();
+    let st = std::process::Command::new("mkfifo")
+        .arg(&layer)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let cache = fx.dir.path().join("cache");
+    let t = std::time::Instant::now();
+    let o = fetch(&fx, &cache, dir.to_str().unwrap());
+    let text = support::out_text(&o);
+    assert!(!o.status.success(), "{text}");
+    assert!(text.contains("not a regular file"), "{text}");
+    assert!(text.contains(&layer.display().to_string()), "{text}");
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        t.elapsed()
+    );
+    all_blobs_honest(&cache);
+}

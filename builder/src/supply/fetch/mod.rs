@@ -244,6 +244,17 @@ async fn copy_from_dir(
     transferred: &AtomicU64,
 ) -> Result<(), AttemptError> {
     use tokio::io::AsyncReadExt;
+    // Only a regular file: opening a FIFO or a device would block or never end.
+    match tokio::fs::metadata(path).await {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => {
+            return Err(AttemptError::Fatal(format!(
+                "{}: not a regular file (a mirror's blobs are plain files)",
+                path.display()
+            )))
+        }
+        Err(e) => return Err(AttemptError::Fatal(format!("{}: {e}", path.display()))),
+    }
     let mut f = match tokio::fs::File::open(path).await {
         Ok(f) => f,
         Err(e) => return Err(AttemptError::Fatal(format!("{}: {e}", path.display()))),
