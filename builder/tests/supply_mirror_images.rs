@@ -294,23 +294,54 @@ fn bake_fetch_takes_the_layers_image_from_an_http_mirror() {
     let arm64 = &img.platforms[1];
     assert_eq!(srv.hits(&path_of(&arm64.2)), 0);
     assert_eq!(srv.log().len(), 4, "{:?}", srv.log());
-    let list = std::process::Command::new("tar")
+    let fetched = baked_archive(&out, fx.dir.path());
+
+    // The same image put straight into another fixture's store (no fetch) bakes the same
+    // archive: what reaches the node does not depend on the mirror it came through.
+    let fx2 = bake_support::fixture(bake_support::Bins::Real);
+    registry::store_layout(&img.layout, &fx2.store);
+    let text = std::fs::read_to_string(&fx2.lock).unwrap();
+    std::fs::write(
+        &fx2.lock,
+        format!("{text}\n{}", registry::image_entry(REFERENCE, &img)),
+    )
+    .unwrap();
+    let out2 = fx2.dir.path().join("out");
+    let o = bake_cli(
+        &fx2,
+        &repo().join("images/ubuntu.toml"),
+        "rootfs",
+        "amd64",
+        &out2,
+        &[],
+    );
+    ok(&o, "bake from the store");
+    assert!(
+        fetched == baked_archive(&out2, fx2.dir.path()),
+        "the archive differs"
+    );
+}
+
+/// The bytes of `usr/share/kiln/images/pause.oci.tar` in the rootfs layer baked into `out`.
+fn baked_archive(out: &Path, scratch: &Path) -> Vec<u8> {
+    let layer = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".tar.zst"))
+        .unwrap();
+    let root = scratch.join("extracted");
+    std::fs::create_dir_all(&root).unwrap();
+    let o = std::process::Command::new("tar")
         .arg("--zstd")
-        .arg("-tf")
-        .arg(
-            std::fs::read_dir(&out)
-                .unwrap()
-                .map(|e| e.unwrap().path())
-                .find(|p| p.to_string_lossy().ends_with(".tar.zst"))
-                .unwrap(),
-        )
+        .arg("-xf")
+        .arg(&layer)
+        .arg("-C")
+        .arg(&root)
+        .arg("usr/share/kiln/images/pause.oci.tar")
         .output()
         .unwrap();
-    let names = String::from_utf8_lossy(&list.stdout);
-    assert!(
-        names.contains("usr/share/kiln/images/pause.oci.tar"),
-        "{names}"
-    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::read(root.join("usr/share/kiln/images/pause.oci.tar")).unwrap()
 }
 
 #[test]
