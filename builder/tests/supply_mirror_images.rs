@@ -258,7 +258,6 @@ fn a_truncated_blob_is_resumed_with_range_or_refused_when_it_never_completes() {
 
 #[test]
 fn bake_fetch_takes_the_layers_image_from_an_http_mirror() {
-    use bake_support::{bake_cli, ok, repo};
     let fx = bake_support::fixture(bake_support::Bins::Real);
     let img = registry::build_image(
         &fx.dir.path().join("mirror"),
@@ -272,59 +271,48 @@ fn bake_fetch_takes_the_layers_image_from_an_http_mirror() {
         ],
     );
     let srv = serve(&img.layout);
-    // The fixture's own (unsigned) lock, with the image added.
-    let text = std::fs::read_to_string(&fx.lock).unwrap();
-    std::fs::write(
-        &fx.lock,
-        format!("{text}\n{}", registry::image_entry(REFERENCE, &img)),
-    )
-    .unwrap();
-    let out = fx.dir.path().join("out");
+    pin_in_fixture_lock(&fx, &img);
     let base = srv.base();
-    let o = bake_cli(
-        &fx,
-        &repo().join("images/ubuntu.toml"),
-        "rootfs",
-        "amd64",
-        &out,
-        &["--fetch", "--mirror", &base, "--backoff-ms", "10"],
-    );
-    ok(&o, "bake --fetch");
+    let fetched = bake_ubuntu_archive(&fx, &["--fetch", "--mirror", &base, "--backoff-ms", "10"]);
     // Only amd64's manifest, config and layer were fetched, besides the index.
     let arm64 = &img.platforms[1];
     assert_eq!(srv.hits(&path_of(&arm64.2)), 0);
     assert_eq!(srv.log().len(), 4, "{:?}", srv.log());
-    let fetched = baked_archive(&out, fx.dir.path());
 
     // The same image put straight into another fixture's store (no fetch) bakes the same
     // archive: what reaches the node does not depend on the mirror it came through.
     let fx2 = bake_support::fixture(bake_support::Bins::Real);
     registry::store_layout(&img.layout, &fx2.store);
-    let text = std::fs::read_to_string(&fx2.lock).unwrap();
-    std::fs::write(
-        &fx2.lock,
-        format!("{text}\n{}", registry::image_entry(REFERENCE, &img)),
-    )
-    .unwrap();
-    let out2 = fx2.dir.path().join("out");
-    let o = bake_cli(
-        &fx2,
-        &repo().join("images/ubuntu.toml"),
-        "rootfs",
-        "amd64",
-        &out2,
-        &[],
-    );
-    ok(&o, "bake from the store");
+    pin_in_fixture_lock(&fx2, &img);
     assert!(
-        fetched == baked_archive(&out2, fx2.dir.path()),
+        fetched == bake_ubuntu_archive(&fx2, &[]),
         "the archive differs"
     );
 }
 
-/// The bytes of `usr/share/kiln/images/pause.oci.tar` in the rootfs layer baked into `out`.
-fn baked_archive(out: &Path, scratch: &Path) -> Vec<u8> {
-    let layer = std::fs::read_dir(out)
+/// Adds an `[[image]]` pinning `img` to the bake fixture's own (unsigned) lock.
+fn pin_in_fixture_lock(fx: &bake_support::Fixture, img: &TestImage) {
+    let text = std::fs::read_to_string(&fx.lock).unwrap();
+    let entry = registry::image_entry(REFERENCE, img);
+    std::fs::write(&fx.lock, format!("{text}\n{entry}")).unwrap();
+}
+
+/// Bakes the ubuntu rootfs layer (amd64) from the bake fixture with `extra` arguments and
+/// returns the bytes of its `usr/share/kiln/images/pause.oci.tar`.
+fn bake_ubuntu_archive(fx: &bake_support::Fixture, extra: &[&str]) -> Vec<u8> {
+    use bake_support::{bake_cli, ok, repo};
+    let out = fx.dir.path().join("out");
+    let o = bake_cli(
+        fx,
+        &repo().join("images/ubuntu.toml"),
+        "rootfs",
+        "amd64",
+        &out,
+        extra,
+    );
+    ok(&o, "bake");
+    let scratch = fx.dir.path();
+    let layer = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| p.to_string_lossy().ends_with(".tar.zst"))
