@@ -11,7 +11,7 @@ use crate::supply::lock_image::digest_hex;
 use crate::supply::store::{Expect, Store};
 
 pub(super) enum Blobs<'a> {
-    Registry(Session<'a>),
+    Registry(&'a Session<'a>),
     Mirror(MirrorBlobs<'a>),
 }
 
@@ -70,7 +70,17 @@ impl Blobs<'_> {
         transferred: &AtomicU64,
     ) -> Result<(), AttemptError> {
         match self {
-            Blobs::Registry(s) => s.blob(store, d, reporter, transferred).await,
+            Blobs::Registry(s) => {
+                let expect = Expect {
+                    sha256: d.hex().to_string(),
+                    size: d.size,
+                    exact: true,
+                    what: format!("{}/{}@{}", s.host, s.repo, d.digest),
+                };
+                let url = format!("{}/v2/{}/blobs/{}", s.base, s.repo, d.digest);
+                s.get_into(store, &expect, &url, false, reporter, transferred)
+                    .await
+            }
             Blobs::Mirror(m) => {
                 m.get(store, d.hex(), (d.size, true), reporter, transferred)
                     .await

@@ -181,8 +181,15 @@ async fn pull_from(
         opts,
     );
     session.root_from_blobs = matches!(source, ImageSource::Oci(_));
-    let blobs = Blobs::Registry(session);
-    pull_one(&blobs, store, img, opts, reporter, transferred).await
+    pull_one(
+        &Blobs::Registry(&session),
+        store,
+        img,
+        opts,
+        reporter,
+        transferred,
+    )
+    .await
 }
 
 /// Pulls one image: the root, the pinned platforms' manifests, their configs and layers;

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, WWW_AUTHENTICATE};
 
 use super::auth::{parse_challenge, token_from_json, Challenge, Credentials};
-use super::manifest::{self, Descriptor};
+use super::manifest;
 use crate::supply::fetch::{backoff, fetch_url, AttemptError, Event, FetchOptions, Reporter};
 use crate::supply::lock_image::ImageRef;
 use crate::supply::names::{Arch, Os};
@@ -264,25 +264,6 @@ impl<'a> Session<'a> {
                 Err(e) => return Err(e),
             }
         }
-    }
-
-    /// Fetches one blob (config or layer) into the store, exactly `d.size` bytes.
-    pub(super) async fn blob(
-        &self,
-        store: &Store,
-        d: &Descriptor,
-        reporter: &dyn Reporter,
-        transferred: &AtomicU64,
-    ) -> Result<(), AttemptError> {
-        let expect = Expect {
-            sha256: d.hex().to_string(),
-            size: d.size,
-            exact: true,
-            what: format!("{}/{}@{}", self.host, self.repo, d.digest),
-        };
-        let url = format!("{}/v2/{}/blobs/{}", self.base, self.repo, d.digest);
-        self.get_into(store, &expect, &url, false, reporter, transferred)
-            .await
     }
 }
 
