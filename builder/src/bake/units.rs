@@ -156,6 +156,10 @@ pub const KILN_REPORT_TASK: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 /// (overlayfs, as kiln's containerd config) is what the CRI plugin needs to run a container.
 /// Importing again is harmless: blobs already in the content store are not written again and
 /// the image records are replaced by identical ones (docs/contract.md, "Baked images").
+/// The same command line serves containerd 1.6 (Debian 12's `ctr` imports in the client and
+/// knows no `--local`, so kiln never passes it) and 2.x (`ctr` imports through the transfer
+/// service by default; `--platform` there selects what is stored and unpacked:
+/// containerd's `cmd/ctr/commands/images/import.go`, cited in docs/mirror.md, "On the node").
 /// `Wants=`, not `Requires=`, on containerd: kiln-firstboot restarts containerd for a node
 /// proxy, and `Requires=` would restart this unit with it (systemd.unit(5)); a containerd that
 /// is not running fails the import, loudly, all the same.

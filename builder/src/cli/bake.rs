@@ -11,7 +11,7 @@ use crate::cli::common::{
     default_cache, load_lock, Global, NetArgs, RegistryArgs, TrustArgs, DEFAULT_LOCK,
 };
 use crate::cli::fail::classify;
-use crate::cli::fetch::{report_summary, run_fetch_sources};
+use crate::cli::fetch::{fetch_into, FetchFrom};
 use crate::cli::phases::PhaseDisplay;
 use crate::image_def::{Arch, Format, ImageDef, Os};
 use crate::supply::store::Store;
@@ -258,8 +258,8 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `bake --fetch`: fetches the definition's artifacts that the store lacks, from the
-/// `--mirror` sources (and upstream only with `--upstream`).
+/// `bake --fetch`: fetches the definition's artifacts and the layer's images that the store
+/// lacks, from the `--mirror` sources (and upstream only with `--upstream`).
 fn fetch_missing(
     a: &BakeArgs,
     lock: &crate::supply::lock::Lock,
@@ -282,20 +282,30 @@ fn fetch_missing(
         .filter(|art| store.lookup(art).is_none())
         .cloned()
         .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let summary = run_fetch_sources(
+    // The images the layer carries (Linux only), for this platform only, when incomplete.
+    let images: Vec<_> = lock
+        .images
+        .iter()
+        .filter(|_| def.os == Os::Linux)
+        .filter_map(|img| {
+            let pin = img.platform(def.os, arch)?.clone();
+            Some(crate::supply::lock::Image {
+                platforms: vec![pin],
+                ..img.clone()
+            })
+        })
+        .filter(|img| !crate::supply::registry::layout::missing(store, img).is_empty())
+        .collect();
+    let from = FetchFrom::new(&a.mirrors, a.upstream, &a.registry, &a.net);
+    fetch_into(
+        "bake --fetch",
         store,
+        store_dir,
         &missing,
-        &a.mirrors,
-        a.upstream,
-        &a.registry,
-        &a.net,
+        &images,
+        &from,
         global,
-    )?;
-    report_summary("bake --fetch", store_dir, &summary, global);
-    Ok(())
+    )
 }
 
 /// Where `make firstboot` / `make windows` put the kiln-firstboot for an OS and architecture.

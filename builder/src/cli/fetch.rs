@@ -11,7 +11,7 @@ use crate::cli::common::{
 };
 use crate::cli::progress;
 use crate::supply::lock;
-use crate::supply::registry::OciTarget;
+use crate::supply::registry::{ImageSource, OciTarget};
 
 /// `kiln fetch`
 #[derive(Debug, Args)]
@@ -49,56 +49,86 @@ fn fetch_cmd(a: FetchArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let (lock, _) = load_lock(&a.lock, &a.trust)?;
     let cache = a.cache.clone().unwrap_or_else(default_cache);
     let store = crate::supply::store::Store::open(&cache)?;
+    let from = FetchFrom::new(&a.mirrors, a.upstream, &a.registry, &a.net);
     let artifacts = a.filter.apply(&lock);
-    let summary = run_fetch_sources(
-        &store,
-        &artifacts,
-        &a.mirrors,
-        a.upstream,
-        &a.registry,
-        &a.net,
-        global,
-    )?;
-    report_summary("fetch", &cache, &summary, global);
     let images = a.filter.apply_images(&lock);
-    let oci = first_oci(&a.mirrors)?;
-    let upstream = a.mirrors.is_empty() || a.upstream;
-    run_pull_images(
-        "fetch",
-        &store,
-        &images,
-        oci.as_ref(),
-        upstream,
-        &a.registry,
-        &a.net,
-        global,
-    )?;
+    fetch_into("fetch", &store, &cache, &artifacts, &images, &from, global)?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Pulls the lock's images from their registries into `store` (an OCI image layout) and
-/// reports what was done. Images come only from their registries: without upstream access
-/// (a `--mirror` without `--upstream`) they are named and left out, never silently.
-#[allow(clippy::too_many_arguments)]
+/// Where a fetch may take bytes from, as its command line says.
+pub(crate) struct FetchFrom<'a> {
+    /// `--mirror` values, in order.
+    pub mirrors: &'a [String],
+    /// `--upstream`: fall back to the lock's URLs and the images' registries.
+    pub upstream: bool,
+    pub registry: &'a RegistryArgs,
+    pub net: &'a NetArgs,
+}
+
+impl<'a> FetchFrom<'a> {
+    pub(crate) fn new(
+        mirrors: &'a [String],
+        upstream: bool,
+        registry: &'a RegistryArgs,
+        net: &'a NetArgs,
+    ) -> FetchFrom<'a> {
+        FetchFrom {
+            mirrors,
+            upstream,
+            registry,
+            net,
+        }
+    }
+}
+
+/// Fetches `artifacts` into `store` (at `dir`), then pulls `images`, from the sources `from`
+/// names, reporting each step as `what`. An empty list is skipped.
+pub(crate) fn fetch_into(
+    what: &str,
+    store: &crate::supply::store::Store,
+    dir: &Path,
+    artifacts: &[lock::Artifact],
+    images: &[lock::Image],
+    from: &FetchFrom<'_>,
+    global: &Global,
+) -> anyhow::Result<()> {
+    if !artifacts.is_empty() {
+        let summary = run_fetch_sources(
+            store,
+            artifacts,
+            from.mirrors,
+            from.upstream,
+            from.registry,
+            from.net,
+            global,
+        )?;
+        report_summary(what, dir, &summary, global);
+    }
+    let sources = image_sources(from.mirrors, from.upstream)?;
+    run_pull_images(
+        what,
+        store,
+        images,
+        &sources,
+        from.registry,
+        from.net,
+        global,
+    )
+}
+
+/// Pulls the lock's images into `store` (an OCI image layout) from `sources`, in order, and
+/// reports what was done.
 pub(crate) fn run_pull_images(
     what: &str,
     store: &crate::supply::store::Store,
     images: &[lock::Image],
-    from: Option<&OciTarget>,
-    upstream: bool,
+    sources: &[ImageSource],
     registry: &RegistryArgs,
     net: &NetArgs,
     global: &Global,
 ) -> anyhow::Result<()> {
     if images.is_empty() {
-        return Ok(());
-    }
-    if !upstream && from.is_none() {
-        let names: Vec<String> = images.iter().map(|i| i.id()).collect();
-        eprintln!(
-            "kiln: {what}: images are pulled from their registries only; add --upstream to pull {}",
-            names.join(", ")
-        );
         return Ok(());
     }
     let ropts = registry.options()?;
@@ -107,7 +137,7 @@ pub(crate) fn run_pull_images(
     let r = rt.block_on(crate::supply::registry::pull_images(
         store,
         images,
-        from,
+        sources,
         &ropts,
         &net.options(),
         reporter.clone(),
@@ -132,13 +162,25 @@ pub(crate) fn run_pull_images(
     Ok(())
 }
 
-/// The first `oci://` mirror among `mirrors`, parsed.
-pub(crate) fn first_oci(mirrors: &[String]) -> anyhow::Result<Option<OciTarget>> {
-    mirrors
-        .iter()
-        .find(|m| OciTarget::is_oci(m))
-        .map(|m| OciTarget::parse(m).map_err(|e| anyhow::anyhow!("--mirror {e}")))
-        .transpose()
+/// Where a fetch takes images from: registry mirrors (`oci://…`) first, then URL and
+/// directory mirrors in the order given (their `blobs/sha256/` holds images like files), then
+/// each image's own registry when `upstream` or when no mirror is given.
+pub(crate) fn image_sources(
+    mirrors: &[String],
+    upstream: bool,
+) -> anyhow::Result<Vec<ImageSource>> {
+    let mut out = Vec::new();
+    for m in mirrors.iter().filter(|m| OciTarget::is_oci(m)) {
+        let t = OciTarget::parse(m).map_err(|e| anyhow::anyhow!("--mirror {e}"))?;
+        out.push(ImageSource::Oci(t));
+    }
+    for m in mirrors.iter().filter(|m| !OciTarget::is_oci(m)) {
+        out.push(ImageSource::Mirror(crate::supply::fetch::Source::mirror(m)));
+    }
+    if mirrors.is_empty() || upstream {
+        out.push(ImageSource::Upstream);
+    }
+    Ok(out)
 }
 
 /// Fetches `artifacts` from `mirrors` (registry mirrors `oci://…` first, each artifact's blob by

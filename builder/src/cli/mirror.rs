@@ -260,13 +260,12 @@ fn mirror_sync(a: MirrorSyncArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let artifacts = a.filter.apply(&lock);
     let summary = run_fetch_all(mirror.store(), &artifacts, &sources, &a.net, global)?;
     let images = a.filter.apply_images(&lock);
-    let upstream = sources.contains(&crate::supply::fetch::Source::Upstream);
+    let image_sources = crate::cli::fetch::image_sources(&a.from, a.upstream)?;
     run_pull_images(
         "mirror sync",
         mirror.store(),
         &images,
-        None,
-        upstream,
+        &image_sources,
         &a.registry,
         &a.net,
         global,

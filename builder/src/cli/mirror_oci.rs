@@ -12,7 +12,7 @@ use crate::cli::common::{
 };
 use crate::cli::fetch::{report_summary, run_pull_images};
 use crate::cli::progress;
-use crate::supply::registry::{oci_mirror, OciTarget};
+use crate::supply::registry::{oci_mirror, ImageSource, OciTarget};
 
 /// `kiln mirror push`
 #[derive(Debug, Args)]
@@ -130,8 +130,7 @@ pub(crate) fn sync_from_oci(a: SyncFromOci<'_>, global: &Global) -> anyhow::Resu
         "mirror sync",
         mirror.store(),
         &images,
-        Some(&target),
-        false,
+        &[ImageSource::Oci(target)],
         a.registry,
         a.net,
         global,

@@ -140,58 +140,37 @@ async fn fetch_one(
     });
     let mut last = AttemptError::Fatal("no sources configured".into());
     for source in sources {
-        let urls: Vec<String> = match source {
-            Source::MirrorUrl(base) => vec![format!("{base}/blobs/sha256/{}", a.sha256)],
-            Source::Upstream => a.upstream_urls().map(str::to_string).collect(),
-            Source::MirrorDir(dir) => {
-                let path = dir.join("blobs").join("sha256").join(&a.sha256);
-                match copy_from_dir(store, &expect, &path, reporter, transferred).await {
-                    Ok(()) => {
-                        reporter.event(&Event::Done {
-                            id: id.clone(),
-                            source: source.label(),
-                            transferred: a.size,
-                            resumed: 0,
-                        });
-                        return Ok(Outcome {
-                            cached: false,
-                            resumed: 0,
-                        });
-                    }
-                    Err(AttemptError::Store(e)) => return Err(AttemptError::Store(e)),
-                    Err(e) => {
-                        let msg = msg(&e);
-                        reporter.event(&Event::SourceFailed {
-                            id: id.clone(),
-                            source: source.label(),
-                            error: msg,
-                        });
-                        last = e;
-                        continue;
-                    }
-                }
-            }
+        // Upstream: each URL in turn; a mirror (`None`): its `blobs/sha256/<hex>`.
+        let urls: Vec<Option<String>> = match source {
+            Source::Upstream => a.upstream_urls().map(|u| Some(u.to_string())).collect(),
+            Source::MirrorUrl(_) | Source::MirrorDir(_) => vec![None],
         };
         for url in urls {
-            let none = reqwest::header::HeaderMap::new();
-            match fetch_url(
-                client,
-                store,
-                &expect,
-                &url,
-                &none,
-                opts,
-                reporter,
-                transferred,
-            )
-            .await
-            {
-                Ok(resumed) => {
+            let label = url.clone().unwrap_or_else(|| source.label());
+            let r = if let Some(url) = url {
+                let none = reqwest::header::HeaderMap::new();
+                let r = fetch_url(
+                    client,
+                    store,
+                    &expect,
+                    &url,
+                    &none,
+                    opts,
+                    reporter,
+                    transferred,
+                )
+                .await;
+                r.map(|resumed| (url, resumed))
+            } else {
+                from_mirror(client, store, &expect, source, opts, reporter, transferred).await
+            };
+            match r {
+                Ok((from, resumed)) => {
                     let len =
                         std::fs::metadata(store.blob_path(&a.sha256)).map_or(a.size, |m| m.len());
                     reporter.event(&Event::Done {
                         id: id.clone(),
-                        source: url,
+                        source: from,
                         transferred: len.saturating_sub(resumed),
                         resumed,
                     });
@@ -204,7 +183,7 @@ async fn fetch_one(
                 Err(e) => {
                     reporter.event(&Event::SourceFailed {
                         id: id.clone(),
-                        source: url.clone(),
+                        source: label,
                         error: msg(&e),
                     });
                     last = e;
@@ -215,6 +194,48 @@ async fn fetch_one(
     Err(last)
 }
 
+/// Fetches one blob by its digest from a kiln mirror, `<mirror>/blobs/sha256/<hex>` (over
+/// HTTP with the URL rules: Range resume, retries; from a directory by copying), verified
+/// like any download. Returns where it came from and the bytes an earlier run left.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn from_mirror(
+    client: &reqwest::Client,
+    store: &Store,
+    expect: &Expect,
+    source: &Source,
+    opts: &FetchOptions,
+    reporter: &dyn Reporter,
+    transferred: &AtomicU64,
+) -> Result<(String, u64), AttemptError> {
+    match source {
+        Source::MirrorUrl(base) => {
+            let url = format!("{base}/blobs/sha256/{}", expect.sha256);
+            let none = reqwest::header::HeaderMap::new();
+            let resumed = fetch_url(
+                client,
+                store,
+                expect,
+                &url,
+                &none,
+                opts,
+                reporter,
+                transferred,
+            )
+            .await?;
+            Ok((url, resumed))
+        }
+        Source::MirrorDir(dir) => {
+            let path = dir.join("blobs").join("sha256").join(&expect.sha256);
+            copy_from_dir(store, expect, &path, reporter, transferred).await?;
+            Ok((path.display().to_string(), 0))
+        }
+        Source::Upstream => Err(AttemptError::Fatal(format!(
+            "{}: upstream is not a mirror",
+            expect.what
+        ))),
+    }
+}
+
 async fn copy_from_dir(
     store: &Store,
     expect: &Expect,
@@ -223,6 +244,17 @@ async fn copy_from_dir(
     transferred: &AtomicU64,
 ) -> Result<(), AttemptError> {
     use tokio::io::AsyncReadExt;
+    // Only a regular file: opening a FIFO or a device would block or never end.
+    match tokio::fs::metadata(path).await {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => {
+            return Err(AttemptError::Fatal(format!(
+                "{}: not a regular file (a mirror's blobs are plain files)",
+                path.display()
+            )))
+        }
+        Err(e) => return Err(AttemptError::Fatal(format!("{}: {e}", path.display()))),
+    }
     let mut f = match tokio::fs::File::open(path).await {
         Ok(f) => f,
         Err(e) => return Err(AttemptError::Fatal(format!("{}: {e}", path.display()))),

@@ -9,6 +9,7 @@
 //! a docker-style file ([`auth`]). The store becomes an OCI image layout ([`layout`]).
 
 pub mod auth;
+mod blobs;
 mod error;
 pub mod layout;
 pub mod manifest;
@@ -30,9 +31,10 @@ pub use oci_mirror::PushSummary;
 pub use options::{client, RegistryOptions};
 pub use target::OciTarget;
 
-use crate::supply::fetch::{msg, AttemptError, FetchOptions, Reporter};
+use crate::supply::fetch::{msg, AttemptError, Event, FetchOptions, Reporter, Source};
 use crate::supply::lock_image::Image;
 use crate::supply::store::Store;
+use blobs::{Blobs, MirrorBlobs};
 use manifest::Parsed;
 use session::Session;
 
@@ -49,12 +51,34 @@ pub struct ImageSummary {
     pub transferred: u64,
 }
 
-/// Pulls every image into `store` and records each in the layout's `index.json`: from each
-/// image's own registry, or, with `from`, from a kiln mirror in a registry (roots as blobs).
+/// Where images are pulled from, tried in order for each image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageSource {
+    /// Each image's own registry (its `reference`).
+    Upstream,
+    /// A kiln mirror pushed into a registry repository (roots read as blobs).
+    Oci(OciTarget),
+    /// A kiln mirror directory or HTTP mirror: every manifest and blob at `blobs/sha256/<hex>`.
+    Mirror(Source),
+}
+
+impl ImageSource {
+    fn label(&self) -> String {
+        match self {
+            ImageSource::Upstream => "upstream".into(),
+            ImageSource::Oci(t) => t.to_string(),
+            ImageSource::Mirror(s) => s.label(),
+        }
+    }
+}
+
+/// Pulls every image into `store` and records each in the layout's `index.json`, trying
+/// `sources` in order for each image: what one source delivered (verified) stays, the next
+/// is asked only for what is still missing.
 pub async fn pull_images(
     store: &Store,
     images: &[Image],
-    from: Option<&OciTarget>,
+    sources: &[ImageSource],
     ropts: &RegistryOptions,
     opts: &FetchOptions,
     reporter: Arc<dyn Reporter>,
@@ -66,28 +90,41 @@ pub async fn pull_images(
     let mut wrong_bytes = false;
     let work = async {
         for img in images {
-            let r = pull_one(
-                &client,
-                store,
-                img,
-                from,
-                ropts,
-                opts,
-                &*reporter,
-                &transferred,
-            )
-            .await;
-            match r {
-                Ok((blobs, cached)) => {
-                    summary.images += 1;
-                    summary.blobs += blobs;
-                    summary.cached += cached;
+            let mut failed = Some(AttemptError::Fatal("no sources configured".into()));
+            for source in sources {
+                let r = pull_from(
+                    &client,
+                    store,
+                    img,
+                    source,
+                    ropts,
+                    opts,
+                    &*reporter,
+                    &transferred,
+                )
+                .await;
+                match r {
+                    Ok((blobs, cached)) => {
+                        summary.images += 1;
+                        summary.blobs += blobs;
+                        summary.cached += cached;
+                        failed = None;
+                        break;
+                    }
+                    Err(AttemptError::Store(e)) => return Err(RegistryError::Store(e)),
+                    Err(e) => {
+                        reporter.event(&Event::SourceFailed {
+                            id: img.id(),
+                            source: source.label(),
+                            error: msg(&e),
+                        });
+                        failed = Some(e);
+                    }
                 }
-                Err(AttemptError::Store(e)) => return Err(RegistryError::Store(e)),
-                Err(e) => {
-                    wrong_bytes |= matches!(e, AttemptError::Wrong(_));
-                    failures.push((img.id(), msg(&e)));
-                }
+            }
+            if let Some(e) = failed {
+                wrong_bytes |= matches!(e, AttemptError::Wrong(_));
+                failures.push((img.id(), msg(&e)));
             }
         }
         Ok(())
@@ -107,25 +144,34 @@ pub async fn pull_images(
     Ok(summary)
 }
 
-/// Pulls one image; returns (blobs it has, blobs that were already present).
+/// Pulls one image from one source.
 #[allow(clippy::too_many_arguments)]
-async fn pull_one(
+async fn pull_from(
     client: &reqwest::Client,
     store: &Store,
     img: &Image,
-    from: Option<&OciTarget>,
+    source: &ImageSource,
     ropts: &RegistryOptions,
     opts: &FetchOptions,
     reporter: &dyn Reporter,
     transferred: &AtomicU64,
 ) -> Result<(usize, usize), AttemptError> {
-    let r = match from {
-        Some(t) => crate::supply::lock_image::ImageRef {
+    let r = match source {
+        ImageSource::Mirror(s) => {
+            let blobs = Blobs::Mirror(MirrorBlobs {
+                client,
+                source: s,
+                opts,
+                reference: &img.reference,
+            });
+            return pull_one(&blobs, store, img, opts, reporter, transferred).await;
+        }
+        ImageSource::Oci(t) => crate::supply::lock_image::ImageRef {
             host: t.host.clone(),
             repository: t.repo.clone(),
             tag: None,
         },
-        None => img.image_ref().map_err(AttemptError::Fatal)?,
+        ImageSource::Upstream => img.image_ref().map_err(AttemptError::Fatal)?,
     };
     let mut session = Session::new(
         client,
@@ -134,7 +180,28 @@ async fn pull_one(
         ropts.credentials.get(&r.host),
         opts,
     );
-    session.root_from_blobs = from.is_some();
+    session.root_from_blobs = matches!(source, ImageSource::Oci(_));
+    pull_one(
+        &Blobs::Registry(&session),
+        store,
+        img,
+        opts,
+        reporter,
+        transferred,
+    )
+    .await
+}
+
+/// Pulls one image: the root, the pinned platforms' manifests, their configs and layers;
+/// returns (blobs it has, blobs that were already present).
+async fn pull_one(
+    session: &Blobs<'_>,
+    store: &Store,
+    img: &Image,
+    opts: &FetchOptions,
+    reporter: &dyn Reporter,
+    transferred: &AtomicU64,
+) -> Result<(usize, usize), AttemptError> {
     let mut blobs = 0;
     let mut cached = 0;
     let root_hex = hex_of(&img.digest)?;

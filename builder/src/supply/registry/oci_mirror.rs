@@ -20,6 +20,7 @@ use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::json;
 
+use super::blobs::Blobs;
 use super::error::RegistryError;
 use super::layout;
 use super::manifest::{self, Parsed};
@@ -451,7 +452,7 @@ pub async fn fetch_lock(
                 l.digest, l.size
             )));
         }
-        session
+        Blobs::Registry(&session)
             .blob(&staging, l, &crate::supply::fetch::Silent, &transferred)
             .await
             .map_err(|e| failed(msg(&e)))?;

@@ -7,9 +7,9 @@ use std::sync::Mutex;
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, WWW_AUTHENTICATE};
 
 use super::auth::{parse_challenge, token_from_json, Challenge, Credentials};
-use super::manifest::{self, Descriptor, MAX_MANIFEST};
+use super::manifest;
 use crate::supply::fetch::{backoff, fetch_url, AttemptError, Event, FetchOptions, Reporter};
-use crate::supply::lock_image::{digest_hex, ImageRef};
+use crate::supply::lock_image::ImageRef;
 use crate::supply::names::{Arch, Os};
 use crate::supply::store::{Expect, Store};
 
@@ -264,53 +264,6 @@ impl<'a> Session<'a> {
                 Err(e) => return Err(e),
             }
         }
-    }
-
-    /// Fetches the manifest or index `digest` into the store (at most `size` bytes when the
-    /// referring index states it, else at most [`MAX_MANIFEST`]).
-    pub(super) async fn manifest(
-        &self,
-        store: &Store,
-        digest: &str,
-        size: Option<u64>,
-        reporter: &dyn Reporter,
-        transferred: &AtomicU64,
-    ) -> Result<(), AttemptError> {
-        let hex = digest_hex(digest)
-            .ok_or_else(|| AttemptError::Wrong(format!("not a sha256 digest: {digest:?}")))?;
-        let expect = Expect {
-            sha256: hex.to_string(),
-            size: size.unwrap_or(MAX_MANIFEST),
-            exact: size.is_some(),
-            what: format!("{}/{}@{digest}", self.host, self.repo),
-        };
-        let endpoint = if self.root_from_blobs && size.is_none() {
-            "blobs"
-        } else {
-            "manifests"
-        };
-        let url = format!("{}/v2/{}/{endpoint}/{digest}", self.base, self.repo);
-        self.get_into(store, &expect, &url, true, reporter, transferred)
-            .await
-    }
-
-    /// Fetches one blob (config or layer) into the store, exactly `d.size` bytes.
-    pub(super) async fn blob(
-        &self,
-        store: &Store,
-        d: &Descriptor,
-        reporter: &dyn Reporter,
-        transferred: &AtomicU64,
-    ) -> Result<(), AttemptError> {
-        let expect = Expect {
-            sha256: d.hex().to_string(),
-            size: d.size,
-            exact: true,
-            what: format!("{}/{}@{}", self.host, self.repo, d.digest),
-        };
-        let url = format!("{}/v2/{}/blobs/{}", self.base, self.repo, d.digest);
-        self.get_into(store, &expect, &url, false, reporter, transferred)
-            .await
     }
 }
 
