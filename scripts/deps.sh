@@ -36,10 +36,11 @@ base=(
 # The arm64 one links against Debian's musl-dev:arm64 (Multi-Arch: same, made for
 # cross-linking with gcc-aarch64-linux-gnu) and is run once under qemu-aarch64-static.
 firstboot=(rustc-web cargo-web rust-web-src musl-tools gcc-aarch64-linux-gnu musl-dev:arm64 qemu-user-static)
-# grub-pc-bin and grub2-common give grub-mkimage and GRUB's BIOS images for the vendor-style
-# boot disk (qemu-tests/src/bootdisk.rs); never grub-pc, whose scripts would set up the host's
-# own bootloader.
-qemu=(busybox-static cpio kmod e2fsprogs squashfs-tools erofs-utils debootstrap zstd dosfstools mtools openssl util-linux grub-pc-bin grub2-common)
+# grub-pc-bin, grub-efi-amd64-bin and grub2-common give grub-mkimage and GRUB's BIOS and EFI
+# images for the vendor-style boot disks (qemu-tests/src/bootdisk.rs), ovmf the UEFI firmware
+# the Flatcar-style one boots with; never grub-pc or grub-efi-amd64, whose scripts would set
+# up the host's own bootloader.
+qemu=(busybox-static cpio kmod e2fsprogs squashfs-tools erofs-utils debootstrap zstd dosfstools mtools openssl util-linux grub-pc-bin grub2-common grub-efi-amd64-bin ovmf)
 windows=(rustc-web cargo-web rust-web-src gcc-mingw-w64-x86-64 wine64 wine)
 
 want=("${base[@]}" "${firstboot[@]}")

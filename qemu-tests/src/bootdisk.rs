@@ -1,9 +1,16 @@
 //! A bootable base disk image, standing in for a cloud vendor's image: a GPT disk whose root
 //! partition (Ubuntu's and Debian's cloud images: 1, `cloudimg-rootfs`; Flatcar's: 9, `ROOT`)
-//! is ext4 holding the kernel, initramfs and GRUB's configuration under `/boot`, and whose BIOS
-//! boot partition (14; Flatcar's 2) holds GRUB's core image, with GRUB's boot sector in the
-//! protective MBR. QEMU's default firmware (SeaBIOS) boots it like any PC BIOS:
-//! no `-kernel`, nothing from the host but the disk.
+//! is ext4 holding the kernel, initramfs and GRUB's configuration under `/boot`. Two ways in:
+//!
+//! - **BIOS** (the Ubuntu layout): the BIOS boot partition (14) holds GRUB's core image, with
+//!   GRUB's boot sector in the protective MBR. QEMU's default firmware (SeaBIOS) boots it like
+//!   any PC BIOS.
+//! - **UEFI only** (the Flatcar layout): an EFI system partition (1, `EFI-SYSTEM`, FAT) holds
+//!   GRUB's EFI image at the removable-media path `\EFI\BOOT\BOOTX64.EFI` (UEFI spec 2.10,
+//!   section 3.5.1.1), which the firmware (OVMF, Debian's `ovmf`) starts with no boot entry;
+//!   there is no BIOS boot partition, so nothing else can boot it.
+//!
+//! Either way: no `-kernel`, nothing from the host but the disk (and the firmware).
 //!
 //! Built without root and without loop devices: `sfdisk` writes the table into the file,
 //! `mkfs.ext4 -E offset=… -d` the root filesystem into partition 1, Debian's `grub-mkimage`
@@ -26,15 +33,30 @@ use crate::guest::Root;
 use crate::{disk, io_err, run, Error, Result};
 
 const SECTOR: u64 = 512;
-/// The BIOS boot partition: sectors 2048..10240 (4 MiB); the root right after it.
+/// The boot partition (BIOS boot, or the ESP) starts at sector 2048; the root right after it.
 const BIOS_BOOT_START: u64 = 2048;
+/// The BIOS boot partition: 4 MiB.
 const BIOS_BOOT_SECTORS: u64 = 8192;
-const ROOT_START: u64 = BIOS_BOOT_START + BIOS_BOOT_SECTORS;
+/// The EFI system partition: 32 MiB (FAT16).
+const ESP_SECTORS: u64 = 65536;
 /// GPT type GUIDs: Linux filesystem data, BIOS boot (UEFI spec / util-linux's table),
 /// Flatcar's root (`ROOT`, Flatcar's `build_library/disk_layout.json`).
 const LINUX_FS: &str = "0FC63DAF-8483-4772-8E79-3D69D8477DE4";
 const BIOS_BOOT: &str = "21686148-6449-6E6F-744E-656564454649";
 const FLATCAR_ROOT: &str = "3884DD41-8582-4404-B9A8-E9B84F2DF50E";
+const ESP: &str = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B";
+
+/// How the firmware finds the bootloader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Firmware {
+    /// A PC BIOS (SeaBIOS): GRUB's boot sector and core image.
+    Bios,
+    /// UEFI only (OVMF): GRUB's EFI image on the EFI system partition.
+    Uefi,
+}
+
+/// The UEFI firmware image QEMU boots with `-bios` (Debian's `ovmf`).
+pub const OVMF: &str = "/usr/share/ovmf/OVMF.fd";
 
 /// Where a vendor puts the root and the BIOS boot partition, and how it names the root.
 #[derive(Debug, Clone, Copy)]
@@ -45,8 +67,10 @@ pub struct Layout {
     pub label: &'static str,
     /// Its GPT type.
     root_type: &'static str,
-    /// The BIOS boot partition's number.
-    bios: u32,
+    /// The boot partition's number: BIOS boot, or the ESP.
+    boot: u32,
+    /// How the disk boots.
+    pub firmware: Firmware,
 }
 
 /// Ubuntu's (and Debian's) cloud images: root 1 `cloudimg-rootfs`, BIOS boot 14.
@@ -54,17 +78,20 @@ pub const UBUNTU: Layout = Layout {
     root: 1,
     label: "cloudimg-rootfs",
     root_type: LINUX_FS,
-    bios: 14,
+    boot: 14,
+    firmware: Firmware::Bios,
 };
 
-/// Flatcar's numbering: BIOS-BOOT 2, ROOT 9 with Flatcar's root type. (A real Flatcar disk
-/// also has the EFI, USR-A/B and OEM partitions and a read-only `/usr`; this stand-in keeps
-/// the Debian userland on ROOT, as the other Flatcar scenarios do.)
+/// Flatcar's numbering, booted UEFI only: EFI-SYSTEM 1, ROOT 9 with Flatcar's root type.
+/// (A real Flatcar disk also has BIOS-BOOT 2, the USR-A/B and OEM partitions and a
+/// read-only `/usr`; this stand-in keeps the Debian userland on ROOT, as the other Flatcar
+/// scenarios do, and leaves BIOS out so that only UEFI can boot it.)
 pub const FLATCAR: Layout = Layout {
     root: 9,
     label: "ROOT",
     root_type: FLATCAR_ROOT,
-    bios: 2,
+    boot: 1,
+    firmware: Firmware::Uefi,
 };
 
 /// The GRUB modules the core image carries: enough to read the GPT and ext4, parse
@@ -79,6 +106,8 @@ const GRUB_MODULES: &[&str] = &[
     "echo",
 ];
 const GRUB_DIR: &str = "/usr/lib/grub/i386-pc";
+/// GRUB's EFI modules (Debian's `grub-efi-amd64-bin`).
+const GRUB_EFI_DIR: &str = "/usr/lib/grub/x86_64-efi";
 
 /// The kernel command line the vendor image's grub.cfg boots with (the same the `-kernel`
 /// boots get, with the root on the layout's partition).
@@ -106,13 +135,15 @@ pub fn vendor_disk(
             hint: "the vendor-style disk boots through SeaBIOS, amd64 only".into(),
         });
     }
-    let grub_boot = Path::new(GRUB_DIR).join("boot.img");
-    if !grub_boot.is_file() {
+    let needed = match layout.firmware {
+        Firmware::Bios => Path::new(GRUB_DIR).join("boot.img"),
+        Firmware::Uefi => Path::new(GRUB_EFI_DIR).join("linux.mod"),
+    };
+    if !needed.is_file() {
         return Err(Error::Missing {
-            what: format!("GRUB's BIOS boot sector ({})", grub_boot.display()),
-            hint:
-                "install grub-pc-bin and grub2-common with `make deps-qemu` (scripts/deps.sh qemu)"
-                    .into(),
+            what: format!("GRUB's boot files ({})", needed.display()),
+            hint: "install grub-pc-bin, grub-efi-amd64-bin and grub2-common with `make deps-qemu` (scripts/deps.sh qemu)"
+                .into(),
         });
     }
     let copy = |from: &Path, to: &str| -> Result<()> {
@@ -135,31 +166,79 @@ pub fn vendor_disk(
         0o644,
     )?;
 
+    let boot_sectors = match layout.firmware {
+        Firmware::Bios => BIOS_BOOT_SECTORS,
+        Firmware::Uefi => ESP_SECTORS,
+    };
+    let root_start = BIOS_BOOT_START + boot_sectors;
     let used = disk::tree_bytes(&root.dir)?;
     let fs_mib = (used + used / 8) / (1 << 20) + free_mib + 16;
     let fs_sectors = fs_mib << 11;
     // The backup GPT takes the last 33 sectors; leave a whole MiB.
-    let total = (ROOT_START + fs_sectors + 2048) * SECTOR;
+    let total = (root_start + fs_sectors + 2048) * SECTOR;
     let f = std::fs::File::create(out).map_err(io_err(out))?;
     f.set_len(total).map_err(io_err(out))?;
     drop(f);
+    let (boot_type, boot_name) = match layout.firmware {
+        Firmware::Bios => (BIOS_BOOT, "BIOS-BOOT"),
+        Firmware::Uefi => (ESP, "EFI-SYSTEM"),
+    };
     let table = format!(
         "label: gpt\n\
-         part{} : start={ROOT_START}, size={fs_sectors}, type={}, name=\"{}\"\n\
-         part{} : start={BIOS_BOOT_START}, size={BIOS_BOOT_SECTORS}, type={BIOS_BOOT}\n",
-        layout.root, layout.root_type, layout.label, layout.bios
+         part{} : start={root_start}, size={fs_sectors}, type={}, name=\"{}\"\n\
+         part{} : start={BIOS_BOOT_START}, size={boot_sectors}, type={boot_type}, name=\"{boot_name}\"\n",
+        layout.root, layout.root_type, layout.label, layout.boot
     );
     run_stdin(Command::new("sfdisk").arg("-q").arg(out), &table)?;
     run(Command::new("mkfs.ext4")
         .args(["-q", "-F", "-L", layout.label, "-E"])
-        .arg(format!("root_owner=0:0,offset={}", ROOT_START * SECTOR))
+        .arg(format!("root_owner=0:0,offset={}", root_start * SECTOR))
         .arg("-d")
         .arg(&root.dir)
         .arg(out)
         .arg(format!("{fs_mib}M")))?;
-    install_grub(out, layout)?;
+    match layout.firmware {
+        Firmware::Bios => install_grub(out, layout)?,
+        Firmware::Uefi => install_grub_efi(out, layout)?,
+    }
     Ok(out.to_path_buf())
 }
+
+/// GRUB's EFI image, at the removable-media path of a FAT filesystem made in a file
+/// (`mkfs.vfat -C`, then mtools: no mount), copied into the ESP.
+fn install_grub_efi(disk: &Path, layout: Layout) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let efi = dir.path().join("BOOTX64.EFI");
+    run(Command::new("grub-mkimage")
+        .args(["-O", "x86_64-efi", "-d", GRUB_EFI_DIR, "-p"])
+        .arg(format!("(hd0,gpt{})/boot/grub", layout.root))
+        .arg("-o")
+        .arg(&efi)
+        .args(GRUB_EFI_MODULES))?;
+    let fat = dir.path().join("esp.img");
+    run(Command::new("mkfs.vfat")
+        .args(["-C", "-n", "EFI-SYSTEM"])
+        .arg(&fat)
+        .arg((ESP_SECTORS / 2).to_string()))?;
+    let img = fat.display().to_string();
+    run(Command::new("mmd").args(["-i", &img, "::/EFI", "::/EFI/BOOT"]))?;
+    run(Command::new("mcopy")
+        .args(["-i", &img])
+        .arg(&efi)
+        .arg("::/EFI/BOOT/BOOTX64.EFI"))?;
+    let bytes = std::fs::read(&fat).map_err(io_err(&fat))?;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .open(disk)
+        .map_err(io_err(disk))?;
+    f.seek(SeekFrom::Start(BIOS_BOOT_START * SECTOR))
+        .and_then(|_| f.write_all(&bytes))
+        .and_then(|_| f.sync_all())
+        .map_err(io_err(disk))
+}
+
+/// The modules GRUB's EFI image carries (the BIOS set, with the EFI disk driver built in).
+const GRUB_EFI_MODULES: &[&str] = &["part_gpt", "ext2", "normal", "linux", "configfile", "echo"];
 
 /// GRUB's core image into the BIOS boot partition and its boot sector into the MBR, as
 /// `grub-bios-setup` places them.

@@ -2,7 +2,8 @@
 //! (docs/image.md) end to end. A vendor-style bootable disk ([`crate::bootdisk`]) stands in
 //! for the cloud's base image; `kiln image` applies the layer (ubuntu's rootfs layer, or
 //! flatcar's sysext) and the node config to a copy and writes qcow2; QEMU boots that file
-//! through SeaBIOS and the image's GRUB.
+//! through the image's GRUB: from SeaBIOS for the Ubuntu-style disk, from UEFI firmware
+//! (OVMF) for the Flatcar-style one, which has no BIOS boot partition.
 //!
 //! The harness's own pieces (the report unit, the stand-in kubelet's mode, the pod check's
 //! images) are in the vendor disk before `kiln image` runs, as a vendor's agents would be:
@@ -102,10 +103,24 @@ pub fn boot_image_node(spec: &NodeBoot, vendor: Vendor) -> Result<(Booted, Image
     let imaged = make_image(work.path(), spec, vendor)?;
     let assets = crate::assets::ensure()?;
     let disk = imaged.image.clone();
+    let firmware = match vendor {
+        Vendor::Ubuntu => None,
+        Vendor::Flatcar => {
+            let ovmf = PathBuf::from(bootdisk::OVMF);
+            if !ovmf.is_file() {
+                return Err(crate::Error::Missing {
+                    what: format!("UEFI firmware ({})", ovmf.display()),
+                    hint: "install ovmf with `make deps-qemu` (scripts/deps.sh qemu)".into(),
+                });
+            }
+            Some(ovmf)
+        }
+    };
     let booted = boot_with(assets, spec, t0.elapsed().as_millis() as u64, |cfg| {
         cfg.root = Some(disk);
         cfg.root_format = "qcow2";
         cfg.from_disk = true;
+        cfg.firmware = firmware;
     })?;
     Ok((booted, imaged))
 }

@@ -57,6 +57,8 @@ pub struct VmConfig {
     /// Boot the root disk through its own bootloader (the firmware's, SeaBIOS on amd64):
     /// no `-kernel`, `-initrd` or `-append`.
     pub from_disk: bool,
+    /// A firmware image instead of the board's default (`-bios`; OVMF for a UEFI boot).
+    pub firmware: Option<PathBuf>,
     /// Further read-only disks (`/dev/vdb`, …).
     pub extra_disks: Vec<PathBuf>,
     /// Guest memory.
@@ -87,6 +89,7 @@ impl VmConfig {
             root: None,
             root_format: "raw",
             from_disk: false,
+            firmware: None,
             extra_disks: Vec::new(),
             memory_mib: 1024,
             cpus: 1,
@@ -122,6 +125,9 @@ impl VmConfig {
             "-smp".into(),
             self.cpus.to_string(),
         ]);
+        if let Some(fw) = &self.firmware {
+            a.extend(["-bios".into(), path(fw)]);
+        }
         if !self.from_disk {
             a.extend([
                 "-kernel".into(),

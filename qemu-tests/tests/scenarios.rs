@@ -657,7 +657,8 @@ fn image_boot() {
 
 /// The same pipeline from a Flatcar-style vendor disk (partition 9 `ROOT`, `ID=flatcar`,
 /// systemd-sysext at boot): `kiln image` places the sysext in the ROOT partition's
-/// `/etc/extensions/` and the node config in `/etc/kiln/`; the image's GRUB boots it, the
+/// `/etc/extensions/` and the node config in `/etc/kiln/`; UEFI firmware (OVMF) boots the
+/// image's GRUB from its EFI system partition (the disk has no BIOS boot partition), the
 /// real systemd-sysext merges the extension kiln placed, and the node joins from fw_cfg
 /// metadata.
 #[test]
@@ -675,9 +676,18 @@ fn image_boot_flatcar() {
     ));
     eprintln!("kiln image said:\n{}", imaged.report);
     let o = &b.outcome;
+    // UEFI only: the kernel names the firmware that started it (EDK II is OVMF), and the
+    // disk has no BIOS boot partition, so GRUB's EFI image on the ESP is what booted.
     assert!(
-        b.lines.iter().any(|l| l.text.contains("GRUB loading")),
-        "the node did not boot through the image's own GRUB (log {})",
+        b.lines
+            .iter()
+            .any(|l| l.text.contains("efi: EFI v") && l.text.contains("EDK II")),
+        "the node did not boot through UEFI (log {})",
+        b.log.display()
+    );
+    assert!(
+        !b.lines.iter().any(|l| l.text.contains("GRUB loading")),
+        "a BIOS boot sector ran (log {})",
         b.log.display()
     );
     assert_eq!(o.result(), "success", "status: {}", o.status);
