@@ -224,3 +224,106 @@ fn unprivileged_refuses_what_it_cannot_write_by_name() {
     );
     assert_eq!(leftovers(&out, &[]), Vec::<String>::new());
 }
+
+/// `--node` without privileges: the contract files land with their modes, and a credential
+/// an earlier config left in the base is removed (one credential, never two), as in the
+/// rootful mode.
+#[test]
+fn unprivileged_node_config_replaces_the_old_credential() {
+    if !require(TOOLS, true) || !require(&["openssl"], false) {
+        return;
+    }
+    let fx = fixture(Bins::Tiny);
+    let d = fx.dir.path();
+    let layer = layer(&fx, "3.10", &d.join("out"));
+    // A base whose /etc/kiln already holds another config's bootstrap token.
+    let tree = base_tree(&d.join("b"));
+    std::fs::create_dir_all(tree.join("etc/kiln")).unwrap();
+    std::fs::write(
+        tree.join("etc/kiln/bootstrap-token"),
+        "old.token-of-another-config",
+    )
+    .unwrap();
+    let fs = ext4(&d.join("b"), &tree, 48, "root");
+    let base = d.join("base.raw");
+    gpt_disk(
+        &base,
+        64,
+        &[Part {
+            start: 8,
+            mib: 48,
+            kind: ROOT_X86_64,
+            name: "root",
+            fs: Some(&fs),
+        }],
+    );
+    let node = d.join("node");
+    std::fs::create_dir_all(&node).unwrap();
+    sh(Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args([
+            "-nodes",
+            "-subj",
+            "/CN=kiln-test-ca",
+            "-days",
+            "2",
+            "-keyout",
+        ])
+        .arg(node.join("ca.key"))
+        .arg("-out")
+        .arg(node.join("ca.crt")));
+    let toml = node.join("node.toml");
+    std::fs::write(
+        &toml,
+        "api_server = \"https://10.0.0.10:6443\"\ncluster_name = \"image-test\"\n\
+         join_mode = \"kubelet\"\nprovider = \"aws\"\n\n[ca]\nfile = \"ca.crt\"\n\n\
+         [bootstrap]\nkubeconfig_file = \"bootstrap.kubeconfig\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        node.join("bootstrap.kubeconfig"),
+        "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n",
+    )
+    .unwrap();
+    let out = nobody_dir(d).join("node.raw");
+    let o = as_nobody(&[
+        &"--base",
+        &base,
+        &"--layer",
+        &layer,
+        &"--node",
+        &toml,
+        &"--out",
+        &out,
+        &"--format",
+        &"raw",
+        &"--via",
+        &"debugfs",
+    ]);
+    ok(&o, "unprivileged --node");
+    let at = part_offset(&out, 1);
+    let own = owners(&out, at, &["/etc/kiln"]);
+    assert!(
+        !own.iter().any(|l| l.contains("bootstrap-token")),
+        "the old credential survived: {own:#?}"
+    );
+    let entry = |name: &str| {
+        own.iter()
+            .find(|l| l.starts_with(&format!("/etc/kiln/{name} ")))
+            .unwrap_or_else(|| panic!("{name} not in /etc/kiln: {own:#?}"))
+            .clone()
+    };
+    assert!(entry("node.env").ends_with(" 100644 0:0"), "{own:#?}");
+    assert!(
+        entry("bootstrap-kubeconfig").ends_with(" 100600 0:0"),
+        "{own:#?}"
+    );
+    fsck_clean(&out, at);
+}
