@@ -38,21 +38,15 @@ rounds=${REG_ROUNDS:-3}
 kill_pct=${REG_KILL_PCT:-50}
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/kiln-bench-registry.XXXXXX")
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-stop_all() { # stops what `pids` holds (registries, proxy) and forgets it
+pids=() # what the bench started and still runs: registries, the proxy, the sync it kills
+stop_all() {
   local p
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   pids=()
 }
+trap 'stop_all; rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
 
 # The mirror (blobs + signed lock + index.json) and an OCI layout holding the same blobs
 # (hard links: one copy on disk) as the images skopeo copies: "files", "img0", "img1"…
