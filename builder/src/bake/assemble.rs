@@ -8,6 +8,7 @@ use crate::bake::layer::*;
 use crate::bake::prepare;
 use crate::bake::progress::{self, Phase, Tracker};
 use crate::bake::render;
+use crate::bake::target::ReadyFile;
 use crate::digest::{self, Sums};
 use crate::image_def::{Format, Os};
 use sha2::{Digest, Sha256};
@@ -23,6 +24,17 @@ impl Layer {
     pub fn assemble_with(
         req: &BakeRequest<'_>,
         rep: &dyn progress::Reporter,
+    ) -> Result<Layer, BakeError> {
+        Layer::assemble_ready(req, rep, &|_| {})
+    }
+
+    /// [`Layer::assemble_with`], handing each artifact file to `ready` as soon as it is
+    /// final (extracted or verified, hashed and gated), while other artifacts are still being
+    /// prepared: the bake compresses its pieces meanwhile ([`crate::bake::precompress`]).
+    pub fn assemble_ready(
+        req: &BakeRequest<'_>,
+        rep: &dyn progress::Reporter,
+        ready: &(dyn Fn(ReadyFile) + Sync),
     ) -> Result<Layer, BakeError> {
         let def = req.def;
         if !def.formats.contains(&req.format) {
@@ -130,6 +142,12 @@ impl Layer {
                                 path: f.path.clone(),
                                 why: Box::new(why),
                             })?;
+                            drop(_turn);
+                            ready(ReadyFile {
+                                path: f.path.clone(),
+                                size: f.size,
+                                sha256: f.sha256.clone(),
+                            });
                         }
                         tracker.add(size);
                         Ok(files)

@@ -168,6 +168,9 @@ pub struct Stats {
 #[derive(Debug)]
 pub struct ChunkCache {
     dir: PathBuf,
+    /// Entries are fsynced before their rename (a cache that outlives the bake); a scratch
+    /// cache, deleted with the bake's work directory, skips that.
+    durable: bool,
     hits: AtomicU64,
     misses: AtomicU64,
     corrupt: AtomicU64,
@@ -186,12 +189,29 @@ impl ChunkCache {
     pub fn at(dir: PathBuf) -> ChunkCache {
         ChunkCache {
             dir,
+            durable: true,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             corrupt: AtomicU64::new(0),
             stored: AtomicU64::new(0),
             hit_bytes: AtomicU64::new(0),
         }
+    }
+
+    /// A throw-away chunk cache inside bake cache `cache`, laid out as [`new`](Self::new)'s
+    /// but storing entries without fsync: for a scratch directory that the bake deletes
+    /// (`kiln bake --no-cache` compresses big files into one while it still extracts others).
+    /// Entries are still renamed into place whole, so readers see the same guarantees.
+    pub fn scratch(cache: &Path) -> ChunkCache {
+        ChunkCache {
+            durable: false,
+            ..ChunkCache::new(cache)
+        }
+    }
+
+    /// Whether an entry for `key` exists (unchecked: [`get`](Self::get) checks it).
+    pub fn contains(&self, key: &ChunkKey) -> bool {
+        self.entry_path(key).is_file()
     }
 
     /// The directory holding the entries.
@@ -247,13 +267,26 @@ impl ChunkCache {
         header[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
         header[16..48].copy_from_slice(&Sha256::digest(payload));
         header[48..80].copy_from_slice(&key.0);
-        atomic_file::write_with(&path, ".chunk-", 0o600, |f| {
-            f.write_all(&header).and_then(|_| f.write_all(payload))
-        })
-        .map_err(|e| ChunkCacheError::Io {
-            path: e.path,
-            source: e.source,
-        })?;
+        let fill = |f: &mut File| f.write_all(&header).and_then(|_| f.write_all(payload));
+        if self.durable {
+            atomic_file::write_with(&path, ".chunk-", 0o600, fill).map_err(|e| {
+                ChunkCacheError::Io {
+                    path: e.path,
+                    source: e.source,
+                }
+            })?;
+        } else {
+            let mut tmp = tempfile::Builder::new()
+                .prefix(".chunk-")
+                .suffix(".tmp")
+                .tempfile_in(dir)
+                .map_err(io(dir))?;
+            fill(tmp.as_file_mut()).map_err(io(&path))?;
+            tmp.persist(&path).map_err(|e| ChunkCacheError::Io {
+                path: path.clone(),
+                source: e.error,
+            })?;
+        }
         self.stored.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }

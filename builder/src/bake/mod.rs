@@ -13,6 +13,7 @@ pub mod layer;
 pub mod manifest;
 pub mod options;
 pub mod os_files;
+pub mod precompress;
 pub mod prepare;
 pub mod progress;
 pub mod render;
@@ -80,7 +81,22 @@ pub fn bake_with(
     progress: &dyn progress::Reporter,
 ) -> Result<BakeOutput, BakeError> {
     std::fs::create_dir_all(out_dir).map_err(io_err(out_dir))?;
-    let layer = Layer::assemble_with(req, progress)?;
+    // Big files are compressed while others are still extracted (precompress.rs): into the
+    // bake cache, or without one into a scratch chunk cache in the work directory.
+    let scratch = req.work.join("chunks");
+    let chunk_root = req.cache.unwrap_or(&scratch);
+    let chunks = match req.cache {
+        Some(c) => chunk_cache::ChunkCache::new(c),
+        None => chunk_cache::ChunkCache::scratch(&scratch),
+    };
+    let threads = match opts.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n as usize,
+    };
+    let target = target_of(req.format);
+    let layer = precompress::alongside(target, req.def, &chunks, threads, |ready| {
+        Layer::assemble_ready(req, progress, ready)
+    })?;
     let base = layer.base_name();
     let mut files = Vec::new();
     // The SBOM is rendered beside the format writer.
@@ -90,7 +106,7 @@ pub fn bake_with(
             def: req.def,
             out_dir,
             work: req.work,
-            cache: req.cache,
+            cache: Some(chunk_root),
             opts,
             progress,
         };

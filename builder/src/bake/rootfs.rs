@@ -27,7 +27,7 @@ use crate::bake::error::{io_err, BakeError};
 use crate::bake::layer::{Data, Layer, Node};
 use crate::bake::progress::{checksum, file_bytes, Phase, Tracker};
 use crate::bake::sums::publish_sums;
-use crate::bake::target::{base_name, Target, TargetContext};
+use crate::bake::target::{base_name, ReadyFile, Target, TargetContext};
 use crate::image_def::{Arch, ImageDef};
 
 /// zstd level for the overlay (the same default `zstd` and `tar -I zstd` use).
@@ -303,6 +303,60 @@ fn run(
     }
 }
 
+/// How many frames of its own [`write`] gives a file of `size` bytes from disk: the pieces
+/// [`precompress`] can make before the layer is complete (0 for a file batched with others).
+pub fn pieces(framing: Framing, size: u64) -> u64 {
+    if size >= framing.big {
+        size.div_ceil(framing.chunk)
+    } else {
+        0
+    }
+}
+
+/// Compresses frame `piece` of the big file at `path` (`size` bytes, content `sha256`) into
+/// `cache` under the key [`write`] looks up, so that the write copies it instead of
+/// compressing it: the same job, key and bytes as the write's own (`run`). Nothing is done
+/// when the cache holds the entry already.
+pub fn precompress(
+    framing: Framing,
+    path: &Path,
+    size: u64,
+    sha256: &str,
+    piece: u64,
+    cache: &ChunkCache,
+) -> Result<(), BakeError> {
+    let offset = piece * framing.chunk;
+    if piece >= pieces(framing, size) {
+        return Ok(());
+    }
+    let len = framing.chunk.min(size - offset);
+    let pad = if offset + len == size {
+        (512 - size % 512) % 512
+    } else {
+        0
+    };
+    let codec = Codec::zstd(ZSTD_LEVEL, framing.chunk, FRAME_FORMAT);
+    let source = Source::Slice {
+        file_sha256: sha256,
+        offset,
+        len,
+        pad,
+    };
+    if cache.contains(&ChunkKey::new(&codec, &source)) {
+        return Ok(());
+    }
+    let mut zc = compressor().map_err(io_err(Path::new("zstd")))?;
+    let job = Job::Slice {
+        path,
+        size,
+        sha256,
+        offset,
+        len,
+        pad,
+    };
+    run(job, &mut zc, &codec, Some(cache)).map(|_| ())
+}
+
 fn compressor() -> std::io::Result<zstd::bulk::Compressor<'static>> {
     let mut zc = zstd::bulk::Compressor::new(ZSTD_LEVEL)?;
     zc.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))?;
@@ -467,6 +521,20 @@ fn write_in_order(
 pub struct Rootfs;
 
 impl Target for Rootfs {
+    fn pieces(&self, _def: &ImageDef, size: u64) -> u64 {
+        pieces(FRAMING, size)
+    }
+
+    fn precompress(
+        &self,
+        _def: &ImageDef,
+        file: &ReadyFile,
+        piece: u64,
+        cache: &ChunkCache,
+    ) -> Result<(), BakeError> {
+        precompress(FRAMING, &file.path, file.size, &file.sha256, piece, cache)
+    }
+
     fn outputs(&self, def: &ImageDef, arch: Arch) -> Vec<String> {
         vec![
             format!("{}.tar.zst", base_name(def, arch)),

@@ -19,7 +19,8 @@ use crate::bake::options::WriteOptions;
 use crate::bake::progress::{checksum, file_bytes, Phase, Reporter, Tracker};
 use crate::bake::render;
 use crate::bake::squashfs::{self, Codec};
-use crate::bake::target::{Target, TargetContext};
+use crate::bake::chunk_cache::ChunkCache;
+use crate::bake::target::{ReadyFile, Target, TargetContext};
 use crate::image_def::{Arch, Compression, ImageDef};
 
 /// Memory cap passed to `mksquashfs -mem`.
@@ -79,6 +80,21 @@ fn stage(layer: &Layer, root: &Path) -> Result<String, BakeError> {
     Ok(pseudo)
 }
 
+/// The codec of kiln's own squashfs writer for `def`; `None` for xz, which `mksquashfs`
+/// packs.
+fn kiln_codec(def: &ImageDef) -> Option<Codec> {
+    match def
+        .sysext
+        .as_ref()
+        .map(|s| s.compression)
+        .unwrap_or_default()
+    {
+        Compression::Zstd => Some(Codec::zstd(squashfs::ZSTD_DEFAULT_LEVEL)),
+        Compression::Gzip => Some(Codec::gzip(squashfs::GZIP_DEFAULT_LEVEL)),
+        Compression::Xz => None,
+    }
+}
+
 /// Packs `layer` into a squashfs image at `out`, atomically: kiln's writer for zstd and
 /// gzip, `mksquashfs` for xz. `cache` is the bake cache (compressed blocks). `on_data` hears
 /// bytes of file data as they are packed (from `mksquashfs`, all of them at the end).
@@ -91,19 +107,10 @@ pub fn pack(
     opts: &WriteOptions,
     on_data: &dyn Fn(u64),
 ) -> Result<(), BakeError> {
-    let comp = def
-        .sysext
-        .as_ref()
-        .map(|s| s.compression)
-        .unwrap_or_default();
-    let codec = match comp {
-        Compression::Zstd => Codec::zstd(squashfs::ZSTD_DEFAULT_LEVEL),
-        Compression::Gzip => Codec::gzip(squashfs::GZIP_DEFAULT_LEVEL),
-        Compression::Xz => {
-            pack_mksquashfs(layer, def, out, work, opts)?;
-            on_data(file_bytes(layer));
-            return Ok(());
-        }
+    let Some(codec) = kiln_codec(def) else {
+        pack_mksquashfs(layer, def, out, work, opts)?;
+        on_data(file_bytes(layer));
+        return Ok(());
     };
     if let Some((path, e)) = layer
         .entries
@@ -242,6 +249,40 @@ pub fn write(
 pub struct Sysext;
 
 impl Target for Sysext {
+    fn pieces(&self, def: &ImageDef, size: u64) -> u64 {
+        kiln_codec(def).map_or(0, |_| squashfs::pieces(size))
+    }
+
+    fn precompress(
+        &self,
+        def: &ImageDef,
+        file: &ReadyFile,
+        piece: u64,
+        cache: &ChunkCache,
+    ) -> Result<(), BakeError> {
+        let Some(codec) = kiln_codec(def) else {
+            return Ok(());
+        };
+        squashfs::precompress(&codec, cache, &file.path, file.size, &file.sha256, piece)
+            .map_err(io_err(&file.path))
+    }
+
+    /// The writer fills cache entries only from a file it hashed whole; entries made ahead of
+    /// it keep that rule: the file is hashed again once all its groups are in, and a file
+    /// that changed since it was verified gets its entries removed (the write then reads it
+    /// and fails, naming it).
+    fn precompressed(&self, def: &ImageDef, file: &ReadyFile, cache: &ChunkCache) {
+        let Some(codec) = kiln_codec(def) else {
+            return;
+        };
+        let same = crate::digest::hash_file(&file.path, crate::digest::Sums::Sha256)
+            .is_ok_and(|d| d.size == file.size && d.sha256 == file.sha256);
+        if !same {
+            tracing::warn!(file = %file.path.display(), "changed while it was compressed ahead of the write; its cached blocks are removed");
+            squashfs::forget(&codec, cache, file.size, &file.sha256);
+        }
+    }
+
     fn outputs(&self, def: &ImageDef, arch: Arch) -> Vec<String> {
         let mut out: Vec<String> = render::sysext_file_name(def, arch).into_iter().collect();
         if let Some(sx) = &def.sysext {
