@@ -147,7 +147,7 @@ fn write(
     threads: u32,
     cache: Option<&ChunkCache>,
 ) -> rootfs::RootfsReport {
-    rootfs::write(
+    let report = rootfs::write(
         layer,
         out,
         &RootfsOptions {
@@ -156,7 +156,11 @@ fn write(
             framing: SMALL,
         },
     )
-    .unwrap()
+    .unwrap();
+    // The digest taken while writing (what SHA256SUMS gets) is the file's on disk.
+    let on_disk: [u8; 32] = Sha256::digest(std::fs::read(out).unwrap()).into();
+    assert_eq!(report.sha256, on_disk, "{out:?}");
+    report
 }
 
 fn tool(c: &mut Command) -> Vec<u8> {

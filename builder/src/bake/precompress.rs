@@ -88,3 +88,110 @@ pub fn alongside<R, E>(
         r
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bake::{rootfs, sysext};
+    use sha2::{Digest, Sha256};
+    use std::path::Path;
+
+    fn def() -> ImageDef {
+        let text = "name = \"t\"\nos = \"linux\"\narch = [\"amd64\"]\nformats = [\"sysext\", \"rootfs\"]\n\
+             [kubernetes]\nversion = \"v1.34.2\"\n[[artifact]]\nname = \"kubelet\"\n\
+             [sysext]\nname = \"kubernetes\"\nid = \"flatcar\"\nsysext_level = \"1.0\"\n\
+             update_url = \"https://example.com/ext/\"\n";
+        ImageDef::parse(text, Path::new("t.toml")).unwrap()
+    }
+
+    /// A file of `len` bytes that compresses (not all zero, not random).
+    fn file(dir: &Path, name: &str, len: usize) -> ReadyFile {
+        let bytes: Vec<u8> = (0..len).map(|i| (i / 7 % 251) as u8 ^ (i % 13) as u8).collect();
+        let path = dir.join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        ReadyFile {
+            path,
+            size: len as u64,
+            sha256: hex::encode(Sha256::digest(&bytes)),
+        }
+    }
+
+    fn entries(cache: &ChunkCache) -> usize {
+        walk(cache.dir())
+    }
+
+    fn walk(dir: &Path) -> usize {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return 0;
+        };
+        rd.flatten()
+            .map(|e| {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p)
+                } else {
+                    usize::from(p.extension().is_some_and(|x| x == "chunk"))
+                }
+            })
+            .sum()
+    }
+
+    #[test]
+    fn every_piece_of_a_ready_file_is_in_the_cache_once_it_returns() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = ChunkCache::scratch(&d.path().join("c"));
+        let big = file(d.path(), "big", 20 << 20); // 3 rootfs frames of 8 MiB
+        let small = file(d.path(), "small", 1000); // batched by the writer: no piece
+        let target = crate::bake::target_of(crate::image_def::Format::Rootfs);
+        let r: Result<(), ()> = alongside(target, &def(), &cache, 2, |ready| {
+            ready(big.clone());
+            ready(small.clone());
+            ready(big.clone()); // the same content again: compressed once
+            Ok(())
+        });
+        r.unwrap();
+        assert_eq!(rootfs::pieces(rootfs::FRAMING, big.size), 3);
+        assert_eq!(entries(&cache), 3);
+        assert_eq!(cache.stats().stored, 3);
+    }
+
+    #[test]
+    fn a_failed_assembly_stops_the_queue() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = ChunkCache::scratch(&d.path().join("c"));
+        let files: Vec<ReadyFile> = (0..4)
+            .map(|i| file(d.path(), &format!("f{i}"), 40 << 20))
+            .collect();
+        let target = crate::bake::target_of(crate::image_def::Format::Rootfs);
+        let r: Result<(), &str> = alongside(target, &def(), &cache, 1, |ready| {
+            for f in &files {
+                ready(f.clone());
+            }
+            Err("gate refused a binary")
+        });
+        assert_eq!(r, Err("gate refused a binary"));
+        // 20 pieces were queued; at most the one being compressed when the body failed is in.
+        assert!(entries(&cache) <= 1, "{} entries", entries(&cache));
+    }
+
+    #[test]
+    fn sysext_takes_back_the_groups_of_a_file_that_is_not_its_sha256() {
+        let d = tempfile::tempdir().unwrap();
+        let def = def();
+        let cache = ChunkCache::scratch(&d.path().join("c"));
+        let good = file(d.path(), "good", 3 << 20); // 24 blocks: 2 groups
+        let mut bad = file(d.path(), "bad", 3 << 20);
+        bad.sha256 = "0".repeat(64); // as if it changed after it was hashed
+        let target = &sysext::Sysext;
+        let r: Result<(), ()> = alongside(target, &def, &cache, 2, |ready| {
+            ready(good.clone());
+            ready(bad.clone());
+            Ok(())
+        });
+        r.unwrap();
+        assert_eq!(target.pieces(&def, good.size), 2);
+        // Both files' groups were stored; the bad one's were removed again.
+        assert_eq!(cache.stats().stored, 4);
+        assert_eq!(entries(&cache), 2);
+    }
+}

@@ -25,7 +25,8 @@ use std::sync::Mutex;
 use crate::bake::chunk_cache::{ChunkCache, ChunkKey, Codec, Source, Stats};
 use crate::bake::error::{io_err, BakeError};
 use crate::bake::layer::{Data, Layer, Node};
-use crate::bake::progress::{checksum, file_bytes, Phase, Tracker};
+use crate::bake::progress::{file_bytes, Phase, Tracker};
+use sha2::{Digest, Sha256};
 use crate::bake::sums::publish_sums;
 use crate::bake::target::{base_name, ReadyFile, Target, TargetContext};
 use crate::image_def::{Arch, ImageDef};
@@ -77,6 +78,9 @@ pub struct RootfsReport {
     pub chunk_frames: u64,
     /// The chunk cache's counters for this write (`None` without a cache).
     pub cache: Option<Stats>,
+    /// sha256 of the `.tar.zst` as written (taken while the frames were written, so
+    /// `SHA256SUMS` needs no second read of the archive).
+    pub sha256: [u8; 32],
 }
 
 fn header(layer: &Layer, mode: u32, kind: tar::EntryType, size: u64) -> tar::Header {
@@ -399,7 +403,9 @@ pub fn write_with(
         frames: 0,
         chunk_frames: 0,
         cache: None,
+        sha256: [0; 32],
     };
+    let mut digest = Sha256::new();
     crate::bake::layer::write_atomic_with(out, |f| {
         let mut w = BufWriter::with_capacity(1 << 20, f);
         // A token per frame between planning and writing bounds the frames in flight.
@@ -448,7 +454,7 @@ pub fn write_with(
                 });
             }
             drop(done_tx);
-            let written = write_in_order(&mut w, out, done_rx, slot_rx, on_data);
+            let written = write_in_order(&mut w, &mut digest, out, done_rx, slot_rx, on_data);
             let planned = planner.join().expect("rootfs planner panicked");
             let written = written?;
             let (frames, chunks) = planned?;
@@ -473,6 +479,7 @@ pub fn write_with(
         }
     })
     .map_err(|e| inner.take().unwrap_or(e))?;
+    report.sha256 = digest.finalize().into();
     if let (Some(c), Some(b)) = (opts.cache, before) {
         let a = c.stats();
         report.cache = Some(Stats {
@@ -497,6 +504,7 @@ pub fn write_with(
 /// and so stops the planner and the workers).
 fn write_in_order(
     w: &mut impl Write,
+    digest: &mut Sha256,
     out: &Path,
     done: mpsc::Receiver<(u64, Result<Vec<u8>, BakeError>, u64)>,
     slots: mpsc::Receiver<()>,
@@ -508,6 +516,7 @@ fn write_in_order(
         pending.insert(seq, (r?, data));
         while let Some((frame, data)) = pending.remove(&next) {
             w.write_all(&frame).map_err(io_err(out))?;
+            digest.update(&frame);
             on_data(data);
             let _ = slots.recv();
             next += 1;
@@ -552,10 +561,15 @@ impl Target for Rootfs {
             framing: FRAMING,
         };
         let compress = Tracker::start(cx.progress, Phase::Compress, file_bytes(layer));
-        write_with(layer, &p, &ro, &|n| compress.add(n))?;
+        let report = write_with(layer, &p, &ro, &|n| compress.add(n))?;
         compress.finish();
-        // SHA256SUMS is written only once the layer is on disk whole.
-        let sha = checksum(cx.progress, &p)?;
+        // SHA256SUMS is written only once the layer is on disk whole; its digest was taken
+        // from the frames as they were written.
+        let size = std::fs::metadata(&p).map_err(io_err(&p))?.len();
+        let sum = Tracker::start(cx.progress, Phase::Checksum, size);
+        sum.add(size);
+        sum.finish();
+        let sha = hex::encode(report.sha256);
         let (sums, sig) = publish_sums(cx.out_dir, &name, &sha, cx.opts.sign.as_ref())?;
         Ok([p, sums].into_iter().chain(sig).collect())
     }
