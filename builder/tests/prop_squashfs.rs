@@ -212,6 +212,7 @@ proptest! {
             codec: if gzip { Codec::gzip(6) } else { Codec::zstd(3) },
             threads: 2,
             cache: None,
+            scratch_cache: false,
         };
         squashfs::write_file(order, 1_704_067_200, &img, &opts).unwrap();
         let want = expected(&tree);

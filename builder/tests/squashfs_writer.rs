@@ -161,6 +161,7 @@ fn opts(threads: usize, cache: Option<&Path>) -> Options {
         codec: Codec::zstd(15),
         threads,
         cache: cache.map(Path::to_path_buf),
+        scratch_cache: false,
     }
 }
 
@@ -560,6 +561,7 @@ fn another_level_or_codec_writes_its_options_and_reads_back() {
             codec,
             threads: 2,
             cache: None,
+            scratch_cache: false,
         };
         write(&tree, &img, &o);
         let sb = run(Command::new("unsquashfs").arg("-s").arg(&img));

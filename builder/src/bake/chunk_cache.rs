@@ -199,7 +199,8 @@ impl ChunkCache {
     }
 
     /// A throw-away chunk cache inside bake cache `cache`, laid out as [`new`](Self::new)'s
-    /// but storing entries without fsync: for a scratch directory that the bake deletes
+    /// but storing entries without fsync or payload digest (only this process writes and
+    /// reads it, in its private work directory): for a scratch directory that the bake deletes
     /// (`kiln bake --no-cache` compresses big files into one while it still extracts others).
     /// Entries are still renamed into place whole, so readers see the same guarantees.
     pub fn scratch(cache: &Path) -> ChunkCache {
@@ -235,7 +236,7 @@ impl ChunkCache {
                 return None;
             }
         };
-        match read_entry(&mut f, key) {
+        match read_entry(&mut f, key, self.durable) {
             Some(payload) => {
                 self.hits.fetch_add(1, Ordering::Relaxed);
                 self.hit_bytes
@@ -265,7 +266,11 @@ impl ChunkCache {
         let mut header = [0u8; HEADER];
         header[..8].copy_from_slice(MAGIC);
         header[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-        header[16..48].copy_from_slice(&Sha256::digest(payload));
+        // A scratch cache lives in the bake's private work directory (mode 0700) and only
+        // this process reads it back, moments later: its entries carry no payload digest.
+        if self.durable {
+            header[16..48].copy_from_slice(&Sha256::digest(payload));
+        }
         header[48..80].copy_from_slice(&key.0);
         let fill = |f: &mut File| f.write_all(&header).and_then(|_| f.write_all(payload));
         if self.durable {
@@ -320,8 +325,9 @@ impl ChunkCache {
     }
 }
 
-/// Reads and checks one entry: header fields, exact length, payload digest.
-fn read_entry(f: &mut File, key: &ChunkKey) -> Option<Vec<u8>> {
+/// Reads and checks one entry: header fields, exact length, and (`digest`) the payload's
+/// sha256.
+fn read_entry(f: &mut File, key: &ChunkKey, digest: bool) -> Option<Vec<u8>> {
     let mut header = [0u8; HEADER];
     f.read_exact(&mut header).ok()?;
     if &header[..8] != MAGIC || header[48..80] != key.0 {
@@ -334,7 +340,7 @@ fn read_entry(f: &mut File, key: &ChunkKey) -> Option<Vec<u8>> {
     }
     let mut payload = vec![0u8; usize::try_from(len).ok()?];
     f.read_exact(&mut payload).ok()?;
-    (Sha256::digest(&payload)[..] == header[16..48]).then_some(payload)
+    (!digest || Sha256::digest(&payload)[..] == header[16..48]).then_some(payload)
 }
 
 #[cfg(test)]

@@ -73,8 +73,9 @@ pub struct Extracted {
 
 pub use crate::supply::lock::member_key;
 
-/// Copies `r` into a new file at `out`, hashing (sha256, SHA1) as it goes.
-fn copy_hashed(r: &mut impl Read, out: &Path) -> io::Result<(u64, String, String)> {
+/// Copies `r` into a new file at `out`, hashing (sha256, SHA1) as it goes; fsyncs it when
+/// `durable` (a bake cache entry, not a scratch file the bake deletes).
+fn copy_hashed(r: &mut impl Read, out: &Path, durable: bool) -> io::Result<(u64, String, String)> {
     let mut f = BufWriter::with_capacity(1 << 20, File::create(out)?);
     let mut h = Sha256::new();
     let mut h1 = sha1::Sha1::new();
@@ -90,7 +91,10 @@ fn copy_hashed(r: &mut impl Read, out: &Path) -> io::Result<(u64, String, String
         f.write_all(&buf[..k])?;
         n += k as u64;
     }
-    f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    let f = f.into_inner().map_err(|e| e.into_error())?;
+    if durable {
+        f.sync_all()?;
+    }
     Ok((n, hex::encode(h.finalize()), hex::encode(h1.finalize())))
 }
 
@@ -123,8 +127,9 @@ pub fn extract_members(
     kind: ArchiveKind,
     wanted: &[String],
     out_dir: &Path,
+    durable: bool,
 ) -> Result<BTreeMap<String, Extracted>, ExtractError> {
-    extract_members_with(archive, kind, wanted, out_dir, &Policy::upstream())
+    extract_members_with(archive, kind, wanted, out_dir, durable, &Policy::upstream())
 }
 
 /// [`extract_members`] under an explicit policy (tests lower the size cap with it).
@@ -133,6 +138,7 @@ pub fn extract_members_with(
     kind: ArchiveKind,
     wanted: &[String],
     out_dir: &Path,
+    durable: bool,
     policy: &Policy,
 ) -> Result<BTreeMap<String, Extracted>, ExtractError> {
     let io_err = |path: &Path| {
@@ -208,13 +214,14 @@ pub fn extract_members_with(
                 match kind {
                     Kind::File { .. } => {
                         let out = out_dir.join(format!("member-{i}"));
-                        let (size, sha256, sha1) = copy_hashed(&mut entry, &out).map_err(|e| {
-                            if archive_rules::tripped(&flag) {
-                                read_err(&flag, &last, e)
-                            } else {
-                                io_err(&out)(e)
-                            }
-                        })?;
+                        let (size, sha256, sha1) =
+                            copy_hashed(&mut entry, &out, durable).map_err(|e| {
+                                if archive_rules::tripped(&flag) {
+                                    read_err(&flag, &last, e)
+                                } else {
+                                    io_err(&out)(e)
+                                }
+                            })?;
                         got.insert(
                             name,
                             Extracted {
@@ -288,13 +295,14 @@ pub fn extract_members_with(
                     Kind::File { .. } => {
                         let out = out_dir.join(format!("member-{w}"));
                         let mut capped = Capped::with_flag(&mut entry, budget, flag.clone());
-                        let (size, sha256, sha1) = copy_hashed(&mut capped, &out).map_err(|e| {
-                            if archive_rules::tripped(&flag) {
-                                read_err(&flag, &name, e)
-                            } else {
-                                io_err(&out)(e)
-                            }
-                        })?;
+                        let (size, sha256, sha1) = copy_hashed(&mut capped, &out, durable)
+                            .map_err(|e| {
+                                if archive_rules::tripped(&flag) {
+                                    read_err(&flag, &name, e)
+                                } else {
+                                    io_err(&out)(e)
+                                }
+                            })?;
                         budget = capped.left();
                         got.insert(
                             key,
@@ -357,6 +365,7 @@ mod tests {
             ArchiveKind::Zip,
             &["bin/containerd".to_string()],
             d.path(),
+            false,
             &p,
         )
         .unwrap_err()

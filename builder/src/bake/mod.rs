@@ -107,6 +107,7 @@ pub fn bake_with(
             out_dir,
             work: req.work,
             cache: Some(chunk_root),
+            scratch_cache: req.cache.is_none(),
             opts,
             progress,
         };

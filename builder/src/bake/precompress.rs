@@ -106,7 +106,9 @@ mod tests {
 
     /// A file of `len` bytes that compresses (not all zero, not random).
     fn file(dir: &Path, name: &str, len: usize) -> ReadyFile {
-        let bytes: Vec<u8> = (0..len).map(|i| (i / 7 % 251) as u8 ^ (i % 13) as u8).collect();
+        let bytes: Vec<u8> = (0..len)
+            .map(|i| (i / 7 % 251) as u8 ^ (i % 13) as u8)
+            .collect();
         let path = dir.join(name);
         std::fs::write(&path, &bytes).unwrap();
         ReadyFile {

@@ -156,7 +156,8 @@ pub fn prepare(
                     (work.to_path_buf(), None)
                 }
             };
-            let got = extract::extract_members(&a.blob, kind, &wanted, &dir)?;
+            // A cache entry is fsynced before it is published; scratch files are not.
+            let got = extract::extract_members(&a.blob, kind, &wanted, &dir, staging.is_some())?;
             let meta = Meta {
                 members: got
                     .iter()

@@ -26,10 +26,10 @@ use crate::bake::chunk_cache::{ChunkCache, ChunkKey, Codec, Source, Stats};
 use crate::bake::error::{io_err, BakeError};
 use crate::bake::layer::{Data, Layer, Node};
 use crate::bake::progress::{file_bytes, Phase, Tracker};
-use sha2::{Digest, Sha256};
 use crate::bake::sums::publish_sums;
 use crate::bake::target::{base_name, ReadyFile, Target, TargetContext};
 use crate::image_def::{Arch, ImageDef};
+use sha2::{Digest, Sha256};
 
 /// zstd level for the overlay (the same default `zstd` and `tar -I zstd` use).
 pub const ZSTD_LEVEL: i32 = 3;
@@ -554,7 +554,10 @@ impl Target for Rootfs {
     fn write(&self, layer: &Layer, cx: &TargetContext<'_>) -> Result<Vec<PathBuf>, BakeError> {
         let name = format!("{}.tar.zst", layer.base_name());
         let p = cx.out_dir.join(&name);
-        let cache = cx.cache.map(ChunkCache::new);
+        let cache = cx.cache.map(|p| match cx.scratch_cache {
+            true => ChunkCache::scratch(p),
+            false => ChunkCache::new(p),
+        });
         let ro = RootfsOptions {
             threads: cx.opts.threads,
             cache: cache.as_ref(),

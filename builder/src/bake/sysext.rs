@@ -13,13 +13,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::atomic_file::AtomicFile;
+use crate::bake::chunk_cache::ChunkCache;
 use crate::bake::error::{io_err, BakeError};
 use crate::bake::layer::{write_atomic, Data, Layer, Node};
 use crate::bake::options::WriteOptions;
 use crate::bake::progress::{checksum, file_bytes, Phase, Reporter, Tracker};
 use crate::bake::render;
 use crate::bake::squashfs::{self, Codec};
-use crate::bake::chunk_cache::ChunkCache;
 use crate::bake::target::{ReadyFile, Target, TargetContext};
 use crate::image_def::{Arch, Compression, ImageDef};
 
@@ -96,14 +96,15 @@ fn kiln_codec(def: &ImageDef) -> Option<Codec> {
 }
 
 /// Packs `layer` into a squashfs image at `out`, atomically: kiln's writer for zstd and
-/// gzip, `mksquashfs` for xz. `cache` is the bake cache (compressed blocks). `on_data` hears
-/// bytes of file data as they are packed (from `mksquashfs`, all of them at the end).
+/// gzip, `mksquashfs` for xz. `cache` is the bake cache (compressed blocks) and whether it is
+/// the bake's scratch one. `on_data` hears bytes of file data as they are packed (from
+/// `mksquashfs`, all of them at the end).
 pub fn pack(
     layer: &Layer,
     def: &ImageDef,
     out: &Path,
     work: &Path,
-    cache: Option<&Path>,
+    cache: Option<(&Path, bool)>,
     opts: &WriteOptions,
     on_data: &dyn Fn(u64),
 ) -> Result<(), BakeError> {
@@ -126,7 +127,8 @@ pub fn pack(
         &squashfs::Options {
             codec,
             threads: opts.threads as usize,
-            cache: cache.map(Path::to_path_buf),
+            cache: cache.map(|(p, _)| p.to_path_buf()),
+            scratch_cache: cache.is_some_and(|(_, scratch)| scratch),
         },
         on_data,
     )?;
@@ -218,7 +220,7 @@ pub fn write(
     def: &ImageDef,
     out_dir: &Path,
     work: &Path,
-    cache: Option<&Path>,
+    cache: Option<(&Path, bool)>,
     opts: &WriteOptions,
     progress: &dyn Reporter,
 ) -> Result<Vec<PathBuf>, BakeError> {
@@ -298,7 +300,7 @@ impl Target for Sysext {
             cx.def,
             cx.out_dir,
             cx.work,
-            cx.cache,
+            cx.cache.map(|p| (p, cx.scratch_cache)),
             cx.opts,
             cx.progress,
         )

@@ -24,6 +24,8 @@ pub struct TargetContext<'a> {
     /// Where the chunk cache lives: the bake cache, or with `--no-cache` a scratch one in
     /// `work`. `None` compresses everything.
     pub cache: Option<&'a Path>,
+    /// `cache` is the bake's scratch chunk cache (`ChunkCache::scratch`).
+    pub scratch_cache: bool,
     /// How to write (threads, signer, mksquashfs).
     pub opts: &'a WriteOptions,
     /// Where the `compress` and `checksum` phases are reported.

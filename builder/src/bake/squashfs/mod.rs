@@ -56,6 +56,11 @@ pub struct Options {
     pub threads: usize,
     /// The bake cache directory, for compressed blocks; `None` compresses everything.
     pub cache: Option<PathBuf>,
+    /// `cache` is the bake's scratch chunk cache ([`ChunkCache::scratch`]), not one that
+    /// outlives it.
+    ///
+    /// [`ChunkCache::scratch`]: crate::bake::chunk_cache::ChunkCache::scratch
+    pub scratch_cache: bool,
 }
 
 /// Facts about a written image.
@@ -486,10 +491,13 @@ pub fn write_image<'a>(
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
-    let chunks = opts
-        .cache
-        .as_deref()
-        .map(crate::bake::chunk_cache::ChunkCache::new);
+    let chunks = opts.cache.as_deref().map(|p| {
+        if opts.scratch_cache {
+            crate::bake::chunk_cache::ChunkCache::scratch(p)
+        } else {
+            crate::bake::chunk_cache::ChunkCache::new(p)
+        }
+    });
     let cache = chunks.as_ref().map(|cache| block_cache(&opts.codec, cache));
     let io = image_io(path);
     let mut w = BufWriter::with_capacity(1 << 20, out);
