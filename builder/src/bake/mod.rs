@@ -94,8 +94,16 @@ pub fn bake_with(
         n => n as usize,
     };
     let target = target_of(req.format);
-    let layer = precompress::alongside(target, req.def, &chunks, threads, |ready| {
-        Layer::assemble_ready(req, progress, ready)
+    let (layer, compress) = precompress::alongside(target, req.def, &chunks, threads, |ready| {
+        let layer = Layer::assemble_ready(req, progress, ready)?;
+        // The compress phase starts before the wait for the pieces still being compressed
+        // ahead of the write (most of a sysext's compression), so their time is reported as
+        // compressing.
+        let total = progress::file_bytes(&layer);
+        Ok::<_, BakeError>((
+            layer,
+            progress::Tracker::start(progress, progress::Phase::Compress, total),
+        ))
     })?;
     let base = layer.base_name();
     let mut files = Vec::new();
@@ -110,6 +118,7 @@ pub fn bake_with(
             scratch_cache: req.cache.is_none(),
             opts,
             progress,
+            compress: &compress,
         };
         let main = target_of(req.format).write(&layer, &cx);
         (main, sbom.join().expect("sbom thread panicked"))

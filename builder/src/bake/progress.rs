@@ -153,6 +153,12 @@ impl<'a> Tracker<'a> {
 
     /// The phase is done.
     pub fn finish(self) {
+        self.done();
+    }
+
+    /// The phase is done, for a tracker held by reference (a phase started by one function
+    /// and ended by another); call it once.
+    pub fn done(&self) {
         self.rep.event(&Event::PhaseDone {
             phase: self.phase,
             bytes: self.total,

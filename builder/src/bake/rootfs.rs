@@ -25,7 +25,7 @@ use std::sync::Mutex;
 use crate::bake::chunk_cache::{ChunkCache, ChunkKey, Codec, Source, Stats};
 use crate::bake::error::{io_err, BakeError};
 use crate::bake::layer::{Data, Layer, Node};
-use crate::bake::progress::{file_bytes, Phase, Tracker};
+use crate::bake::progress::{Phase, Tracker};
 use crate::bake::sums::publish_sums;
 use crate::bake::target::{base_name, ReadyFile, Target, TargetContext};
 use crate::image_def::{Arch, ImageDef};
@@ -307,7 +307,7 @@ fn run(
     }
 }
 
-/// How many frames of its own [`write`] gives a file of `size` bytes from disk: the pieces
+/// How many frames of its own [`write()`] gives a file of `size` bytes from disk: the pieces
 /// [`precompress`] can make before the layer is complete (0 for a file batched with others).
 pub fn pieces(framing: Framing, size: u64) -> u64 {
     if size >= framing.big {
@@ -318,7 +318,7 @@ pub fn pieces(framing: Framing, size: u64) -> u64 {
 }
 
 /// Compresses frame `piece` of the big file at `path` (`size` bytes, content `sha256`) into
-/// `cache` under the key [`write`] looks up, so that the write copies it instead of
+/// `cache` under the key [`write()`] looks up, so that the write copies it instead of
 /// compressing it: the same job, key and bytes as the write's own (`run`). Nothing is done
 /// when the cache holds the entry already.
 pub fn precompress(
@@ -563,9 +563,8 @@ impl Target for Rootfs {
             cache: cache.as_ref(),
             framing: FRAMING,
         };
-        let compress = Tracker::start(cx.progress, Phase::Compress, file_bytes(layer));
-        let report = write_with(layer, &p, &ro, &|n| compress.add(n))?;
-        compress.finish();
+        let report = write_with(layer, &p, &ro, &|n| cx.compress.add(n))?;
+        cx.compress.done();
         // SHA256SUMS is written only once the layer is on disk whole; its digest was taken
         // from the frames as they were written.
         let size = std::fs::metadata(&p).map_err(io_err(&p))?.len();

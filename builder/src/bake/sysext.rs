@@ -17,7 +17,7 @@ use crate::bake::chunk_cache::ChunkCache;
 use crate::bake::error::{io_err, BakeError};
 use crate::bake::layer::{write_atomic, Data, Layer, Node};
 use crate::bake::options::WriteOptions;
-use crate::bake::progress::{checksum, file_bytes, Phase, Reporter, Tracker};
+use crate::bake::progress::{checksum, file_bytes};
 use crate::bake::render;
 use crate::bake::squashfs::{self, Codec};
 use crate::bake::target::{ReadyFile, Target, TargetContext};
@@ -213,17 +213,11 @@ fn pack_mksquashfs(
     Ok(())
 }
 
-/// Writes the image, the transfer file and `SHA256SUMS` into `out_dir`, reporting the
-/// `compress` and `checksum` phases to `progress`.
-pub fn write(
-    layer: &Layer,
-    def: &ImageDef,
-    out_dir: &Path,
-    work: &Path,
-    cache: Option<(&Path, bool)>,
-    opts: &WriteOptions,
-    progress: &dyn Reporter,
-) -> Result<Vec<PathBuf>, BakeError> {
+/// Writes the image, the transfer file and `SHA256SUMS` into the output directory, ending
+/// the `compress` phase and reporting the `checksum` phase.
+pub fn write(layer: &Layer, cx: &TargetContext<'_>) -> Result<Vec<PathBuf>, BakeError> {
+    let (def, out_dir, opts, compress) = (cx.def, cx.out_dir, cx.opts, cx.compress);
+    let cache = cx.cache.map(|p| (p, cx.scratch_cache));
     let sx = def.sysext.as_ref().ok_or_else(|| BakeError::Format {
         image: def.name.clone(),
         format: crate::image_def::Format::Sysext,
@@ -231,10 +225,9 @@ pub fn write(
     })?;
     let name = render::sysext_file_name(def, layer.arch).unwrap_or_default();
     let raw = out_dir.join(&name);
-    let compress = Tracker::start(progress, Phase::Compress, file_bytes(layer));
-    pack(layer, def, &raw, work, cache, opts, &|n| compress.add(n))?;
-    compress.finish();
-    let sha = checksum(progress, &raw)?;
+    pack(layer, def, &raw, cx.work, cache, opts, &|n| compress.add(n))?;
+    compress.done();
+    let sha = checksum(cx.progress, &raw)?;
     let conf = out_dir.join(format!("{}.conf", sx.name));
     write_atomic(
         &conf,
@@ -295,15 +288,7 @@ impl Target for Sysext {
     }
 
     fn write(&self, layer: &Layer, cx: &TargetContext<'_>) -> Result<Vec<PathBuf>, BakeError> {
-        write(
-            layer,
-            cx.def,
-            cx.out_dir,
-            cx.work,
-            cx.cache.map(|p| (p, cx.scratch_cache)),
-            cx.opts,
-            cx.progress,
-        )
+        write(layer, cx)
     }
 }
 

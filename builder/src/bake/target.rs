@@ -10,7 +10,7 @@ use crate::bake::chunk_cache::ChunkCache;
 use crate::bake::error::BakeError;
 use crate::bake::layer::Layer;
 use crate::bake::options::WriteOptions;
-use crate::bake::progress::Reporter;
+use crate::bake::progress::{Reporter, Tracker};
 use crate::image_def::{Arch, ImageDef};
 
 /// What a target's writer may use besides the layer.
@@ -28,8 +28,12 @@ pub struct TargetContext<'a> {
     pub scratch_cache: bool,
     /// How to write (threads, signer, mksquashfs).
     pub opts: &'a WriteOptions,
-    /// Where the `compress` and `checksum` phases are reported.
+    /// Where the `checksum` phase is reported.
     pub progress: &'a dyn Reporter,
+    /// The `compress` phase, started by the bake before it waits for the pieces compressed
+    /// ahead of the write, so that their time counts as compressing: the writer adds the
+    /// file bytes it writes and ends it ([`Tracker::done`]).
+    pub compress: &'a Tracker<'a>,
 }
 
 impl std::fmt::Debug for TargetContext<'_> {

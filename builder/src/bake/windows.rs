@@ -7,7 +7,6 @@ use zip::write::SimpleFileOptions;
 
 use crate::bake::error::BakeError;
 use crate::bake::layer::{civil, Layer, Node};
-use crate::bake::progress::{file_bytes, Phase, Tracker};
 use crate::bake::target::{base_name, Target, TargetContext};
 use crate::image_def::{Arch, ImageDef};
 
@@ -79,9 +78,8 @@ impl Target for Windows {
 
     fn write(&self, layer: &Layer, cx: &TargetContext<'_>) -> Result<Vec<PathBuf>, BakeError> {
         let p = cx.out_dir.join(format!("{}.zip", layer.base_name()));
-        let compress = Tracker::start(cx.progress, Phase::Compress, file_bytes(layer));
-        write_with(layer, &p, &|n| compress.add(n))?;
-        compress.finish();
+        write_with(layer, &p, &|n| cx.compress.add(n))?;
+        cx.compress.done();
         Ok(vec![p])
     }
 }

@@ -92,14 +92,14 @@ fn group_payload(words: &[u32], data: &[u8]) -> Vec<u8> {
     p
 }
 
-/// How many groups of full blocks [`write`] caches for a file of `size` bytes: the pieces
+/// How many groups of full blocks [`write()`] caches for a file of `size` bytes: the pieces
 /// [`precompress_group`] can make before the image is written.
 pub fn groups(block_size: u32, size: u64) -> u64 {
     (size / block_size as u64).div_ceil(GROUP_BLOCKS)
 }
 
 /// Compresses group `group` of the file at `path` (`size` bytes, content `sha256`) into the
-/// cache exactly as [`write`] would store it (the same key, size words and stored bytes, all
+/// cache exactly as [`write()`] would store it (the same key, size words and stored bytes, all
 /// through `store`), unless the cache holds it already. The caller checks the file's content
 /// once all its groups are in ([`forget_groups`] when it no longer matches).
 pub fn precompress_group(
