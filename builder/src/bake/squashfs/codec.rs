@@ -8,6 +8,9 @@ pub const ZSTD_DEFAULT_LEVEL: i32 = 15;
 /// Default zlib level of squashfs-tools.
 pub const GZIP_DEFAULT_LEVEL: u32 = 9;
 
+/// The data block size kiln uses (what `mksquashfs -b 131072` sets).
+pub const BLOCK_SIZE: u32 = 128 * 1024;
+
 /// A squashfs compressor and its level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Codec {

@@ -48,7 +48,7 @@ pub struct BlockCache<'c> {
 }
 
 impl BlockCache<'_> {
-    fn key(&self, sha256: &str, group: u64, blocks: u64) -> ChunkKey {
+    pub(super) fn key(&self, sha256: &str, group: u64, blocks: u64) -> ChunkKey {
         let bs = self.block_size as u64;
         ChunkKey::new(
             &self.codec,
@@ -82,7 +82,7 @@ impl BlockCache<'_> {
 }
 
 /// Serializes a group for the cache.
-fn group_payload(words: &[u32], data: &[u8]) -> Vec<u8> {
+pub(super) fn group_payload(words: &[u32], data: &[u8]) -> Vec<u8> {
     let mut p = Vec::with_capacity(4 + 4 * words.len() + data.len());
     p.extend_from_slice(&(words.len() as u32).to_le_bytes());
     for w in words {
@@ -90,75 +90,6 @@ fn group_payload(words: &[u32], data: &[u8]) -> Vec<u8> {
     }
     p.extend_from_slice(data);
     p
-}
-
-/// How many groups of full blocks [`write()`] caches for a file of `size` bytes: the pieces
-/// [`precompress_group`] can make before the image is written.
-pub fn groups(block_size: u32, size: u64) -> u64 {
-    (size / block_size as u64).div_ceil(GROUP_BLOCKS)
-}
-
-/// Compresses group `group` of the file at `path` (`size` bytes, content `sha256`) into the
-/// cache exactly as [`write()`] would store it (the same key, size words and stored bytes, all
-/// through `store`), unless the cache holds it already. The caller checks the file's content
-/// once all its groups are in ([`forget_groups`] when it no longer matches).
-pub fn precompress_group(
-    cache: &BlockCache<'_>,
-    codec: &Codec,
-    path: &std::path::Path,
-    size: u64,
-    sha256: &str,
-    group: u64,
-) -> io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    let bs = cache.block_size as u64;
-    let full = size / bs;
-    if group >= groups(cache.block_size, size) {
-        return Ok(());
-    }
-    let n = (full - group * GROUP_BLOCKS).min(GROUP_BLOCKS);
-    let key = cache.key(sha256, group, n);
-    if cache.cache.contains(&key) {
-        return Ok(());
-    }
-    thread_local! {
-        // A worker keeps its compression context from group to group, as `write`'s do: a
-        // zstd context at a high level is costly to set up for every 2 MiB.
-        static CTX: std::cell::RefCell<Option<(Codec, Context)>> = const { std::cell::RefCell::new(None) };
-    }
-    let f = File::open(path)?;
-    let mut words = Vec::with_capacity(n as usize);
-    let mut data = Vec::new();
-    CTX.with(|cell| -> io::Result<()> {
-        let mut slot = cell.borrow_mut();
-        if slot.as_ref().is_none_or(|(c, _)| c != codec) {
-            *slot = Some((*codec, codec.context()));
-        }
-        let Some((_, ctx)) = slot.as_mut() else {
-            return Ok(());
-        };
-        for b in 0..n {
-            let mut block = vec![0u8; bs as usize];
-            f.read_exact_at(&mut block, (group * GROUP_BLOCKS + b) * bs)?;
-            let s = store(codec, ctx, block, true);
-            words.push(s.word());
-            data.extend_from_slice(s.bytes());
-        }
-        Ok(())
-    })?;
-    cache
-        .cache
-        .put(&key, &group_payload(&words, &data))
-        .map_err(io::Error::other)
-}
-
-/// Removes every group entry of a file of `size` bytes with content `sha256` from the cache.
-pub fn forget_groups(cache: &BlockCache<'_>, size: u64, sha256: &str) {
-    let full = size / cache.block_size as u64;
-    for g in 0..groups(cache.block_size, size) {
-        let n = (full - g * GROUP_BLOCKS).min(GROUP_BLOCKS);
-        let _ = std::fs::remove_file(cache.cache.entry_path(&cache.key(sha256, g, n)));
-    }
 }
 
 /// One distinct file content to store.
@@ -239,21 +170,21 @@ fn read_full(r: &mut dyn ReadSeek, buf: &mut [u8]) -> io::Result<bool> {
 }
 
 /// What a compressed block turned into.
-enum Stored {
+pub(super) enum Stored {
     Sparse,
     Compressed(Vec<u8>),
     Raw(Vec<u8>),
 }
 
 impl Stored {
-    fn word(&self) -> u32 {
+    pub(super) fn word(&self) -> u32 {
         match self {
             Stored::Sparse => 0,
             Stored::Compressed(c) => c.len() as u32,
             Stored::Raw(r) => r.len() as u32 | BLOCK_UNCOMPRESSED,
         }
     }
-    fn bytes(&self) -> &[u8] {
+    pub(super) fn bytes(&self) -> &[u8] {
         match self {
             Stored::Sparse => &[],
             Stored::Compressed(b) | Stored::Raw(b) => b,
@@ -261,7 +192,12 @@ impl Stored {
     }
 }
 
-fn store(codec: &Codec, ctx: &mut Context, data: Vec<u8>, may_be_sparse: bool) -> Stored {
+pub(super) fn store(
+    codec: &Codec,
+    ctx: &mut Context,
+    data: Vec<u8>,
+    may_be_sparse: bool,
+) -> Stored {
     if may_be_sparse && data.iter().all(|&b| b == 0) {
         return Stored::Sparse;
     }

@@ -12,6 +12,7 @@
 //! nodes: a sysext needs none. Single files of 4 GiB or more are refused.
 //! docs/bake.md describes the format choices and the cache.
 
+mod ahead;
 mod codec;
 mod data;
 pub mod error;
@@ -24,13 +25,12 @@ use std::path::{Path, PathBuf};
 
 use crate::atomic_file::AtomicFile;
 use crate::bake::layer::Node;
-pub use codec::{Codec, GZIP_DEFAULT_LEVEL, ZSTD_DEFAULT_LEVEL};
+pub use ahead::{forget, pieces, precompress};
+pub use codec::{Codec, BLOCK_SIZE, GZIP_DEFAULT_LEVEL, ZSTD_DEFAULT_LEVEL};
 use error::image_io;
 pub use error::SquashError;
 use meta::{MetaWriter, METADATA_SIZE};
 
-/// The data block size kiln uses (what `mksquashfs -b 131072` sets).
-pub const BLOCK_SIZE: u32 = 128 * 1024;
 const BLOCK_LOG: u16 = 17;
 const MAGIC: u32 = 0x7371_7368;
 const SUPERBLOCK_LEN: u64 = 96;
@@ -422,48 +422,6 @@ fn listing(ents: &[DirEnt<'_>]) -> (Vec<u8>, Vec<(u32, usize)>) {
     (out, headers)
 }
 
-/// Ahead-of-write compression for [`write_image`] with `codec`: the groups of full blocks
-/// of a file of `size` bytes it keeps in the chunk cache.
-pub fn pieces(size: u64) -> u64 {
-    data::groups(BLOCK_SIZE, size)
-}
-
-/// Compresses group `piece` of the file at `path` into `cache` as [`write_image`] with
-/// `codec` would store it (see [`pieces`]).
-pub fn precompress(
-    codec: &Codec,
-    cache: &crate::bake::chunk_cache::ChunkCache,
-    path: &Path,
-    size: u64,
-    sha256: &str,
-    piece: u64,
-) -> std::io::Result<()> {
-    let bc = block_cache(codec, cache);
-    data::precompress_group(&bc, codec, path, size, sha256, piece)
-}
-
-/// Takes back what [`precompress`] stored for a file whose content turned out not to be
-/// `sha256`.
-pub fn forget(
-    codec: &Codec,
-    cache: &crate::bake::chunk_cache::ChunkCache,
-    size: u64,
-    sha256: &str,
-) {
-    data::forget_groups(&block_cache(codec, cache), size, sha256);
-}
-
-fn block_cache<'c>(
-    codec: &Codec,
-    cache: &'c crate::bake::chunk_cache::ChunkCache,
-) -> data::BlockCache<'c> {
-    data::BlockCache {
-        cache,
-        codec: codec.cache_codec(BLOCK_SIZE, data::GROUP_BLOCKS),
-        block_size: BLOCK_SIZE,
-    }
-}
-
 /// Writes a squashfs image of `entries` (paths relative to the root, parents before
 /// children, as a [`super::Layer`] holds them) into `out`, an empty file; `path` names it
 /// in errors. Every inode gets `mtime`, owner and group 0. `on_data` hears, once a distinct
@@ -498,7 +456,9 @@ pub fn write_image<'a>(
             crate::bake::chunk_cache::ChunkCache::new(p)
         }
     });
-    let cache = chunks.as_ref().map(|cache| block_cache(&opts.codec, cache));
+    let cache = chunks
+        .as_ref()
+        .map(|cache| ahead::block_cache(&opts.codec, cache));
     let io = image_io(path);
     let mut w = BufWriter::with_capacity(1 << 20, out);
     w.write_all(&[0u8; SUPERBLOCK_LEN as usize]).map_err(&io)?;
