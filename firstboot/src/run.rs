@@ -445,11 +445,19 @@ fn kubeadm_patch_unused(paths: &NodePaths, cfg: &Config) -> Option<String> {
 
 /// Restarts the container runtime so it reads `/run/kiln/containerd.env` before kubelet (or
 /// kubeadm) can make it pull anything. Blocking: kubeadm's preflight needs the socket back,
-/// and the restart job does not wait for this unit (only this unit is ordered after it).
+/// and neither job is ordered after this unit, so waiting cannot deadlock. The layer's image
+/// import (`kiln-images.service`, which firstboot is not ordered after) is started and waited
+/// for first: a restart in the middle of `ctr images import` would fail the import.
 fn restart_containerd(opts: &Options, cfg: &Config, deadline: Instant) -> Result<(), Error> {
     if cfg!(windows) {
         // Windows: C:\k\containerd\containerd.env, set by `kiln-firstboot.exe install`.
         return Ok(());
+    }
+    let images_unit = Path::new(paths::SYSTEMD_UNIT_DIR).join(paths::IMAGES_UNIT);
+    if paths::under(&opts.root, &images_unit.to_string_lossy()).exists() {
+        // Its failure is its own to report (on the console, as kubelet's ordering has it);
+        // an import that failed has nothing left for the restart to cut short.
+        let _ = service::run(&opts.systemctl, &["start", paths::IMAGES_UNIT], deadline);
     }
     service::run(
         &opts.systemctl,

@@ -104,3 +104,52 @@ fn a_failed_restart_stops_the_boot_before_kubelet() {
     );
     assert_eq!(root.calls("systemctl"), ["restart containerd.service"]);
 }
+
+/// A layer with baked images has `kiln-images.service`, which nothing is ordered after: the
+/// restart waits for the import (a blocking `start` of the unit) so that it cannot cut a
+/// `ctr images import` short; a failed import does not stop the boot (the unit reports it).
+#[test]
+fn the_restart_waits_for_the_image_import_first() {
+    for import_fails in [false, true] {
+        let root = Root::node("");
+        root.write("usr/lib/systemd/system/kiln-images.service", "[Service]\n");
+        root.node_env(&format!("NODE_NAME=n1\nNODE_IP=10.0.0.5\n{PROXY}"));
+        let body = if import_fails {
+            "case \"$2\" in kiln-images.service) echo 'Job for kiln-images.service failed' >&2; exit 1;; esac\nexit 0"
+        } else {
+            "exit 0"
+        };
+        let systemctl = root.stub("systemctl", body);
+        let out = firstboot(
+            &root,
+            &[
+                "--provider",
+                "none",
+                "--systemctl",
+                &systemctl,
+                "--deadline",
+                "10",
+            ],
+        );
+        assert_eq!(out.code, 0, "{out:#?}");
+        assert_eq!(
+            root.calls("systemctl"),
+            [
+                "start kiln-images.service",
+                "restart containerd.service",
+                "start --no-block kubelet.service"
+            ],
+            "import fails: {import_fails}"
+        );
+    }
+    // Without a proxy change there is no restart, and nothing waits for the import.
+    let root = Root::node("");
+    root.write("usr/lib/systemd/system/kiln-images.service", "[Service]\n");
+    root.node_env("NODE_NAME=n1\nNODE_IP=10.0.0.5\n");
+    let out = run(&root, false);
+    assert_eq!(out.code, 0, "{out:#?}");
+    assert_eq!(
+        root.calls("systemctl"),
+        ["start --no-block kubelet.service"]
+    );
+}

@@ -299,7 +299,7 @@ pub fn timeline(b: &Booted) -> String {
             ));
             if name == "start-kubelet" && result == "success" {
                 out.push_str(&format!(
-                    "  {:>7.2} s  kubelet started\n",
+                    "  {:>7.2} s  kubelet start queued\n",
                     end as f64 / 1000.0
                 ));
             }
@@ -309,6 +309,15 @@ pub fn timeline(b: &Booted) -> String {
                     end as f64 / 1000.0
                 ));
             }
+        }
+    }
+    for unit in crate::outcome::TIMED_UNITS.split_whitespace() {
+        if let Some((exit, enter)) = o.unit_times(unit) {
+            out.push_str(&format!(
+                "  {:>7.2} s  {unit} starting, active at {:.2} s (node clock)\n",
+                exit as f64 / 1000.0,
+                enter as f64 / 1000.0
+            ));
         }
     }
     out.push_str(&format!(
@@ -489,7 +498,7 @@ pub fn boot_cloudinit_node(spec: &NodeBoot) -> Result<(Booted, String)> {
 /// node's clock and kiln-firstboot's own share.
 pub fn bench_line(scenario: &str, b: &Booted) -> String {
     let o = &b.outcome;
-    let started = o.phase("start-kubelet").map(|p| p.1);
+    let started = o.kubelet_started_ms();
     let joined = o
         .phase("wait-joined")
         .filter(|p| p.2 == "success")

@@ -33,12 +33,19 @@ for u in containerd kubelet kiln-firstboot; do echo \"KILN-TEST-UNIT $u $(system
 kiln-firstboot doctor >/run/kiln-test-doctor.txt 2>&1; echo \"KILN-TEST-DOCTOR-EXIT $?\"
 sed 's/^/KILN-TEST-DOCTOR /' /run/kiln-test-doctor.txt
 echo \"KILN-TEST-FACT uname-m $(uname -m)\"
+for u in {TIMED_UNITS}; do echo \"KILN-TEST-FACT unit-times:$u $(systemctl show -P InactiveExitTimestampMonotonic $u) $(systemctl show -P ActiveEnterTimestampMonotonic $u)\"; done
 for b in kubelet containerd kiln-firstboot; do echo \"KILN-TEST-FACT elf-machine:/usr/bin/$b $(od -An -tu2 -j18 -N2 /usr/bin/$b 2>/dev/null | tr -d ' ')\"; done
 echo \"KILN-TEST-FACT sysext-link $(readlink /etc/extensions/kubernetes.raw 2>/dev/null)\"
 echo \"KILN-TEST-FACT sysext-status $(systemd-sysext status 2>&1 | tr -s ' ' | tr '\\n' ';')\"
 echo KILN-TEST-DONE"
     )
 }
+
+/// Units whose start the report unit prints from systemd's own record
+/// (`unit-times:<unit> <left inactive, µs> <became active, µs>`, CLOCK_MONOTONIC, the node's
+/// clock with no suspend): kubelet's is when its process started, whatever queued it.
+pub const TIMED_UNITS: &str =
+    "containerd.service kiln-images.service network-online.target kubelet.service";
 
 /// The outcome of one boot, parsed from the console.
 #[derive(Debug, Clone)]
@@ -181,6 +188,27 @@ impl Outcome {
                     p["result"].as_str().unwrap_or("").to_string(),
                 )
             })
+        })
+    }
+
+    /// When `unit` left `inactive` and when it became active, in ms on the node's clock, as
+    /// systemd recorded them (`None` for a unit that never did).
+    pub fn unit_times(&self, unit: &str) -> Option<(u64, u64)> {
+        let v = self.facts.get(&format!("unit-times:{unit}"))?;
+        let mut it = v.split_whitespace().map(|n| n.parse::<u64>().ok());
+        let (exit, enter) = (it.next()??, it.next().flatten().unwrap_or(0));
+        (exit > 0).then_some((exit / 1000, enter / 1000))
+    }
+
+    /// When kubelet's process started on the node's clock: systemd's record of its first
+    /// start (it leaves `inactive` only once while restarting), else, for a boot whose
+    /// report has no such record, the end of kiln-firstboot's `start-kubelet` phase (which
+    /// queues the start job without waiting for it).
+    pub fn kubelet_started_ms(&self) -> Option<u64> {
+        self.unit_times("kubelet.service").map(|t| t.0).or_else(|| {
+            self.phase("start-kubelet")
+                .filter(|p| p.2 == "success")
+                .map(|p| p.1)
         })
     }
 

@@ -138,17 +138,26 @@ pub fn conflist() -> String {
 }
 
 /// The unit that imports the archive into containerd's `k8s.io` namespace (CRI's) once
-/// containerd is up. It is not ordered before kubelet: on a real node pre-pulled images cost
-/// no boot time, so the import stays off kubelet's start path, and `cri-smoke` waits for
-/// the images as kubelet retries a pod whose image is not there yet.
+/// kubelet has started ([`IMPORT_PATH_UNIT`] starts it). A real node has no such import (it
+/// pulls its pods' images after joining), so it stays off kubelet's start path: not only
+/// unordered before kubelet, but not competing for the guest's CPU before kubelet runs;
+/// `cri-smoke` waits for the images as kubelet retries a pod whose image is not there yet.
+/// After the layer's own import (`kiln-images.service`), so that `cri-smoke` finding the test
+/// image means the baked sandbox image is in place too.
 pub fn import_unit() -> String {
     format!(
         "[Unit]\nDescription=boot test: import the test's images into containerd (no registry in the guest)\n\
-         Requires=containerd.service\nAfter=containerd.service\n\n\
+         Requires=containerd.service\nAfter=containerd.service kiln-images.service\n\n\
          [Service]\nType=oneshot\nRemainAfterExit=yes\nStandardOutput=journal+console\n\
          ExecStart=ctr --namespace k8s.io images import {GUEST_IMAGES}\n"
     )
 }
+
+/// Starts [`import_unit`] when the stand-in kubelet has started: the first thing it does
+/// is record its command line in this file.
+pub const IMPORT_PATH_UNIT: &str =
+    "[Unit]\nDescription=boot test: import the test's images once kubelet runs\n\n\
+     [Path]\nPathExists=/var/lib/kubelet/standin/args\nUnit=kiln-test-images.service\n";
 
 /// What the stand-in kubelet runs after its bootstrap (`STANDIN_POD_CHECK`, words split on
 /// whitespace; kubelet's endpoint and cgroup driver are appended by the stand-in).
@@ -182,9 +191,14 @@ pub fn install_for(root: &Root, image: &str, arch: Arch) -> Result<()> {
         conflist(),
         0o644,
     )?;
+    root.write(
+        "etc/systemd/system/kiln-test-images.service",
+        import_unit(),
+        0o644,
+    )?;
     root.add_unit(
-        "kiln-test-images.service",
-        &import_unit(),
+        "kiln-test-images.path",
+        IMPORT_PATH_UNIT,
         "multi-user.target",
     )?;
     let env = root.dir.join("etc/kubernetes/standin-kubelet.env");

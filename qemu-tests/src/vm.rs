@@ -63,7 +63,7 @@ pub struct VmConfig {
     pub extra_disks: Vec<PathBuf>,
     /// Guest memory.
     pub memory_mib: u32,
-    /// Virtual CPUs.
+    /// Virtual CPUs: 1, or `KILN_QEMU_CPUS` (the boot benchmark's node size).
     pub cpus: u32,
     /// The loopback port 169.254.169.254:80 is forwarded to.
     pub metadata_port: Option<u16>,
@@ -76,6 +76,16 @@ pub struct VmConfig {
     pub smbios: Vec<String>,
     /// Where the console log is written.
     pub log: PathBuf,
+}
+
+/// `KILN_QEMU_CPUS` (a positive number), else 1: `make test` runs two one-CPU guests at a
+/// time on its two cores; `bench/boot.sh` sizes guests as nodes are sized.
+pub fn guest_cpus() -> u32 {
+    std::env::var("KILN_QEMU_CPUS")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(1)
 }
 
 impl VmConfig {
@@ -92,7 +102,7 @@ impl VmConfig {
             firmware: None,
             extra_disks: Vec::new(),
             memory_mib: 1024,
-            cpus: 1,
+            cpus: guest_cpus(),
             metadata_port: None,
             mirror_port: None,
             fw_cfg: Vec::new(),

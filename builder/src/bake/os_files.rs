@@ -213,6 +213,10 @@ impl Layer {
                 }
             }
         }
+        // A rootfs layer's modules-load.d is in place when systemd-modules-load runs; a
+        // sysext's may be merged after it, so the sysext keeps containerd's own modprobe.
+        let overlay_loaded =
+            req.format == Format::Rootfs && def.modules.iter().any(|m| m == "overlay");
         let units_dir = "usr/lib/systemd/system";
         let mut unit_texts: Vec<(String, String, bool, Origin)> = vec![
             (
@@ -241,7 +245,7 @@ impl Layer {
             ),
             (
                 "containerd.service".into(),
-                units::containerd(&proxy),
+                units::containerd(&proxy, overlay_loaded),
                 true,
                 config_origin(keys, &["containerd.proxy"]),
             ),

@@ -153,6 +153,9 @@ pub fn containerd_config(
             "\
 # Written by kiln bake for containerd {ver} (config version 3).
 version = 3
+# Snapshotters this node never uses (the CRI plugin's is overlayfs): skipping them spares
+# containerd's start their probes.
+disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapshotter.v1.devmapper', 'io.containerd.snapshotter.v1.zfs']
 
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = 'overlayfs'
@@ -182,6 +185,9 @@ version = 3
             "\
 # Written by kiln bake for containerd {ver} (config version 2).
 version = 2
+# Snapshotters this node never uses (the CRI plugin's is overlayfs): skipping them spares
+# containerd's start their probes (aufs's is a `modprobe aufs` process on every start).
+disabled_plugins = ['io.containerd.snapshotter.v1.aufs', 'io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapshotter.v1.devmapper', 'io.containerd.snapshotter.v1.zfs']
 
 [plugins.'io.containerd.grpc.v1.cri']
   sandbox_image = '{sandbox}'

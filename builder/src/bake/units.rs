@@ -11,15 +11,18 @@ pub const BUILTIN_UNITS: &[&str] = &[
     "kiln-images.service",
 ];
 
-/// `kiln-firstboot.service`: runs once per boot, after the network and containerd are up.
-/// Deliberately not ordered against kubelet.service: firstboot queues kubelet's start and
-/// waits for it in the same run (docs/contract.md, "systemd units").
+/// `kiln-firstboot.service`: runs once per boot, once the network is up. Not ordered after
+/// containerd: its config, metadata and write phases need no container runtime, so they run
+/// while containerd starts; kubelet's own `After=containerd.service` holds kubelet's start
+/// until the CRI socket is there (kubelet refuses to start without it). Deliberately not
+/// ordered against kubelet.service either: firstboot queues kubelet's start and waits for it
+/// in the same run (docs/contract.md, "systemd units").
 pub const KILN_FIRSTBOOT: &str = "\
 [Unit]
 Description=kiln first boot: write kubelet's environment and start kubelet
 Documentation=https://github.com/kiln-project/kiln/blob/main/docs/contract.md
 Wants=network-online.target containerd.service
-After=network-online.target containerd.service
+After=network-online.target
 
 [Service]
 Type=oneshot
@@ -52,8 +55,8 @@ pub const KUBELET: &str = "\
 [Unit]
 Description=Kubernetes kubelet (started by kiln-firstboot)
 Documentation=https://kubernetes.io/docs/reference/command-line-tools-reference/kubelet/
-Wants=containerd.service
-After=containerd.service
+Wants=network-online.target containerd.service
+After=network-online.target containerd.service
 OnFailure=kiln-report.service
 
 [Service]
@@ -149,7 +152,7 @@ pub const KILN_REPORT_TASK: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 "#;
 
 /// `kiln-images.service`: imports the layer's baked image archives into containerd's `k8s.io`
-/// namespace (the CRI plugin's) before kubelet or kiln-firstboot starts, with no registry:
+/// namespace (the CRI plugin's) as soon as containerd is up, with no registry:
 /// `ctr images import` reads the archive only. One `ExecStart=` per archive, in order; the
 /// first that fails fails the unit, on the console. `--platform` imports and unpacks exactly
 /// the layer's platform (the archive holds no other); unpacking into the default snapshotter
@@ -163,6 +166,13 @@ pub const KILN_REPORT_TASK: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 /// `Wants=`, not `Requires=`, on containerd: kiln-firstboot restarts containerd for a node
 /// proxy, and `Requires=` would restart this unit with it (systemd.unit(5)); a containerd that
 /// is not running fails the import, loudly, all the same.
+/// Nothing waits for it. kubelet starts without it: kubelet needs the CRI socket to start,
+/// not an image; the first image it needs is the sandbox image of its first pod, which comes
+/// after kubelet's TLS bootstrap, its node registration and a scheduling decision, long after
+/// an import of a few MiB (and a sandbox asked for earlier is retried by kubelet, as any
+/// failed sandbox). kiln-firstboot's phases need no images either; before it restarts
+/// containerd for a proxy it starts this unit and waits for it, so the restart never cuts an
+/// import short (docs/contract.md, "Baked images").
 pub fn kiln_images(archives: &[String], platform: &str) -> String {
     let mut exec = String::new();
     for a in archives {
@@ -177,7 +187,6 @@ Description=kiln: import the container images baked into this layer into contain
 Documentation=https://github.com/kiln-project/kiln/blob/main/docs/contract.md
 Wants=containerd.service
 After=containerd.service
-Before=kubelet.service kiln-firstboot.service
 
 [Service]
 Type=oneshot
@@ -195,22 +204,30 @@ WantedBy=multi-user.target
 /// the image's `KEY=value` pairs added as `Environment=`; the node's proxy from node.env
 /// comes later through `/run/kiln/containerd.env`, which kiln-firstboot writes (restarting
 /// containerd when it changed) and which beats `Environment=` (systemd.exec(5)).
-pub fn containerd(proxy: &[(String, String)]) -> String {
+/// `overlay_loaded`: the layer's `modules-load.d` already loads `overlay`
+/// (systemd-modules-load, early in boot and in-process), so upstream's
+/// `ExecStartPre=-/sbin/modprobe overlay` would only spend a process start on every
+/// containerd start; without it in the modules list, the unit keeps upstream's line.
+pub fn containerd(proxy: &[(String, String)], overlay_loaded: bool) -> String {
     let mut env = String::new();
     for (k, v) in proxy {
         env.push_str(&format!("Environment={k}={v}\n"));
     }
+    let modprobe = if overlay_loaded {
+        ""
+    } else {
+        "ExecStartPre=-/sbin/modprobe overlay\n"
+    };
     format!(
         "\
 [Unit]
 Description=containerd container runtime
 Documentation=https://containerd.io
-After=network.target local-fs.target
+After=local-fs.target
 
 [Service]
 {env}EnvironmentFile=-/run/kiln/containerd.env
-ExecStartPre=-/sbin/modprobe overlay
-ExecStart=/usr/bin/containerd --config /usr/lib/kiln/containerd/config.toml
+{modprobe}ExecStart=/usr/bin/containerd --config /usr/lib/kiln/containerd/config.toml
 Type=notify
 Delegate=yes
 KillMode=process
@@ -281,7 +298,7 @@ mod tests {
     }
 
     #[test]
-    fn images_unit_imports_each_archive_before_kubelet() {
+    fn images_unit_imports_each_archive_once_containerd_is_up() {
         let u = kiln_images(
             &[
                 "/usr/share/kiln/images/a.oci.tar".into(),
@@ -300,11 +317,13 @@ mod tests {
         for needle in [
             "Wants=containerd.service",
             "After=containerd.service",
-            "Before=kubelet.service kiln-firstboot.service",
             "Type=oneshot",
         ] {
             assert!(u.lines().any(|l| l == needle), "{needle}\n{u}");
         }
+        // Nothing waits for the import: not kubelet, not kiln-firstboot.
+        assert!(!u.contains("Before="), "{u}");
+        assert!(!KUBELET.contains("kiln-images") && !KILN_FIRSTBOOT.contains("kiln-images"));
         assert_eq!(wanted_by(&u), ["multi-user.target"]);
     }
 
@@ -323,11 +342,15 @@ mod tests {
         // The two must not be ordered against each other (contract, "systemd units").
         assert!(!KUBELET.contains("kiln-firstboot.service"));
         assert!(!KILN_FIRSTBOOT.contains("kubelet.service"));
-        assert!(containerd(&[]).contains(
+        assert!(containerd(&[], true).contains(
             "ExecStart=/usr/bin/containerd --config /usr/lib/kiln/containerd/config.toml"
         ));
+        // upstream's modprobe only where modules-load.d does not load overlay already.
+        let modprobe = "ExecStartPre=-/sbin/modprobe overlay";
+        assert!(!containerd(&[], true).contains(modprobe));
+        assert!(containerd(&[], false).contains(modprobe));
         // The node's proxy: optional (`-`), and after the image's Environment= lines.
-        let c = containerd(&[("HTTP_PROXY".into(), "http://image:3128".into())]);
+        let c = containerd(&[("HTTP_PROXY".into(), "http://image:3128".into())], true);
         let env = c.find("Environment=HTTP_PROXY=http://image:3128").unwrap();
         let file = c.find("EnvironmentFile=-/run/kiln/containerd.env").unwrap();
         assert!(env < file, "{c}");

@@ -35,6 +35,9 @@ pub const SYSCTL_CONF: &str = "/usr/lib/sysctl.d/90-kiln.conf";
 pub const MODULES_LOAD_CONF: &str = "/usr/lib/modules-load.d/kiln.conf";
 /// Where the image's systemd units live.
 pub const SYSTEMD_UNIT_DIR: &str = "/usr/lib/systemd/system";
+/// The unit that imports a layer's baked images into containerd; only layers with baked
+/// images have it (builder `bake/units.rs`).
+pub const IMAGES_UNIT: &str = "kiln-images.service";
 
 // `/etc/kiln/`: placed by the provisioner (`kiln render`).
 
