@@ -57,7 +57,7 @@ impl Default for Options {
             root: PathBuf::from(if cfg!(windows) { "C:\\" } else { "/" }),
             provider: None,
             metadata_url: None,
-            systemctl: "/usr/bin/systemctl".to_string(),
+            systemctl: DEFAULT_SYSTEMCTL.to_string(),
             kubeadm: "/usr/bin/kubeadm".to_string(),
             rpctool: "/usr/bin/vmware-rpctool".to_string(),
             console: None,
@@ -68,6 +68,9 @@ impl Default for Options {
         }
     }
 }
+
+/// The service manager's command line tool, unless `--systemctl` names another.
+pub const DEFAULT_SYSTEMCTL: &str = "/usr/bin/systemctl";
 
 /// The text of `--help`.
 pub const USAGE: &str = "\

@@ -29,6 +29,8 @@ pub mod signatures;
 pub mod sizing;
 pub mod standin;
 pub mod status;
+#[cfg(unix)]
+pub mod systemd_bus;
 pub mod text;
 pub mod wait;
 pub mod windows;

@@ -129,8 +129,8 @@ fn boot(
     if proxy_changed {
         restart_containerd(opts, &cfg, deadline).map_err(|e| fail(rep, Phase::StartKubelet, e))?;
     }
-    start(opts, paths, &cfg, deadline).map_err(|e| fail(rep, Phase::StartKubelet, e))?;
-    rep.success(Phase::StartKubelet, "");
+    let via = start(opts, paths, &cfg, deadline).map_err(|e| fail(rep, Phase::StartKubelet, e))?;
+    rep.success(Phase::StartKubelet, via);
 
     wait_joined(opts, paths, &cfg, rep, deadline)
 }
@@ -476,21 +476,67 @@ fn restart_containerd(opts: &Options, cfg: &Config, deadline: Instant) -> Result
     })
 }
 
-/// Starts kubelet through the service manager, or joins with kubeadm first.
-fn start(opts: &Options, paths: &NodePaths, cfg: &Config, deadline: Instant) -> Result<(), Error> {
+/// Starts kubelet through the service manager, or joins with kubeadm first; says how
+/// (the start-kubelet phase's detail: `via=kubeadm`, `via=bus`, `via=systemctl`).
+fn start(
+    opts: &Options,
+    paths: &NodePaths,
+    cfg: &Config,
+    deadline: Instant,
+) -> Result<&'static str, Error> {
     let joined = paths.kubeadm_kubelet_conf.exists();
     if cfg.node.join_mode == JoinMode::Kubeadm && !joined {
         let join = paths.kubeadm_join.to_string_lossy();
+        // kubeadm's preflight refuses a container runtime that is not running (its CRI
+        // check), and firstboot is not ordered after containerd: a blocking start waits for
+        // it (containerd is not ordered after firstboot, so this cannot deadlock).
+        if !cfg!(windows) {
+            service::run(
+                &opts.systemctl,
+                &["start", &cfg.image.containerd_unit],
+                deadline,
+            )
+            .map_err(|e| Error::Start {
+                reason: Reason::StartFailed,
+                message: format!(
+                    "starting {} before kubeadm join: {}",
+                    cfg.image.containerd_unit,
+                    e.message()
+                ),
+            })?;
+        }
         // kubeadm join starts kubelet itself through systemd.
-        return service::run(&opts.kubeadm, &["join", "--config", &join], deadline).map_err(|e| {
-            Error::Start {
+        return service::run(&opts.kubeadm, &["join", "--config", &join], deadline)
+            .map(|_| "via=kubeadm")
+            .map_err(|e| Error::Start {
                 reason: Reason::KubeadmFailed,
                 message: e.message().to_string(),
-            }
-        });
+            });
     }
     if cfg!(windows) {
-        return crate::windows::kubelet::start_kubelet_service(opts, paths, cfg);
+        return crate::windows::kubelet::start_kubelet_service(opts, paths, cfg)
+            .map(|_| "via=service-control-manager");
+    }
+    // On the node itself, queue the start job over systemd's private socket: the same call
+    // `systemctl start --no-block` makes, without starting a systemctl process (most of this
+    // phase's time on a slow CPU). Anything short of systemd's own answer falls back to
+    // systemctl; systemd refusing the start is the answer.
+    #[cfg(unix)]
+    if opts.root == Path::new("/") && opts.systemctl == crate::cli::DEFAULT_SYSTEMCTL {
+        use crate::systemd_bus::{start_unit, BusError, PRIVATE_SOCKET};
+        match start_unit(Path::new(PRIVATE_SOCKET), &cfg.image.kubelet_unit, deadline) {
+            Ok(()) => return Ok("via=bus"),
+            Err(BusError::Refused(name, message)) => {
+                return Err(Error::Start {
+                    reason: Reason::StartFailed,
+                    message: format!(
+                        "systemd refused to start {}: {name}: {message}",
+                        cfg.image.kubelet_unit
+                    ),
+                })
+            }
+            Err(BusError::Unavailable(_)) => {}
+        }
     }
     // --no-block: firstboot runs as a systemd unit; waiting for the start job from inside
     // another unit's start job can deadlock on ordering, and the waits come after this.
@@ -499,6 +545,7 @@ fn start(opts: &Options, paths: &NodePaths, cfg: &Config, deadline: Instant) -> 
         &["start", "--no-block", &cfg.image.kubelet_unit],
         deadline,
     )
+    .map(|_| "via=systemctl")
     .map_err(|e| Error::Start {
         reason: Reason::StartFailed,
         message: match e {

@@ -86,8 +86,10 @@ fn kubeadm_join_mode() {
         root.calls("kubeadm"),
         [format!("join --config {}", join.display())]
     );
-    assert!(
-        root.calls("systemctl").is_empty(),
+    // containerd first (kubeadm's preflight needs the runtime up); kubeadm starts kubelet.
+    assert_eq!(
+        root.calls("systemctl"),
+        ["start containerd.service"],
         "kubeadm starts kubelet itself"
     );
     // kubeadm's drop-in (10-kubeadm.conf): its kubeconfig, bootstrap kubeconfig and config

@@ -34,6 +34,7 @@ kiln-firstboot doctor >/run/kiln-test-doctor.txt 2>&1; echo \"KILN-TEST-DOCTOR-E
 sed 's/^/KILN-TEST-DOCTOR /' /run/kiln-test-doctor.txt
 echo \"KILN-TEST-FACT uname-m $(uname -m)\"
 for u in {TIMED_UNITS}; do echo \"KILN-TEST-FACT unit-times:$u $(systemctl show -P InactiveExitTimestampMonotonic $u) $(systemctl show -P ActiveEnterTimestampMonotonic $u)\"; done
+echo \"KILN-TEST-FACT kubelet-first-start $(journalctl -b -o short-monotonic --no-pager -u kubelet.service 2>/dev/null | grep -m1 ' Started ' | sed -E 's/^\\[ *([0-9.]+)\\].*/\\1/')\"
 for b in kubelet containerd kiln-firstboot; do echo \"KILN-TEST-FACT elf-machine:/usr/bin/$b $(od -An -tu2 -j18 -N2 /usr/bin/$b 2>/dev/null | tr -d ' ')\"; done
 echo \"KILN-TEST-FACT sysext-link $(readlink /etc/extensions/kubernetes.raw 2>/dev/null)\"
 echo \"KILN-TEST-FACT sysext-status $(systemd-sysext status 2>&1 | tr -s ' ' | tr '\\n' ';')\"
@@ -200,16 +201,22 @@ impl Outcome {
         (exit > 0).then_some((exit / 1000, enter / 1000))
     }
 
-    /// When kubelet's process started on the node's clock: systemd's record of its first
-    /// start (it leaves `inactive` only once while restarting), else, for a boot whose
-    /// report has no such record, the end of kiln-firstboot's `start-kubelet` phase (which
-    /// queues the start job without waiting for it).
+    /// When kubelet's process first started on the node's clock: systemd's first "Started"
+    /// message for the unit in this boot's journal (`kubelet-first-start`, seconds), else
+    /// systemd's record of the unit's last start, else, for a boot whose report has neither,
+    /// the end of kiln-firstboot's `start-kubelet` phase (which queues the start job without
+    /// waiting for it).
     pub fn kubelet_started_ms(&self) -> Option<u64> {
-        self.unit_times("kubelet.service").map(|t| t.0).or_else(|| {
-            self.phase("start-kubelet")
-                .filter(|p| p.2 == "success")
-                .map(|p| p.1)
-        })
+        self.facts
+            .get("kubelet-first-start")
+            .and_then(|s| s.trim().parse::<f64>().ok())
+            .map(|s| (s * 1000.0) as u64)
+            .or_else(|| self.unit_times("kubelet.service").map(|t| t.0))
+            .or_else(|| {
+                self.phase("start-kubelet")
+                    .filter(|p| p.2 == "success")
+                    .map(|p| p.1)
+            })
     }
 
     /// Milliseconds kiln-firstboot itself worked: every phase but the two waits for kubelet.

@@ -183,6 +183,15 @@ fn ubuntu_aws() {
     assert_eq!(o.result(), "success", "status: {}", o.status);
     assert_pod_ran(o, "ubuntu");
     assert_eq!(o.status["provider"], "aws", "auto detection from DMI");
+    // kubelet's start was queued over systemd's private socket, not by a systemctl process.
+    assert!(
+        o.phase_lines
+            .iter()
+            .any(|l| l.text.contains("phase=start-kubelet result=success")
+                && l.text.ends_with(" via=bus")),
+        "{:?}",
+        o.phase_lines
+    );
     assert_doctor(o);
     assert_aws_node(
         &b,
@@ -593,11 +602,15 @@ fn kubeadm_join() {
         .expect("config.yaml")
         .join("\n");
     let provider_id = format!("aws:///{}/{}", i.zone, i.instance_id);
+    let cpu = format!(
+        "cpu: {}m",
+        tiered_cpu_millicores(kiln_qemu_tests::vm::guest_cpus())
+    );
     for want in [
         "maxPods: 29",
         &format!("providerID: {provider_id}"),
         "cgroupDriver: systemd",
-        "cpu: 60m",
+        &cpu,
     ] {
         assert!(config.contains(want), "config.yaml lacks {want}:\n{config}");
     }
