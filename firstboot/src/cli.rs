@@ -94,7 +94,8 @@ RUN FLAGS:
   --metadata-url URL    metadata base URL, or aws-ipv6 for http://[fd00:ec2::254] (default
                         METADATA_URL in node.env, else http://169.254.169.254, the real
                         service: on a workstation always pass a loopback URL)
-  --systemctl PATH      service manager (default /usr/bin/systemctl)
+  --systemctl PATH      service manager (default /usr/bin/systemctl; with it and --root /,
+                        kubelet's start is queued over /run/systemd/private directly)
   --kubeadm PATH        kubeadm for JOIN_MODE=kubeadm (default /usr/bin/kubeadm)
   --vmware-rpctool PATH guestinfo reader (default /usr/bin/vmware-rpctool)
   --console PATH        console for status lines (default /dev/ttyS0, else /dev/console)

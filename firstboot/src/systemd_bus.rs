@@ -65,7 +65,17 @@ pub fn start_unit(socket: &Path, unit: &str, deadline: Instant) -> Result<(), Bu
     }
     s.write_all(&start_unit_call(1, unit))
         .map_err(|e| gone("calling StartUnit on", e))?;
+    // The timeouts bound each read; this bounds the whole wait, however many other messages
+    // a peer sends.
+    let give_up = Instant::now() + left;
     loop {
+        if Instant::now() >= give_up {
+            return Err(BusError::Unavailable(format!(
+                "{}: no reply to StartUnit within {} ms",
+                socket.display(),
+                left.as_millis()
+            )));
+        }
         let (header, body) = read_message(&mut s).map_err(|e| gone("reading the reply from", e))?;
         let reply = parse_reply(&header, &body)
             .map_err(|m| BusError::Unavailable(format!("{}: {m}", socket.display())))?;
@@ -317,6 +327,11 @@ mod tests {
 
     /// A reply as systemd sends it: METHOD_RETURN or ERROR with REPLY_SERIAL 1.
     fn reply(kind: u8, error: Option<(&str, &str)>) -> Vec<u8> {
+        reply_to(1, kind, error)
+    }
+
+    /// [`reply`] to the call with serial `serial`.
+    fn reply_to(serial: u32, kind: u8, error: Option<(&str, &str)>) -> Vec<u8> {
         let mut body = Marshal(Vec::new());
         if let Some((_, msg)) = error {
             body.string(msg);
@@ -330,7 +345,7 @@ mod tests {
         fields.pad(8);
         fields.0.push(5);
         fields.signature("u");
-        fields.u32(1);
+        fields.u32(serial);
         if let Some((name, _)) = error {
             fields.field(4, "s", name);
         }
@@ -415,6 +430,34 @@ mod tests {
             peer.join().unwrap();
             assert_eq!(got, want);
         }
+        // A peer that answers everything but our call is given up on, not waited for forever.
+        let path = dir.join("chatty");
+        let _ = std::fs::remove_file(&path);
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let peer = std::thread::spawn(move || {
+            let (mut c, _) = listener.accept().unwrap();
+            let _ = read_line(&mut c);
+            c.write_all(b"OK 0123456789abcdef0123456789abcdef\r\n")
+                .unwrap();
+            for _ in 0..3 {
+                let _ = c.write_all(&reply_to(9, 2, None));
+            }
+            std::thread::sleep(Duration::from_millis(1500));
+        });
+        let t = Instant::now();
+        match start_unit(
+            &path,
+            "kubelet.service",
+            Instant::now() + Duration::from_secs(1),
+        ) {
+            Err(BusError::Unavailable(m)) => assert!(m.contains("chatty"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the deadline is the bound"
+        );
+        peer.join().unwrap();
         // No socket: unavailable, naming it.
         let missing = dir.join("missing");
         match start_unit(

@@ -288,9 +288,9 @@ fn proxy_set() {
         "/var/lib/kubelet/standin/env",
     );
     // The containerd process that has them started after kiln-firstboot did (it is
-    // firstboot's restart: containerd starts before firstboot, which is ordered after it) and
-    // before kubelet, and neither was replaced since: containerd held the proxy before kubelet
-    // could ask it for anything.
+    // firstboot's restart, after the image import it waits for) and before kubelet, and
+    // neither was replaced since: containerd held the proxy before kubelet could ask it for
+    // anything.
     let st = steps(&b.lines);
     let p = need(&st, "processes");
     let us = |k: &str| -> u64 {
