@@ -184,11 +184,14 @@ fn kubeadm_join_printing_its_tokens() {
         ),
     );
     let rpc = rpctool(&root);
+    let systemctl = root.stub("systemctl", "exit 0");
     let out = firstboot(
         &root,
         &[
             "--kubeadm",
             &kubeadm,
+            "--systemctl",
+            &systemctl,
             "--vmware-rpctool",
             &rpc,
             "--deadline",

@@ -146,12 +146,16 @@ fn kubeadm_join_mode() {
     }
     assert!(warnings(&root).is_empty(), "{:?}", warnings(&root));
 
-    // Already joined: the second run does not join again, it only starts kubelet.
+    // Already joined: the second run does not join again, it only starts kubelet (after the
+    // first run's containerd start).
     start_ok(&root, &["--kubeadm", &kubeadm], &srv.url);
     assert_eq!(root.calls("kubeadm").len(), 1);
     assert_eq!(
         root.calls("systemctl"),
-        ["start --no-block kubelet.service"]
+        [
+            "start containerd.service",
+            "start --no-block kubelet.service"
+        ]
     );
 }
 
@@ -219,12 +223,15 @@ fn kubeadm_failure_is_reported_with_its_output() {
         0o600,
     );
     let kubeadm = root.stub("kubeadm", "echo \"error execution phase preflight: couldn't validate the identity of the API Server\" >&2; exit 1");
+    let systemctl = root.stub("systemctl", "exit 0");
     let srv = imdsv2();
     let out = firstboot(
         &root,
         &[
             "--metadata-url",
             &srv.url,
+            "--systemctl",
+            &systemctl,
             "--kubeadm",
             &kubeadm,
             "--deadline",
@@ -252,12 +259,15 @@ fn a_kubeadm_that_outlives_the_deadline_is_stopped() {
         0o600,
     );
     let kubeadm = root.stub("kubeadm", "exec sleep 30");
+    let systemctl = root.stub("systemctl", "exit 0");
     let srv = imdsv2();
     let out = firstboot(
         &root,
         &[
             "--metadata-url",
             &srv.url,
+            "--systemctl",
+            &systemctl,
             "--kubeadm",
             &kubeadm,
             "--deadline",
