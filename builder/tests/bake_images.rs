@@ -638,6 +638,33 @@ fn containerd_imports_the_baked_image_offline_and_again_harmlessly() {
         )),
         "{dump}"
     );
+    // The snapshotters the config disables are ones containerd 1.6 knows (a misspelt ID
+    // would be ignored silently and the probe would still run): none of them is loaded,
+    // while the CRI plugin and its overlayfs snapshotter are.
+    let cfg = std::fs::read_to_string(root.join("usr/lib/kiln/containerd/config.toml")).unwrap();
+    let plugins = ctr(&c.sock, &["plugins", "ls"]);
+    let status = |id: &str| {
+        plugins.lines().find_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w.len() >= 4 && format!("{}.{}", w[0], w[1]) == id).then(|| w[w.len() - 1].to_string())
+        })
+    };
+    for on in [
+        "io.containerd.snapshotter.v1.overlayfs",
+        "io.containerd.grpc.v1.cri",
+    ] {
+        assert_eq!(status(on).as_deref(), Some("ok"), "{on}:\n{plugins}");
+    }
+    for off in ["aufs", "btrfs", "devmapper", "zfs"] {
+        let id = format!("io.containerd.snapshotter.v1.{off}");
+        assert!(
+            cfg.contains(&id),
+            "{id} not disabled by the baked config:\n{cfg}"
+        );
+        assert_eq!(status(&id), None, "{id} was loaded:\n{plugins}");
+    }
+    // (Without the list, Debian's containerd 1.6 lists aufs, btrfs and zfs as `skip` and
+    // devmapper as `error`: the check above fails on a config that does not disable them.)
     // The unit's own command lines, with the test's socket and the extracted layer's paths,
     // each in a namespace with no network: the import needs no registry.
     let unit =

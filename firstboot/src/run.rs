@@ -459,21 +459,25 @@ fn restart_containerd(opts: &Options, cfg: &Config, deadline: Instant) -> Result
         // an import that failed has nothing left for the restart to cut short.
         let _ = service::run(&opts.systemctl, &["start", paths::IMAGES_UNIT], deadline);
     }
-    service::run(
-        &opts.systemctl,
+    systemctl(
+        opts,
         &["restart", &cfg.image.containerd_unit],
         deadline,
-    )
-    .map_err(|e| Error::Start {
-        reason: Reason::StartFailed,
-        message: format!(
-            "restarting {} for the proxy in /etc/kiln/node.env: {}",
-            cfg.image.containerd_unit,
-            match e {
-                ToolError::Spawn(m) | ToolError::Failed(m) | ToolError::Timeout(m) => m,
-            }
+        &format!(
+            "restarting {} for the proxy in /etc/kiln/node.env",
+            cfg.image.containerd_unit
         ),
-    })
+    )
+}
+
+/// Runs `systemctl ARGS` to its end; a failure is `START_FAILED`, its message led by `what`.
+fn systemctl(opts: &Options, args: &[&str], deadline: Instant, what: &str) -> Result<(), Error> {
+    service::run(&opts.systemctl, args, deadline)
+        .map(drop)
+        .map_err(|e| Error::Start {
+            reason: Reason::StartFailed,
+            message: format!("{what}: {}", e.message()),
+        })
 }
 
 /// Starts kubelet through the service manager, or joins with kubeadm first; says how
@@ -491,19 +495,12 @@ fn start(
         // check), and firstboot is not ordered after containerd: a blocking start waits for
         // it (containerd is not ordered after firstboot, so this cannot deadlock).
         if !cfg!(windows) {
-            service::run(
-                &opts.systemctl,
+            systemctl(
+                opts,
                 &["start", &cfg.image.containerd_unit],
                 deadline,
-            )
-            .map_err(|e| Error::Start {
-                reason: Reason::StartFailed,
-                message: format!(
-                    "starting {} before kubeadm join: {}",
-                    cfg.image.containerd_unit,
-                    e.message()
-                ),
-            })?;
+                &format!("starting {} before kubeadm join", cfg.image.containerd_unit),
+            )?;
         }
         // kubeadm join starts kubelet itself through systemd.
         return service::run(&opts.kubeadm, &["join", "--config", &join], deadline)

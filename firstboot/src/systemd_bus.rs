@@ -445,29 +445,23 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1500));
         });
         let t = Instant::now();
-        match start_unit(
-            &path,
-            "kubelet.service",
-            Instant::now() + Duration::from_secs(1),
-        ) {
-            Err(BusError::Unavailable(m)) => assert!(m.contains("chatty"), "{m}"),
-            other => panic!("{other:?}"),
-        }
+        unavailable_naming(&path, "chatty");
         assert!(
             t.elapsed() < Duration::from_secs(10),
             "the deadline is the bound"
         );
         peer.join().unwrap();
         // No socket: unavailable, naming it.
-        let missing = dir.join("missing");
-        match start_unit(
-            &missing,
-            "kubelet.service",
-            Instant::now() + Duration::from_secs(1),
-        ) {
-            Err(BusError::Unavailable(m)) => assert!(m.contains("missing"), "{m}"),
+        unavailable_naming(&dir.join("missing"), "missing");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A start through `socket` with a 1 s deadline is `Unavailable`, naming `name`.
+    fn unavailable_naming(socket: &Path, name: &str) {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        match start_unit(socket, "kubelet.service", deadline) {
+            Err(BusError::Unavailable(m)) => assert!(m.contains(name), "{m}"),
             other => panic!("{other:?}"),
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

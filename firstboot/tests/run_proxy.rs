@@ -16,6 +16,11 @@ fn run(root: &Root, restart_fails: bool) -> common::Outcome {
     } else {
         "exit 0"
     };
+    run_with(root, body)
+}
+
+/// Runs it with a systemctl stand-in whose script is `body`.
+fn run_with(root: &Root, body: &str) -> common::Outcome {
     let systemctl = root.stub("systemctl", body);
     firstboot(
         root,
@@ -119,18 +124,7 @@ fn the_restart_waits_for_the_image_import_first() {
         } else {
             "exit 0"
         };
-        let systemctl = root.stub("systemctl", body);
-        let out = firstboot(
-            &root,
-            &[
-                "--provider",
-                "none",
-                "--systemctl",
-                &systemctl,
-                "--deadline",
-                "10",
-            ],
-        );
+        let out = run_with(&root, body);
         assert_eq!(out.code, 0, "{out:#?}");
         assert_eq!(
             root.calls("systemctl"),
