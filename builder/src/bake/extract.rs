@@ -98,6 +98,83 @@ fn copy_hashed(r: &mut impl Read, out: &Path, durable: bool) -> io::Result<(u64,
     Ok((n, hex::encode(h.finalize()), hex::encode(h1.finalize())))
 }
 
+/// The bytes of the first gzip member of `inner` (as `gzip -d` and flate2's `GzDecoder`
+/// read a single-member file), inflated by zlib-rs: header, deflate data and the CRC32/size
+/// trailer are all checked, and what follows the first member is never read.
+struct Gunzip<R> {
+    inner: R,
+    z: zlib_rs::Inflate,
+    buf: Box<[u8]>,
+    pos: usize,
+    len: usize,
+    done: bool,
+}
+
+impl<R: Read> Gunzip<R> {
+    fn new(inner: R) -> Self {
+        Gunzip {
+            inner,
+            // 16 + 15: a gzip header and a 32 KiB window.
+            z: zlib_rs::Inflate::new(true, 16 + 15),
+            buf: vec![0u8; 1 << 20].into_boxed_slice(),
+            pos: 0,
+            len: 0,
+            done: false,
+        }
+    }
+}
+
+impl<R: Read> Read for Gunzip<R> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if self.done || out.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            if self.pos == self.len {
+                self.len = self.inner.read(&mut self.buf)?;
+                self.pos = 0;
+                if self.len == 0 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "gzip data ends before its trailer (truncated archive)",
+                    ));
+                }
+            }
+            let (in0, out0) = (self.z.total_in(), self.z.total_out());
+            let status = self
+                .z
+                .decompress(
+                    &self.buf[self.pos..self.len],
+                    out,
+                    zlib_rs::InflateFlush::NoFlush,
+                )
+                .map_err(|e| {
+                    let why = self.z.error_message().unwrap_or(e.as_str());
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("corrupt gzip data: {why}"),
+                    )
+                })?;
+            let used = (self.z.total_in() - in0) as usize;
+            let made = (self.z.total_out() - out0) as usize;
+            self.pos += used;
+            if status == zlib_rs::Status::StreamEnd {
+                self.done = true;
+                return Ok(made);
+            }
+            if made > 0 {
+                return Ok(made);
+            }
+            if used == 0 && self.pos < self.len {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "corrupt gzip data: the decoder made no progress",
+                ));
+            }
+        }
+    }
+}
+
 /// The number of central directory records a zip's end record announces (`None` for a
 /// zip64 archive, whose count lives elsewhere).
 fn zip_records(archive: &Path) -> io::Result<Option<u64>> {
@@ -187,7 +264,7 @@ pub fn extract_members_with(
     match kind {
         ArchiveKind::TarGz => {
             let f = File::open(archive).map_err(io_err(archive))?;
-            let gz = flate2::read::GzDecoder::new(io::BufReader::with_capacity(1 << 20, f));
+            let gz = Gunzip::new(f);
             let gz = archive_rules::Gapped::new(gz, gap.clone());
             let (gz, flag) = Capped::new(gz, policy.stream_cap());
             let mut tar = tar::Archive::new(gz);
@@ -336,6 +413,75 @@ pub fn extract_members_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `data` compressed by the real `gzip` (which writes the name field, FNAME).
+    fn gzip_cli(dir: &Path, data: &[u8]) -> Vec<u8> {
+        let p = dir.join("member.bin");
+        std::fs::write(&p, data).unwrap();
+        let out = std::process::Command::new("gzip")
+            .args(["-c", "-N", "-6"])
+            .arg(&p)
+            .output()
+            .expect("gzip runs (scripts/deps.sh installs it)");
+        assert!(out.status.success());
+        out.stdout
+    }
+
+    fn gunzip(bytes: &[u8], chunk: usize) -> io::Result<Vec<u8>> {
+        // A reader that hands out at most `chunk` bytes per read: every split of the header,
+        // the deflate data and the trailer across reads.
+        struct Dribble<'a>(&'a [u8], usize);
+        impl Read for Dribble<'_> {
+            fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+                let n = self.0.len().min(self.1).min(b.len());
+                b[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let mut out = Vec::new();
+        Gunzip::new(Dribble(bytes, chunk)).read_to_end(&mut out)?;
+        Ok(out)
+    }
+
+    #[test]
+    fn gunzip_reads_what_gzip_wrote_and_only_the_first_member() {
+        let d = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..3_000_000u32)
+            .map(|i| (i * 7 / 13 % 251) as u8)
+            .collect();
+        let gz = gzip_cli(d.path(), &data);
+        for chunk in [1, 7, 4096, usize::MAX] {
+            assert_eq!(gunzip(&gz, chunk).unwrap(), data, "reads of {chunk} bytes");
+        }
+        // As gzip's single-member readers do, what follows the first member is not read.
+        let mut two = gz.clone();
+        two.extend_from_slice(&gzip_cli(d.path(), b"second member"));
+        assert_eq!(gunzip(&two, 4096).unwrap(), data);
+    }
+
+    #[test]
+    fn gunzip_refuses_truncated_and_corrupt_data() {
+        let d = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 97) as u8).collect();
+        let gz = gzip_cli(d.path(), &data);
+        // Cut anywhere, including inside the 8-byte trailer: never a silent short read.
+        for cut in [0, 5, gz.len() / 2, gz.len() - 8, gz.len() - 1] {
+            let e = gunzip(&gz[..cut], 4096).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "cut at {cut}: {e}");
+        }
+        // A flipped bit in the CRC32 trailer, and a header that is not gzip's.
+        let mut bad_crc = gz.clone();
+        let at = gz.len() - 8;
+        bad_crc[at] ^= 1;
+        let e = gunzip(&bad_crc, 4096).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert!(e.to_string().contains("corrupt gzip data"), "{e}");
+        let mut not_gzip = gz.clone();
+        not_gzip[0] = b'P';
+        let e = gunzip(&not_gzip, 4096).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+    }
 
     #[test]
     fn a_zip_that_inflates_past_its_declared_size_hits_the_cap() {
