@@ -46,6 +46,18 @@ for r in json.load(open(sys.argv[1]))["results"]:
     print(r["mean"], r["median"], r["stddev"] or 0, sep="\t")' "$file")
 }
 
+# hyperfine's JSON export -> CPU records: `record_hyperfine_cpu FILE PREFIX` writes
+# PREFIX.<n>_s, the mean user + system CPU time of command n (all its processes).
+record_hyperfine_cpu() {
+  local file=$1 prefix=$2 i=0 cpu
+  while read -r cpu; do
+    record "$prefix.${i}_s" "$cpu" s
+    i=$((i + 1))
+  done < <(python3 -c 'import json,sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    print(r["user"] + r["system"])' "$file")
+}
+
 # Lines of `METRIC<TAB>VALUE<TAB>UNIT[<TAB>BUDGET]` (what a script's python prints) -> records.
 record_tsv() {
   local metric value unit budget
