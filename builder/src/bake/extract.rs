@@ -98,9 +98,10 @@ fn copy_hashed(r: &mut impl Read, out: &Path, durable: bool) -> io::Result<(u64,
     Ok((n, hex::encode(h.finalize()), hex::encode(h1.finalize())))
 }
 
-/// The bytes of the first gzip member of `inner` (as `gzip -d` and flate2's `GzDecoder`
-/// read a single-member file), inflated by zlib-rs: header, deflate data and the CRC32/size
-/// trailer are all checked, and what follows the first member is never read.
+/// The bytes of the first gzip member of `inner` (flate2's `GzDecoder` semantics, which
+/// kiln used before; upstream release archives are one member), inflated by zlib-rs: header,
+/// deflate data and the CRC32/size trailer are all checked, and what follows the first
+/// member is never read.
 struct Gunzip<R> {
     inner: R,
     z: zlib_rs::Inflate,
@@ -454,7 +455,7 @@ mod tests {
         for chunk in [1, 7, 4096, usize::MAX] {
             assert_eq!(gunzip(&gz, chunk).unwrap(), data, "reads of {chunk} bytes");
         }
-        // As gzip's single-member readers do, what follows the first member is not read.
+        // What follows the first member is not read (flate2's GzDecoder did the same).
         let mut two = gz.clone();
         two.extend_from_slice(&gzip_cli(d.path(), b"second member"));
         assert_eq!(gunzip(&two, 4096).unwrap(), data);
