@@ -82,20 +82,34 @@ fn try_bake_with_firstboot(
     members: &[(&str, &str)],
     kind: InputKind,
 ) -> Result<(), String> {
-    let def = ImageDef::parse(DEF, Path::new("t.toml")).unwrap();
     let kubelet_path = dir.join("kubelet-blob");
     std::fs::write(&kubelet_path, kubelet).unwrap();
-    let _ = std::fs::remove_dir_all(dir.join("work"));
-    let fb = dir.join("fb");
-    std::fs::write(&fb, tiny_elf(fb_machine, "fb")).unwrap();
-    let inputs = vec![
+    let kubelet_sha = sha256_file(&kubelet_path);
+    let inputs = inputs(
+        (kubelet_path, kubelet_sha),
+        (containerd, sha256_file(containerd)),
+        members,
+        kind,
+    );
+    run_bake(dir, arch, fb_machine, &inputs, None)
+}
+
+/// kubelet (a binary) and containerd (`kind`, with `members`), each as (blob, the lock's
+/// sha256).
+fn inputs(
+    kubelet: (std::path::PathBuf, String),
+    containerd: (&Path, String),
+    members: &[(&str, &str)],
+    kind: InputKind,
+) -> Vec<ArtifactInput> {
+    vec![
         ArtifactInput {
             name: "kubelet".into(),
             version: "v1.30.0-test".into(),
             url: "https://example.invalid/kubelet".into(),
-            sha256: sha256_file(&kubelet_path),
+            sha256: kubelet.1,
             kind: InputKind::Binary,
-            blob: kubelet_path,
+            blob: kubelet.0,
             members: vec![MemberMap {
                 from: "kubelet".into(),
                 to: "bin/kubelet".into(),
@@ -105,9 +119,9 @@ fn try_bake_with_firstboot(
             name: "containerd".into(),
             version: "2.0.0-test".into(),
             url: "https://example.invalid/containerd.tar.gz".into(),
-            sha256: "1".repeat(64),
+            sha256: containerd.1,
             kind,
-            blob: containerd.to_path_buf(),
+            blob: containerd.0.to_path_buf(),
             members: members
                 .iter()
                 .map(|(f, t)| MemberMap {
@@ -116,7 +130,22 @@ fn try_bake_with_firstboot(
                 })
                 .collect(),
         },
-    ];
+    ]
+}
+
+/// Bakes DEF's rootfs for `arch` from `inputs` into `dir/out` (fresh `dir/work`, a
+/// kiln-firstboot built for `fb_machine`, the bake cache `cache`).
+fn run_bake(
+    dir: &Path,
+    arch: Arch,
+    fb_machine: u16,
+    inputs: &[ArtifactInput],
+    cache: Option<&Path>,
+) -> Result<(), String> {
+    let def = ImageDef::parse(DEF, Path::new("t.toml")).unwrap();
+    let _ = std::fs::remove_dir_all(dir.join("work"));
+    let fb = dir.join("fb");
+    std::fs::write(&fb, tiny_elf(fb_machine, "fb")).unwrap();
     let work = dir.join("work");
     std::fs::create_dir_all(&work).unwrap();
     let gate = bake::inspect_gate(def.os, arch);
@@ -124,13 +153,13 @@ fn try_bake_with_firstboot(
         def: &def,
         arch,
         format: Format::Rootfs,
-        artifacts: &inputs,
+        artifacts: inputs,
         images: &[],
         firstboot: &fb,
         epoch: 0,
         work: &work,
         gate: &gate,
-        cache: None,
+        cache,
     };
     let out = dir.join("out");
     bake::bake(&req, &out, &Default::default())
@@ -361,63 +390,82 @@ fn a_blob_that_does_not_match_the_lock_is_caught_before_anything_is_written() {
     let d = tempfile::tempdir().unwrap();
     let tgz = d.path().join("containerd.tar.gz");
     hostile_tgz(&tgz, "bin/ok", tar::EntryType::Directory, None);
-    let def = ImageDef::parse(DEF, Path::new("t.toml")).unwrap();
     let blob = d.path().join("kubelet-blob");
     std::fs::write(&blob, tiny_elf(X86_64, "kubelet")).unwrap();
-    let fb = d.path().join("fb");
-    std::fs::write(&fb, tiny_elf(X86_64, "fb")).unwrap();
-    let inputs = vec![
-        ArtifactInput {
-            name: "kubelet".into(),
-            version: "v1.30.0-test".into(),
-            url: "https://example.invalid/kubelet".into(),
-            // What the lock promised; the blob on disk holds other bytes.
-            sha256: "0".repeat(64),
-            kind: InputKind::Binary,
-            blob,
-            members: vec![MemberMap {
-                from: "kubelet".into(),
-                to: "bin/kubelet".into(),
-            }],
-        },
-        ArtifactInput {
-            name: "containerd".into(),
-            version: "2.0.0-test".into(),
-            url: "https://example.invalid/containerd.tar.gz".into(),
-            sha256: sha256_file(&tgz),
-            kind: InputKind::Archive(ArchiveKind::TarGz),
-            blob: tgz,
-            members: vec![MemberMap {
-                from: "bin/containerd".into(),
-                to: "bin/containerd".into(),
-            }],
-        },
-    ];
-    let work = d.path().join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    let gate = bake::inspect_gate(def.os, Arch::Amd64);
-    let req = BakeRequest {
-        def: &def,
-        arch: Arch::Amd64,
-        format: Format::Rootfs,
-        artifacts: &inputs,
-        images: &[],
-        firstboot: &fb,
-        epoch: 0,
-        work: &work,
-        gate: &gate,
-        cache: None,
-    };
-    let out = d.path().join("out");
-    let err = bake::bake(&req, &out, &Default::default())
-        .unwrap_err()
-        .to_string();
+    // What the lock promised; the blob on disk holds other bytes.
+    let inputs = inputs(
+        (blob, "0".repeat(64)),
+        (&tgz, sha256_file(&tgz)),
+        &[("bin/containerd", "bin/containerd")],
+        InputKind::Archive(ArchiveKind::TarGz),
+    );
+    let err = run_bake(d.path(), Arch::Amd64, X86_64, &inputs, None).unwrap_err();
     assert!(
         err.contains("kubelet v1.30.0-test") && err.contains("expected sha256 0000"),
         "{err}"
     );
     assert!(
-        !out.join("t-v1.30.0-test-amd64.tar.zst").exists(),
+        !d.path().join("out/t-v1.30.0-test-amd64.tar.zst").exists(),
         "an image was written from an unverified blob"
     );
+}
+
+#[test]
+fn an_archive_that_does_not_match_the_lock_is_refused_before_it_is_unpacked() {
+    // A store blob replaced by another, valid and harmless archive: without the check it
+    // would be baked (and cached under the lock's digest) as if it were the locked one.
+    let d = tempfile::tempdir().unwrap();
+    let tgz = d.path().join("containerd.tar.gz");
+    std::fs::write(
+        &tgz,
+        tar_gz(&[("bin/containerd", tiny_elf(X86_64, "other"))]),
+    )
+    .unwrap();
+    let blob = d.path().join("kubelet-blob");
+    std::fs::write(&blob, tiny_elf(X86_64, "kubelet")).unwrap();
+    let locked = "2".repeat(64);
+    let kubelet_sha = sha256_file(&blob);
+    let inputs = inputs(
+        (blob, kubelet_sha),
+        (&tgz, locked.clone()),
+        &[("bin/containerd", "bin/containerd")],
+        InputKind::Archive(ArchiveKind::TarGz),
+    );
+    let cache = d.path().join("cache");
+    let err = run_bake(d.path(), Arch::Amd64, X86_64, &inputs, Some(&cache)).unwrap_err();
+    let found = sha256_file(&tgz);
+    assert!(
+        err.contains("containerd 2.0.0-test")
+            && err.contains(&tgz.display().to_string())
+            && err.contains(&format!("expected sha256 {locked} (the lock's)"))
+            && err.contains(&format!("found sha256 {found}"))
+            && err.contains("the store is corrupt"),
+        "{err}"
+    );
+    assert!(
+        !d.path().join("out/t-v1.30.0-test-amd64.tar.zst").exists(),
+        "an image was written from an unverified archive"
+    );
+    // Nothing was extracted into the cache under the lock's digest.
+    let members: Vec<_> = walkdir(&cache)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("members-"))
+        .collect();
+    assert!(
+        members.is_empty(),
+        "cache entries from an unverified archive: {members:?}"
+    );
+}
+
+/// Every path below `dir` (none when it does not exist).
+fn walkdir(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walkdir(&p));
+        }
+        out.push(p);
+    }
+    out
 }

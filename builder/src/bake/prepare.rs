@@ -54,6 +54,15 @@ fn cache_put(path: &Path, bytes: &[u8]) {
     }
 }
 
+/// A store blob whose bytes are not the lock's.
+fn corrupt_blob(a: &ArtifactInput, found: &str) -> BakeError {
+    BakeError::Blob {
+        name: format!("{} {} ({})", a.name, a.version, a.blob.display()),
+        expected: format!("sha256 {} (the lock's)", a.sha256),
+        found: format!("sha256 {found}: the store is corrupt (run `kiln mirror verify`)"),
+    }
+}
+
 /// Prepares one artifact's chosen members. `work` is a scratch directory for this artifact
 /// when there is no usable cache.
 pub fn prepare(
@@ -78,13 +87,7 @@ pub fn prepare(
                         digest::hash_file(&a.blob, Sums::Sha256AndSha1).map_err(io_err(&a.blob))?;
                     let (sha256, sha1) = (d.sha256, d.sha1.unwrap_or_default());
                     if sha256 != a.sha256 {
-                        return Err(BakeError::Blob {
-                            name: format!("{} {} ({})", a.name, a.version, a.blob.display()),
-                            expected: format!("sha256 {} (the lock's)", a.sha256),
-                            found: format!(
-                                "sha256 {sha256}: the store is corrupt (run `kiln mirror verify`)"
-                            ),
-                        });
+                        return Err(corrupt_blob(a, &sha256));
                     }
                     if let Some(p) = &cached {
                         cache_put(p, sha1.as_bytes());
@@ -134,6 +137,15 @@ pub fn prepare(
             };
             if let Some(hit) = entry.as_deref().and_then(load) {
                 return Ok(hit);
+            }
+            // The download is checked against the lock before anything is taken out of it, as
+            // a single binary is: a corrupt or replaced store blob must not reach a layer, nor
+            // a cache entry keyed by the lock's digest.
+            let sha256 = digest::hash_file(&a.blob, Sums::Sha256)
+                .map_err(io_err(&a.blob))?
+                .sha256;
+            if sha256 != a.sha256 {
+                return Err(corrupt_blob(a, &sha256));
             }
             // Extract into a fresh directory next to the cache entry (or in the scratch dir),
             // then publish it with one rename.
