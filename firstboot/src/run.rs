@@ -141,6 +141,17 @@ const INACTIVE_GRACE: Duration = Duration::from_secs(10);
 /// Restarts after which a kubelet is crash-looping, not starting.
 const MAX_RESTARTS: u32 = 3;
 
+/// Whether kubelet's unit state `u`, `waited` after the wait began, means kubelet is gone.
+/// A kubelet that is inactive and has never run (`ExecMainStartTimestampMonotonic=0`) is not:
+/// its start job is still queued behind containerd (kubelet.service is `After=` it), whose
+/// start can outlast [`INACTIVE_GRACE`] on a slow boot; the run's deadline still bounds it.
+fn kubelet_gone(u: &diagnose::UnitState, waited: Duration) -> bool {
+    let never_ran = u.active_state == "inactive" && u.main_start_us == Some(0);
+    u.has_died(MAX_RESTARTS)
+        && !never_ran
+        && (u.active_state != "inactive" || waited >= INACTIVE_GRACE)
+}
+
 /// The wait-healthy and wait-joined phases, with a diagnosis when either fails.
 fn wait_joined(
     opts: &Options,
@@ -171,10 +182,7 @@ fn wait_joined(
             return true;
         }
         match diagnose::kubelet_state(&ropts) {
-            Some(u) if !u.active_state.is_empty() => {
-                !(u.has_died(MAX_RESTARTS)
-                    && (u.active_state != "inactive" || begun.elapsed() >= INACTIVE_GRACE))
-            }
+            Some(u) if !u.active_state.is_empty() => !kubelet_gone(&u, begun.elapsed()),
             _ => true,
         }
     };
@@ -549,4 +557,37 @@ fn start(
             ToolError::Spawn(m) | ToolError::Failed(m) | ToolError::Timeout(m) => m,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit(show: &str) -> diagnose::UnitState {
+        diagnose::UnitState::parse_show("kubelet.service", show)
+    }
+
+    #[test]
+    fn a_kubelet_queued_behind_a_slow_containerd_is_not_gone() {
+        // As systemd shows a unit whose start job waits for an After= dependency.
+        let queued = unit("ActiveState=inactive\nResult=success\nNRestarts=0\nExecMainStartTimestampMonotonic=0\n");
+        assert!(!kubelet_gone(&queued, Duration::from_secs(60)));
+        // Ran, then stopped: gone once the grace has passed, not before.
+        let stopped = unit("ActiveState=inactive\nResult=success\nNRestarts=0\nExecMainStartTimestampMonotonic=41000000\n");
+        assert!(!kubelet_gone(&stopped, Duration::from_secs(1)));
+        assert!(kubelet_gone(&stopped, INACTIVE_GRACE));
+        // No timestamp reported (another service manager): the grace decides, as before.
+        let unknown = unit("ActiveState=inactive\nResult=success\n");
+        assert!(!kubelet_gone(&unknown, Duration::from_secs(1)));
+        assert!(kubelet_gone(&unknown, INACTIVE_GRACE));
+        // Failed, or crash-looping, is gone at once.
+        let failed =
+            unit("ActiveState=failed\nResult=exit-code\nExecMainStartTimestampMonotonic=0\n");
+        assert!(kubelet_gone(&failed, Duration::ZERO));
+        let looping =
+            unit("ActiveState=activating\nNRestarts=3\nExecMainStartTimestampMonotonic=5\n");
+        assert!(kubelet_gone(&looping, Duration::ZERO));
+        let running = unit("ActiveState=active\nNRestarts=0\nExecMainStartTimestampMonotonic=5\n");
+        assert!(!kubelet_gone(&running, Duration::from_secs(600)));
+    }
 }
