@@ -105,8 +105,10 @@ export KILN W lock store
 # budget: it shows what the cold budget asks of any tool that starts from upstream archives.
 same_work() { # TREE BASELINE-COMMAND...
   local tree=$1 p1 p2; shift
-  { for f in "$a/containerd.tar.gz" "$a/cni.tgz" "$a/crictl.tar.gz"; do gzip -dc "$f"; done >/dev/null; } & p1=$!
+  # Each side fails loudly: a gzip that fails, or a tree with nothing to hash, is no floor.
+  ( for f in "$a/containerd.tar.gz" "$a/cni.tgz" "$a/crictl.tar.gz"; do gzip -dc "$f" >/dev/null || exit 1; done ) & p1=$!
   python3 -c 'import hashlib, os, sys
+n_bytes = 0
 for root, _, names in os.walk(sys.argv[1]):
     for n in names:
         p = os.path.join(root, n)
@@ -115,8 +117,13 @@ for root, _, names in os.walk(sys.argv[1]):
         s2, s1 = hashlib.sha256(), hashlib.sha1()
         with open(p, "rb") as f:
             while chunk := f.read(1 << 20):
-                s2.update(chunk); s1.update(chunk)' "$tree" & p2=$!
-  "$@"; wait "$p1"; wait "$p2"
+                s2.update(chunk); s1.update(chunk); n_bytes += len(chunk)
+sys.exit(0 if n_bytes else f"same_work: nothing to hash in {sys.argv[1]}")' "$tree" & p2=$!
+  local r=0
+  "$@" || r=1
+  wait "$p1" || r=1
+  wait "$p2" || r=1
+  return "$r"
 }
 export a
 hyperfine -S bash --style basic --runs "$RUNS" --export-json "$W/sysext.json" \
