@@ -233,6 +233,41 @@ fn hostile_tar_entries_refuse_the_archive() {
 }
 
 #[test]
+fn a_locked_archive_that_is_truncated_or_corrupt_stops_the_bake_naming_it() {
+    // The lock pins these very bytes (a mirror that stored a cut download and locked it): the
+    // digest check passes, and the gzip layer must still refuse them, never a short member.
+    let d = tempfile::tempdir().unwrap();
+    let good = std::fs::read(containerd_tgz(d.path(), X86_64, "containerd")).unwrap();
+    let tgz = d.path().join("containerd.tar.gz");
+    let kubelet = tiny_elf(X86_64, "kubelet");
+    let mut bad_crc = good.clone();
+    let at = good.len() - 8;
+    bad_crc[at] ^= 1;
+    for (bytes, why) in [
+        (good[..good.len() / 2].to_vec(), "truncated"),
+        (good[..good.len() - 4].to_vec(), "truncated"),
+        (bad_crc, "corrupt gzip data"),
+    ] {
+        std::fs::write(&tgz, &bytes).unwrap();
+        let err = try_bake(
+            d.path(),
+            Arch::Amd64,
+            &kubelet,
+            &tgz,
+            &[("bin/containerd", "bin/containerd")],
+            InputKind::Archive(ArchiveKind::TarGz),
+        )
+        .unwrap_err();
+        assert!(
+            err.contains(&tgz.display().to_string()) && err.contains(why),
+            "{} bytes: {err}",
+            bytes.len()
+        );
+        assert!(!d.path().join("out/t-v1.30.0-test-amd64.tar.zst").exists());
+    }
+}
+
+#[test]
 fn wanted_members_must_be_regular_files_that_exist() {
     let d = tempfile::tempdir().unwrap();
     let tgz = d.path().join("containerd.tar.gz");
@@ -306,12 +341,7 @@ fn hostile_zip_entries_are_refused() {
 #[test]
 fn an_amd64_firstboot_in_an_arm64_bake_is_named_with_both_architectures() {
     let d = tempfile::tempdir().unwrap();
-    let tgz = d.path().join("containerd.tar.gz");
-    std::fs::write(
-        &tgz,
-        tar_gz(&[("bin/containerd", tiny_elf(AARCH64, "containerd"))]),
-    )
-    .unwrap();
+    let tgz = containerd_tgz(d.path(), AARCH64, "containerd");
     let err = try_bake_with_firstboot(
         d.path(),
         Arch::Arm64,
@@ -415,12 +445,7 @@ fn an_archive_that_does_not_match_the_lock_is_refused_before_it_is_unpacked() {
     // A store blob replaced by another, valid and harmless archive: without the check it
     // would be baked (and cached under the lock's digest) as if it were the locked one.
     let d = tempfile::tempdir().unwrap();
-    let tgz = d.path().join("containerd.tar.gz");
-    std::fs::write(
-        &tgz,
-        tar_gz(&[("bin/containerd", tiny_elf(X86_64, "other"))]),
-    )
-    .unwrap();
+    let tgz = containerd_tgz(d.path(), X86_64, "other");
     let blob = d.path().join("kubelet-blob");
     std::fs::write(&blob, tiny_elf(X86_64, "kubelet")).unwrap();
     let locked = "2".repeat(64);
@@ -455,6 +480,13 @@ fn an_archive_that_does_not_match_the_lock_is_refused_before_it_is_unpacked() {
         members.is_empty(),
         "cache entries from an unverified archive: {members:?}"
     );
+}
+
+/// `dir/containerd.tar.gz` holding one `bin/containerd` built for `machine`.
+fn containerd_tgz(dir: &Path, machine: u16, tag: &str) -> std::path::PathBuf {
+    let tgz = dir.join("containerd.tar.gz");
+    std::fs::write(&tgz, tar_gz(&[("bin/containerd", tiny_elf(machine, tag))])).unwrap();
+    tgz
 }
 
 /// Every path below `dir` (none when it does not exist).

@@ -314,6 +314,12 @@ pub fn extract_members_with(
                     _ => return Err(not_regular(&last, "a link")),
                 }
             }
+            // tar stops at its end-of-archive blocks, before the gzip trailer: read on to the
+            // end of the gzip member so its CRC32 and size are checked, as `gzip -d` checks
+            // them (still under the stream cap; the gap between entries no longer applies).
+            gap.allow(u64::MAX);
+            io::copy(&mut tar.into_inner(), &mut io::sink())
+                .map_err(|e| read_err(&flag, "(after the last entry)", e))?;
         }
         ArchiveKind::Zip => {
             let bad_zip = |e: zip::result::ZipError| ExtractError::Io {
@@ -482,6 +488,44 @@ mod tests {
         not_gzip[0] = b'P';
         let e = gunzip(&not_gzip, 4096).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+    }
+
+    #[test]
+    fn what_follows_the_tar_end_is_read_under_the_cap() {
+        // The tar ends after one small member; the gzip member goes on with zeros. They are
+        // read (so the trailer is reached and checked), and never past the stream cap.
+        let d = tempfile::tempdir().unwrap();
+        let mut t = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(4);
+        h.set_mode(0o755);
+        t.append_data(&mut h, "bin/containerd", &b"\x7fELF"[..])
+            .unwrap();
+        let raw = t.into_inner().unwrap();
+        let tail = |raw: &[u8], zeros: usize, path: &Path| {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            gz.write_all(raw).unwrap();
+            gz.write_all(&vec![0u8; zeros]).unwrap();
+            std::fs::write(path, gz.finish().unwrap()).unwrap();
+        };
+        let mut p = Policy::upstream();
+        p.max_bytes = 1 << 20;
+        p.max_entries = 4;
+        let wanted = ["bin/containerd".to_string()];
+        let small = d.path().join("small.tar.gz");
+        tail(&raw, 64 << 10, &small);
+        let got =
+            extract_members_with(&small, ArchiveKind::TarGz, &wanted, d.path(), false, &p).unwrap();
+        assert_eq!(got["bin/containerd"].size, 4);
+        let big = d.path().join("big.tar.gz");
+        tail(&raw, 4 << 20, &big);
+        let err = extract_members_with(&big, ArchiveKind::TarGz, &wanted, d.path(), false, &p)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("big.tar.gz") && err.contains("more than 1 MiB"),
+            "{err}"
+        );
     }
 
     #[test]
