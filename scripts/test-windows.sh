@@ -9,7 +9,8 @@
 #   output: winedbg is disabled (WINEDLLOVERRIDES) so a crash fails, and this script fails
 #   unless every test binary cargo ran printed its own `test result: ok` line.
 # - Now and then Wine fails to start a binary at all (exit 1, no output): the runner
-#   (scripts/wine/run-test.sh) retries such a start once, and says so.
+#   (scripts/wine/run-test.sh) retries such a start once, and says so; so does the prefix's
+#   wineboot --init below.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/windows-env.sh"
 cd "$kiln_root"
@@ -20,11 +21,24 @@ command -v wine >/dev/null || win_die "wine is missing: run \`make deps\` (insta
 export WINEPREFIX=${KILN_WINEPREFIX:-$kiln_root/target/wine-prefix}
 export WINEARCH=win64 WINEDEBUG=-all WINEDLLOVERRIDES="winedbg.exe=d;mscoree,mshtml="
 export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER="$kiln_root/scripts/wine/run-test.sh"
+# wineboot can fail the way any Wine start can (the runner's note; CI saw it once, output
+# discarded): one failure is retried (wineboot --init completes a partial prefix), its output
+# is kept in target/wineboot.log and printed for each failed attempt.
 if [ ! -f "$WINEPREFIX/system.reg" ]; then
   echo "test-windows: creating the Wine prefix $WINEPREFIX"
+  boot_log="$kiln_root/target/wineboot.log"
   mkdir -p "$WINEPREFIX"
-  wineboot --init >/dev/null 2>&1 || win_die "wineboot --init failed for $WINEPREFIX"
-  wineserver -w
+  for attempt in 1 2; do
+    rc=0
+    wineboot --init >"$boot_log" 2>&1 || rc=$?
+    wineserver -w || true
+    [ "$rc" -eq 0 ] && [ -f "$WINEPREFIX/system.reg" ] && break
+    echo "test-windows: wineboot --init exited $rc (attempt $attempt, system.reg" \
+      "$([ -f "$WINEPREFIX/system.reg" ] && echo written || echo missing)); its output:" >&2
+    tail -n 40 "$boot_log" >&2
+    wineserver -k 2>/dev/null || true
+    [ "$attempt" -eq 2 ] && win_die "wineboot --init failed twice for $WINEPREFIX (log: $boot_log)"
+  done
 fi
 sys32="$WINEPREFIX/drive_c/windows/system32"
 [ -d "$sys32" ] || win_die "$sys32 does not exist after wineboot: delete $WINEPREFIX and retry"
