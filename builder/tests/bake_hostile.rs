@@ -482,6 +482,43 @@ fn an_archive_that_does_not_match_the_lock_is_refused_before_it_is_unpacked() {
     );
 }
 
+#[test]
+fn a_blob_that_changed_after_a_cached_bake_is_still_checked_against_the_lock() {
+    // The bake cache remembers a binary's SHA1 under the lock's sha256; a later bake that
+    // found that entry used the store blob unchecked, so a blob corrupted (or replaced) since
+    // the first bake went into the layer under the lock's digest.
+    let d = tempfile::tempdir().unwrap();
+    let tgz = containerd_tgz(d.path(), X86_64, "ok");
+    let blob = d.path().join("kubelet-blob");
+    let good = tiny_elf(X86_64, "kubelet");
+    std::fs::write(&blob, &good).unwrap();
+    let locked = sha256_file(&blob);
+    let inputs = inputs(
+        (blob.clone(), locked.clone()),
+        (&tgz, sha256_file(&tgz)),
+        &[("bin/containerd", "bin/containerd")],
+        InputKind::Archive(ArchiveKind::TarGz),
+    );
+    let cache = d.path().join("cache");
+    run_bake(d.path(), Arch::Amd64, X86_64, &inputs, Some(&cache)).unwrap();
+    let image = d.path().join("out/t-v1.30.0-test-amd64.tar.zst");
+    let first = std::fs::read(&image).unwrap();
+    // Same length, other bytes: still an amd64 ELF the gate accepts.
+    let bad = tiny_elf(X86_64, "kubelEt");
+    assert_eq!(bad.len(), good.len());
+    std::fs::write(&blob, &bad).unwrap();
+    let found = sha256_file(&blob);
+    let err = run_bake(d.path(), Arch::Amd64, X86_64, &inputs, Some(&cache)).unwrap_err();
+    assert!(
+        err.contains("kubelet v1.30.0-test")
+            && err.contains(&format!("expected sha256 {locked} (the lock's)"))
+            && err.contains(&format!("found sha256 {found}")),
+        "{err}"
+    );
+    // The image of the first bake is left as it was.
+    assert_eq!(std::fs::read(&image).unwrap(), first);
+}
+
 /// `dir/containerd.tar.gz` holding one `bin/containerd` built for `machine`.
 fn containerd_tgz(dir: &Path, machine: u16, tag: &str) -> std::path::PathBuf {
     let tgz = dir.join("containerd.tar.gz");

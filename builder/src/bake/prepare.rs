@@ -79,16 +79,21 @@ pub fn prepare(
                 .as_ref()
                 .and_then(|p| std::fs::read_to_string(p).ok())
                 .filter(|s| s.len() == 40);
-            let size = std::fs::metadata(&a.blob).map_err(io_err(&a.blob))?.len();
-            let sha1 = match hit {
-                Some(s) => s,
-                None => {
-                    let d =
-                        digest::hash_file(&a.blob, Sums::Sha256AndSha1).map_err(io_err(&a.blob))?;
-                    let (sha256, sha1) = (d.sha256, d.sha1.unwrap_or_default());
-                    if sha256 != a.sha256 {
-                        return Err(corrupt_blob(a, &sha256));
-                    }
+            // The blob is checked against the lock on every bake, a cached one too: the cache
+            // only saves the SHA1, and a store blob can change after the bake that filled it.
+            let sums = match hit {
+                Some(_) => Sums::Sha256,
+                None => Sums::Sha256AndSha1,
+            };
+            let d = digest::hash_file(&a.blob, sums).map_err(io_err(&a.blob))?;
+            if d.sha256 != a.sha256 {
+                return Err(corrupt_blob(a, &d.sha256));
+            }
+            let size = d.size;
+            let sha1 = match (hit, d.sha1) {
+                (Some(s), _) => s,
+                (None, sha1) => {
+                    let sha1 = sha1.unwrap_or_default();
                     if let Some(p) = &cached {
                         cache_put(p, sha1.as_bytes());
                     }
