@@ -423,12 +423,7 @@ fn a_blob_that_does_not_match_the_lock_is_caught_before_anything_is_written() {
     let blob = d.path().join("kubelet-blob");
     std::fs::write(&blob, tiny_elf(X86_64, "kubelet")).unwrap();
     // What the lock promised; the blob on disk holds other bytes.
-    let inputs = inputs(
-        (blob, "0".repeat(64)),
-        (&tgz, sha256_file(&tgz)),
-        &[("bin/containerd", "bin/containerd")],
-        InputKind::Archive(ArchiveKind::TarGz),
-    );
+    let inputs = containerd_and_kubelet((blob, "0".repeat(64)), (&tgz, sha256_file(&tgz)));
     let err = run_bake(d.path(), Arch::Amd64, X86_64, &inputs, None).unwrap_err();
     assert!(
         err.contains("kubelet v1.30.0-test") && err.contains("expected sha256 0000"),
@@ -450,12 +445,7 @@ fn an_archive_that_does_not_match_the_lock_is_refused_before_it_is_unpacked() {
     std::fs::write(&blob, tiny_elf(X86_64, "kubelet")).unwrap();
     let locked = "2".repeat(64);
     let kubelet_sha = sha256_file(&blob);
-    let inputs = inputs(
-        (blob, kubelet_sha),
-        (&tgz, locked.clone()),
-        &[("bin/containerd", "bin/containerd")],
-        InputKind::Archive(ArchiveKind::TarGz),
-    );
+    let inputs = containerd_and_kubelet((blob, kubelet_sha), (&tgz, locked.clone()));
     let cache = d.path().join("cache");
     let err = run_bake(d.path(), Arch::Amd64, X86_64, &inputs, Some(&cache)).unwrap_err();
     let found = sha256_file(&tgz);
@@ -493,12 +483,7 @@ fn a_blob_that_changed_after_a_cached_bake_is_still_checked_against_the_lock() {
     let good = tiny_elf(X86_64, "kubelet");
     std::fs::write(&blob, &good).unwrap();
     let locked = sha256_file(&blob);
-    let inputs = inputs(
-        (blob.clone(), locked.clone()),
-        (&tgz, sha256_file(&tgz)),
-        &[("bin/containerd", "bin/containerd")],
-        InputKind::Archive(ArchiveKind::TarGz),
-    );
+    let inputs = containerd_and_kubelet((blob.clone(), locked.clone()), (&tgz, sha256_file(&tgz)));
     let cache = d.path().join("cache");
     run_bake(d.path(), Arch::Amd64, X86_64, &inputs, Some(&cache)).unwrap();
     let image = d.path().join("out/t-v1.30.0-test-amd64.tar.zst");
@@ -517,6 +502,20 @@ fn a_blob_that_changed_after_a_cached_bake_is_still_checked_against_the_lock() {
     );
     // The image of the first bake is left as it was.
     assert_eq!(std::fs::read(&image).unwrap(), first);
+}
+
+/// [`inputs`] of kubelet and a containerd `.tar.gz` holding `bin/containerd`, each as (blob,
+/// the lock's sha256).
+fn containerd_and_kubelet(
+    kubelet: (std::path::PathBuf, String),
+    containerd: (&Path, String),
+) -> Vec<ArtifactInput> {
+    inputs(
+        kubelet,
+        containerd,
+        &[("bin/containerd", "bin/containerd")],
+        InputKind::Archive(ArchiveKind::TarGz),
+    )
 }
 
 /// `dir/containerd.tar.gz` holding one `bin/containerd` built for `machine`.

@@ -90,10 +90,10 @@ pub fn prepare(
                 return Err(corrupt_blob(a, &d.sha256));
             }
             let size = d.size;
-            let sha1 = match (hit, d.sha1) {
-                (Some(s), _) => s,
-                (None, sha1) => {
-                    let sha1 = sha1.unwrap_or_default();
+            let sha1 = match hit {
+                Some(s) => s,
+                None => {
+                    let sha1 = d.sha1.unwrap_or_default();
                     if let Some(p) = &cached {
                         cache_put(p, sha1.as_bytes());
                     }
