@@ -25,6 +25,8 @@ pub mod exit {
     pub const FETCH: u8 = crate::exit::ExitClass::Fetch.code();
     /// `kiln lock outdated`: a newer patch release of a pinned minor exists.
     pub const OUTDATED: u8 = 5;
+    /// `kiln lock audit`: a pin carries a known advisory without an unexpired waiver.
+    pub const ADVISORY: u8 = 6;
 }
 
 /// Flags every subcommand understands.

@@ -44,7 +44,7 @@ impl From<ProvisionerArg> for Provisioner {
 #[command(after_help = "Examples:
   kiln render --provisioner cloud-init node.toml > user-data
   kiln render --provisioner ignition --gzip node.toml -o node.ign
-  kiln render -p ignition node.toml --sysext out/kubernetes-v1.36.1-x86-64.raw -o node.ign
+  kiln render -p ignition node.toml --sysext out/kubernetes-v1.36.4-x86-64.raw -o node.ign
   kiln render --provisioner files node.toml -o rootfs/
   kiln render --check user-data")]
 pub struct RenderArgs {

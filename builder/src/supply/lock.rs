@@ -15,6 +15,8 @@ use crate::supply::lock_image;
 pub use crate::supply::lock_image::{Image, ImagePlatform};
 pub use crate::supply::names::{is_sha256_hex, Arch, Os};
 use crate::supply::sign::{self, SignError, Trust, Verified};
+use crate::supply::waiver;
+pub use crate::supply::waiver::Waiver;
 
 /// The lock format version this kiln reads and writes.
 pub const LOCK_VERSION: u32 = 1;
@@ -138,6 +140,8 @@ struct LockFile {
     artifacts: Vec<Artifact>,
     #[serde(default, rename = "image", skip_serializing_if = "Vec::is_empty")]
     images: Vec<Image>,
+    #[serde(default, rename = "waiver", skip_serializing_if = "Vec::is_empty")]
+    waivers: Vec<Waiver>,
 }
 
 /// A parsed and validated artifact lock.
@@ -149,6 +153,8 @@ pub struct Lock {
     pub artifacts: Vec<Artifact>,
     /// The pinned OCI images (`[[image]]`), in file order.
     pub images: Vec<Image>,
+    /// Reviewed waivers of known advisories (`[[waiver]]`), in file order.
+    pub waivers: Vec<Waiver>,
 }
 
 /// Why a lock could not be read or is not valid.
@@ -179,6 +185,20 @@ pub enum LockError {
         path: PathBuf,
         /// The artifact id or index.
         artifact: String,
+        /// The field name.
+        field: &'static str,
+        /// What was expected.
+        expected: String,
+        /// What was found.
+        found: String,
+    },
+    /// A `[[waiver]]` field has a value the lock does not allow.
+    #[error("lock {path}: waiver {waiver}: field `{field}`: expected {expected}, found {found:?}")]
+    InvalidWaiver {
+        /// The lock file.
+        path: PathBuf,
+        /// `ADVISORY ARTIFACT` or the waiver's index.
+        waiver: String,
         /// The field name.
         field: &'static str,
         /// What was expected.
@@ -284,10 +304,31 @@ impl Lock {
                 }));
             }
         }
+        let mut waived = BTreeSet::new();
+        for (i, w) in file.waivers.iter().enumerate() {
+            let known = file.artifacts.iter().any(|a| a.name == w.artifact);
+            let who = format!("#{} ({} {})", i + 1, w.advisory, w.artifact);
+            let invalid = |p: waiver::Problem| LockError::InvalidWaiver {
+                path: path.to_path_buf(),
+                waiver: who.clone(),
+                field: p.field,
+                expected: p.expected,
+                found: p.found,
+            };
+            waiver::validate(w, known).map_err(invalid)?;
+            if !waived.insert((w.advisory.as_str(), w.artifact.as_str(), w.os)) {
+                return Err(invalid(waiver::Problem {
+                    field: "advisory",
+                    expected: "one waiver per advisory, artifact and OS".into(),
+                    found: w.advisory.clone(),
+                }));
+            }
+        }
         Ok(Lock {
             path: path.to_path_buf(),
             artifacts: file.artifacts,
             images: file.images,
+            waivers: file.waivers,
         })
     }
 
@@ -328,6 +369,7 @@ impl Lock {
             version: LOCK_VERSION,
             artifacts: self.artifacts.clone(),
             images: self.images.clone(),
+            waivers: self.waivers.clone(),
         };
         toml::to_string(&file).unwrap_or_default()
     }
