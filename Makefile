@@ -110,7 +110,7 @@ binary-gate: firstboot windows ## kiln's own goblin gate on the shipped firstboo
 	$(CARGO) build --locked -q -p kiln
 	scripts/binary-gate.sh target/debug/kiln $(FIRSTBOOT_BIN) $(FIRSTBOOT_EXE) $(FIRSTBOOT_ARM64_BIN)
 	KILN_FIRSTBOOT_EXE=$(CURDIR)/$(FIRSTBOOT_EXE) \
-	  $(CARGO) nextest run --locked -p kiln --test windows_layer
+	  $(CARGO) nextest run --locked -p kiln --test it -E 'test(/^windows_layer::/)'
 
 windows: ## build kiln-firstboot.exe for x86_64-pc-windows-gnu (docs/windows.md)
 	scripts/build-windows.sh $(FIRSTBOOT_EXE)
@@ -125,10 +125,10 @@ demo: deps ## kiln's main job on the embedded offline default
 	scripts/demo.sh
 
 cli-docs: ## regenerate docs/cli.md's reference section from kiln's --help after an intended change
-	KILN_BLESS=1 $(CARGO) test -p kiln --test cli_reference cli_md_holds_every_commands_help
+	KILN_BLESS=1 $(CARGO) test -p kiln --test it cli_reference::cli_md_holds_every_commands_help
 
 render-examples: ## regenerate the golden user data in docs/examples/render/ after an intended change
-	KILN_BLESS=1 $(CARGO) test -p kiln --test render_roundtrip docs_examples_are_current
+	KILN_BLESS=1 $(CARGO) test -p kiln --test it render_roundtrip::docs_examples_are_current
 
 # The boot tests' guest assets live in a cache outside the repo, keyed by version
 # (docs/boot-tests.md); qemu-test exports their paths so each test skips the lookup.
@@ -156,4 +156,4 @@ clean: ## remove build outputs
 	rm -rf target/firstboot
 
 golden: ## regenerate the bake golden listings (builder/tests/golden/) from the real tools
-	KILN_UPDATE_GOLDEN=1 $(CARGO) test -p kiln --test bake_golden
+	KILN_UPDATE_GOLDEN=1 $(CARGO) test -p kiln --test it bake_golden::

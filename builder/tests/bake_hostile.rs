@@ -3,7 +3,7 @@
 //! wanted member that is a link or missing is refused, and the inspection gate refuses a
 //! binary for another architecture or one that is no executable at all.
 
-mod bake_support;
+use crate::bake_support;
 
 use std::io::Write;
 use std::path::Path;

@@ -7,8 +7,8 @@
 // Both support trees include testkit/optout.rs; this test uses both.
 #![allow(clippy::duplicate_mod)]
 
-mod bake_support;
-mod support;
+use crate::bake_support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! files it does not own; refuses hostile layer archives; leaves units that
 //! `systemd-analyze verify` accepts.
 
-mod bake_support;
+use crate::bake_support;
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;

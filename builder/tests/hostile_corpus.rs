@@ -5,7 +5,7 @@
 //! a directory outside it that symlinks point at, the inputs — is listed (paths, types,
 //! modes, content hashes, link targets) before and after, and must not change.
 
-mod bake_support;
+use crate::bake_support;
 
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -3,8 +3,7 @@
 //! a full filesystem, and a kill mid-run. Every failure names the file and what was wrong,
 //! writes no OUT, and leaves no loop device, mount or temporary file behind.
 
-mod bake_support;
-mod image_support;
+use crate::image_support;
 
 use std::io::Write;
 use std::os::unix::fs::FileExt;

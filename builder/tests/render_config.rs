@@ -2,7 +2,7 @@
 //! what the contract specifies, and kubeadm mode yields a v1beta4 JoinConfiguration whose CA
 //! pin matches the one openssl computes.
 
-mod render_support;
+use crate::render_support;
 
 use std::path::Path;
 

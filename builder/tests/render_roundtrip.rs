@@ -2,7 +2,7 @@
 //! on what it wrote must list exactly the same files, modes and hashes; output is
 //! deterministic; contract violations fail the check.
 
-mod render_support;
+use crate::render_support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

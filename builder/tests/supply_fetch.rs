@@ -4,7 +4,7 @@
 
 #[path = "../../testkit/deadline.rs"]
 mod deadline;
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! `kiln lock sign/verify` and `kiln inspect` through the real binary: good, tampered,
 //! wrongly-keyed, truncated and unsigned locks, and interop with the minisign CLI.
 
-mod support;
+use crate::support;
 
 use support::*;
 

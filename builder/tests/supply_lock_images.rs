@@ -2,7 +2,7 @@
 //! the image and the field; the signature covers them like every other byte; and the
 //! proposed lock pins the upstream sandbox image with a citation.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

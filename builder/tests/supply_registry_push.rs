@@ -3,7 +3,7 @@
 //! `docker-registry` on loopback (TLS from a test CA, htpasswd auth), with skopeo and curl as
 //! independent clients of what kiln pushed, and the fault proxy serving wrong bytes.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
