@@ -135,6 +135,16 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
     };
     // Before the copy, so a run that cannot mount fails at once rather than after gigabytes.
     let via = choose_via(o.via)?;
+    // e2fsprogs takes the first `?` of a device name as the start of its options: with one in
+    // OUT's directory, debugfs would open (and write) the file named by what precedes it.
+    if via == Via::Debugfs && dir.as_os_str().as_encoded_bytes().contains(&b'?') {
+        return Err(ImageError::Io {
+            path: dir,
+            source: std::io::Error::other(
+                "the directory of --out has a '?' in its path, which debugfs would read as the start of its options and open another file; write OUT elsewhere and move it",
+            ),
+        });
+    }
     // What killed runs left here (a working copy can be as big as the base).
     let swept = leftovers::sweep(&dir);
     let work = temp(".raw")?;

@@ -451,3 +451,35 @@ fn backing_files_only_from_the_allowed_directory() {
     assert_eq!(o.status.code(), Some(3), "{e}");
     assert!(e.contains("installing into partition 2 of"), "{e}");
 }
+
+/// `--via debugfs` opens the working copy as `PATH?offset=N`, and e2fsprogs cuts the name at
+/// its first `?`: with OUT in `x?offset=0/`, debugfs opened the file `x` beside it instead of
+/// the working copy. Refused; `x` is never read or written.
+#[test]
+fn a_question_mark_in_the_out_directory_is_refused_with_debugfs() {
+    if !require(&["sgdisk", "mkfs.ext4", "debugfs", "qemu-img"], false) {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    let layer = plain_layer(d);
+    let host = host_disk(&d.join("host"));
+    let base = d.join("base.raw");
+    std::fs::copy(&host, &base).unwrap();
+    let decoy = d.join("x");
+    std::fs::copy(&host, &decoy).unwrap();
+    let before = std::fs::read(&decoy).unwrap();
+    let outdir = d.join("x?offset=0");
+    std::fs::create_dir_all(&outdir).unwrap();
+    let out = outdir.join("node.raw");
+    let o = image(&[
+        &"--base", &base, &"--layer", &layer, &"--out", &out, &"--via", &"debugfs",
+    ]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("has a '?' in its path"), "{e}");
+    assert!(
+        std::fs::read(&decoy).unwrap() == before,
+        "debugfs wrote the file beside OUT's directory"
+    );
+}
