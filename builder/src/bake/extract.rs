@@ -276,7 +276,7 @@ pub fn extract_members_with(
                 gap.allow(entry.size());
                 let raw = entry.path_bytes().into_owned();
                 last = String::from_utf8_lossy(&raw).into_owned();
-                let Some(kind) = archive_rules::tar_kind(&entry) else {
+                let Some(kind) = archive_rules::tar_kind(&mut entry) else {
                     continue;
                 };
                 let mode = entry.header().mode().unwrap_or(0);
