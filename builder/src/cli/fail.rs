@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use crate::bake::BakeError;
 use crate::exit::ExitClass;
+use crate::render::RenderError;
 use crate::supply::fetch::FetchError;
 use crate::supply::inspect::InspectError;
 use crate::supply::lock::LockError;
@@ -72,6 +73,7 @@ fn class_of(cause: &(dyn StdError + 'static)) -> Option<ExitClass> {
         MirrorError,
         IndexError,
         InspectError,
+        RenderError,
     );
     None
 }
