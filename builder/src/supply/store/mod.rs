@@ -218,7 +218,29 @@ impl Store {
         };
         let mut json = serde_json::to_vec_pretty(&entry).unwrap_or_default();
         json.push(b'\n');
-        write_atomic(&self.index_path(a), &json)
+        let path = self.index_path(a);
+        self.refuse_links_below(&path)?;
+        write_atomic(&path, &json)
+    }
+
+    /// Refuses a symlink at any directory between the store's root and `path` (the names come
+    /// from the lock; a link planted in a shared mirror at `index/<name>` would lead the
+    /// record's write out of the store). Missing directories are created by the writer.
+    fn refuse_links_below(&self, path: &Path) -> Result<(), StoreError> {
+        let Ok(rel) = path.strip_prefix(&self.root) else {
+            return Ok(());
+        };
+        let mut at = self.root.clone();
+        for part in rel.parent().into_iter().flat_map(Path::components) {
+            at.push(part);
+            match std::fs::symlink_metadata(&at) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    return Err(StoreError::Planted { path: at });
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// The blob for a lock entry, if present with the digest the entry names.
@@ -436,6 +458,34 @@ mod tests {
         assert!(err.to_string().contains(".partial-"), "{err}");
         assert!(!store.contains(&e.sha256));
         assert!(std::fs::symlink_metadata(store.blob_path(&e.sha256)).is_err());
+    }
+
+    /// A symlink planted at `index/<name>` does not lead the record's write out of the store.
+    #[cfg(unix)]
+    #[test]
+    fn an_index_record_is_not_written_through_a_planted_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("s")).unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, store.root().join("index/runc")).unwrap();
+        let a = Artifact {
+            name: "runc".into(),
+            version: "1".into(),
+            os: crate::supply::lock::Os::Linux,
+            arch: crate::supply::lock::Arch::Arm64,
+            format: crate::supply::lock::Format::Binary,
+            url: "http://x/runc.arm64".into(),
+            sources: vec![],
+            size: 3,
+            sha256: hex::encode(Sha256::digest(b"abc")),
+            verified: "t".into(),
+            members: vec![],
+        };
+        let err = store.record(&a).unwrap_err();
+        assert!(matches!(err, StoreError::Planted { .. }), "{err}");
+        assert!(err.to_string().contains("index/runc"), "{err}");
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
     }
 
     #[test]
