@@ -565,9 +565,20 @@ fn wrong_bytes_from_the_registry_are_refused_and_nothing_wrong_is_stored() {
     assert!(!into.join("artifacts.lock").exists() && !into.join("index.json").exists());
     all_blobs_honest(&into);
     // A clean rerun completes that mirror, moving only what it lacks.
+    let seen = proxy.log().len();
     let o = sync(&into);
     assert!(o.status.success(), "{}", out_text(&o));
     assert_eq!(all_blobs_honest(&into), 2 + 7);
+    // A registry that moves a tag between two requests cannot mix two versions: a sync
+    // resolves one tag (the lock artifact's) with one request, everything else by digest.
+    let sync_log = &proxy.log()[seen..];
+    let by_name: Vec<_> = sync_log
+        .iter()
+        .filter(|(p, _)| p.contains("/manifests/") || p.contains("/blobs/"))
+        .filter(|(p, _)| !p.contains("sha256:") && !p.contains("sha256%3A"))
+        .collect();
+    assert_eq!(by_name.len(), 1, "{sync_log:?}");
+    assert!(by_name[0].0.ends_with("/manifests/kiln-lock"), "{sync_log:?}");
     // Transient faults (a reset mid-blob, a 503 for the lock) are survived.
     let fresh = fx.dir.path().join("fresh");
     proxy.fault(&art, ProxyFault::ResetAfter(100_000));
