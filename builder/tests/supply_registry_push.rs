@@ -578,7 +578,10 @@ fn wrong_bytes_from_the_registry_are_refused_and_nothing_wrong_is_stored() {
         .filter(|(p, _)| !p.contains("sha256:") && !p.contains("sha256%3A"))
         .collect();
     assert_eq!(by_name.len(), 1, "{sync_log:?}");
-    assert!(by_name[0].0.ends_with("/manifests/kiln-lock"), "{sync_log:?}");
+    assert!(
+        by_name[0].0.ends_with("/manifests/kiln-lock"),
+        "{sync_log:?}"
+    );
     // Transient faults (a reset mid-blob, a 503 for the lock) are survived.
     let fresh = fx.dir.path().join("fresh");
     proxy.fault(&art, ProxyFault::ResetAfter(100_000));
