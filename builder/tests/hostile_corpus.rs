@@ -113,6 +113,20 @@ fn tar_bytes(entries: &[E]) -> Vec<u8> {
     out
 }
 
+/// PAX extended header records: `<len> <key>=<value>\n`, the length counting itself.
+fn pax_records(kv: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (k, v) in kv {
+        let body = format!(" {k}={v}\n");
+        let mut len = body.len() + 1;
+        while format!("{len}{body}").len() != len {
+            len += 1;
+        }
+        out.extend_from_slice(format!("{len}{body}").as_bytes());
+    }
+    out
+}
+
 struct Case {
     id: &'static str,
     entries: Vec<E>,
@@ -336,6 +350,45 @@ fn corpus() -> Vec<Case> {
             }],
             ("usr/sparse", "unpacks to more than 4 GiB"),
             ("usr/sparse", "unpacks to more than 4 GiB"),
+        ),
+        c(
+            "PAX 1.0 sparse member (the map would be unpacked as the file)",
+            vec![
+                E {
+                    data: pax_records(&[
+                        ("GNU.sparse.major", "1"),
+                        ("GNU.sparse.minor", "0"),
+                        ("GNU.sparse.name", "usr/sparse"),
+                        ("GNU.sparse.realsize", "1024"),
+                    ]),
+                    ..e("usr/PaxHeaders/sparse", T::XHeader)
+                },
+                E {
+                    data: [b"1\n512\n512\n".to_vec(), vec![0; 500], vec![7; 512]].concat(),
+                    ..e("usr/GNUSparseFile.0/sparse", T::Regular)
+                },
+            ],
+            ("usr/GNUSparseFile.0/sparse", "PAX sparse member"),
+            ("usr/GNUSparseFile.0/sparse", "PAX sparse member"),
+        ),
+        c(
+            "PAX 0.1 sparse member",
+            vec![
+                E {
+                    data: pax_records(&[
+                        ("GNU.sparse.size", "1024"),
+                        ("GNU.sparse.numblocks", "1"),
+                        ("GNU.sparse.map", "512,512"),
+                    ]),
+                    ..e("usr/PaxHeaders/s01", T::XHeader)
+                },
+                E {
+                    data: vec![7; 512],
+                    ..e("usr/GNUSparseFile.0/s01", T::Regular)
+                },
+            ],
+            ("usr/GNUSparseFile.0/s01", "PAX sparse member"),
+            ("usr/GNUSparseFile.0/s01", "PAX sparse member"),
         ),
         c(
             "bomb: a header declaring 5 GiB",

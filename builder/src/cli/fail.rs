@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use crate::bake::BakeError;
 use crate::exit::ExitClass;
+use crate::render::RenderError;
 use crate::supply::advisory::AdvisoryError;
 use crate::supply::fetch::FetchError;
 use crate::supply::inspect::InspectError;
@@ -74,6 +75,7 @@ fn class_of(cause: &(dyn StdError + 'static)) -> Option<ExitClass> {
         IndexError,
         InspectError,
         AdvisoryError,
+        RenderError,
     );
     None
 }

@@ -344,16 +344,26 @@ impl Lock {
     /// Reads a lock, checks `<path>.minisig` under `trust`, then parses and validates it.
     /// The signature covers the exact bytes that are parsed.
     pub fn load_verified(path: &Path, trust: &Trust) -> Result<(Lock, Verified), LockError> {
+        Lock::load_verified_as(path, path, trust)
+    }
+
+    /// [`Lock::load_verified`] for a lock staged from elsewhere (a registry): read from
+    /// `path`, named `shown` in every error.
+    pub fn load_verified_as(
+        path: &Path,
+        shown: &Path,
+        trust: &Trust,
+    ) -> Result<(Lock, Verified), LockError> {
         let bytes = std::fs::read(path).map_err(|source| LockError::Read {
-            path: path.to_path_buf(),
+            path: shown.to_path_buf(),
             source,
         })?;
-        let verified = sign::verify_file_bytes(path, &bytes, trust)?;
+        let verified = sign::verify_file_bytes_as(path, shown, &bytes, trust)?;
         let text = String::from_utf8(bytes).map_err(|e| LockError::Parse {
-            path: path.to_path_buf(),
+            path: shown.to_path_buf(),
             message: format!("not UTF-8: {e}"),
         })?;
-        Ok((Lock::parse(&text, path)?, verified))
+        Ok((Lock::parse(&text, shown)?, verified))
     }
 
     /// The entry for `name` on `os`/`arch`, if the lock has one.
