@@ -343,18 +343,32 @@ fn metadata(
     };
     let node_name = match &cfg.node.node_name {
         Some(n) => n.clone(),
-        None if !md.hostname.is_empty() => md.hostname,
-        None => md.instance_id.clone(),
+        None if md.hostname.is_empty() && md.instance_id.is_empty() => {
+            return Err(Error::metadata(
+                Reason::MetadataInvalid,
+                format!(
+                    "provider {name}: expected a hostname or instance id for the node name, found neither; set NODE_NAME in {}",
+                    paths::NODE_ENV
+                ),
+            ))
+        }
+        None => {
+            let (what, raw) = if md.hostname.is_empty() {
+                ("instance id", &md.instance_id)
+            } else {
+                ("hostname", &md.hostname)
+            };
+            kubelet_env::node_name(raw).map_err(|why| {
+                Error::metadata(
+                    Reason::MetadataInvalid,
+                    format!(
+                        "provider {name}: {what} as the node name: {why}; set NODE_NAME in {}",
+                        paths::NODE_ENV
+                    ),
+                )
+            })?
+        }
     };
-    if node_name.is_empty() {
-        return Err(Error::metadata(
-            Reason::MetadataInvalid,
-            format!(
-                "provider {name}: expected a hostname or instance id for the node name, found neither; set NODE_NAME in {}",
-                paths::NODE_ENV
-            ),
-        ));
-    }
     Ok(Node {
         provider: name,
         node_name,
@@ -406,7 +420,7 @@ fn write(paths: &NodePaths, cfg: &Config, node: &Node, sized: &Sizing) -> Result
     if changed {
         match &wanted {
             Some(text) => put(&paths.containerd_env, text, 0o644)?,
-            None => std::fs::remove_file(&paths.containerd_env).map_err(|e| {
+            None => fsutil::remove_file(&paths.containerd_env).map_err(|e| {
                 Error::Write(format!("removing {}: {e}", paths.containerd_env.display()))
             })?,
         }
