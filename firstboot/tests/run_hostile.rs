@@ -213,6 +213,60 @@ fn a_service_manager_that_ignores_sigterm_and_forks_is_killed_with_its_group_at_
 }
 
 #[test]
+fn a_wedged_service_manager_cannot_stretch_the_wait_or_the_diagnosis() {
+    // `systemctl show` and `journalctl` hang (ignoring SIGTERM) with a sleeper holding their
+    // pipes; starting kubelet works. The checks during the wait end at the deadline; the
+    // diagnosis after it gives each of its four reads 2 s (was 5 s each, and the wait's
+    // check could run 5 s past the deadline).
+    let root = Root::node("");
+    root.node_env("NODE_NAME=node-1\nNODE_IP=127.0.0.1\n");
+    let wedged = "trap '' TERM\nwait";
+    let systemctl = leaves_a_sleeper(
+        &root,
+        "systemctl",
+        &format!("case \"$1\" in show) {wedged};; esac\nexit 0"),
+    );
+    let journalctl = leaves_a_sleeper(&root, "journalctl", wedged);
+    let deadline = 4;
+    let diagnosis = Duration::from_secs(4 * 2);
+    let (out, hung) = run_watched(
+        &root,
+        &[
+            "--provider",
+            "none",
+            "--systemctl",
+            &systemctl,
+            "--journalctl",
+            &journalctl,
+            "--healthz-url",
+            &refused_url(),
+            "--deadline",
+            &deadline.to_string(),
+        ],
+        Duration::from_secs(deadline) + diagnosis + PAST_DEADLINE + Duration::from_secs(30),
+    );
+    reap(&root, &["systemctl", "journalctl"]);
+    assert!(
+        !hung,
+        "still running {:?} after the start: {out:#?}",
+        out.elapsed
+    );
+    assert!(
+        out.elapsed < Duration::from_secs(deadline) + diagnosis + PAST_DEADLINE,
+        "ran {:?} with a {deadline} s deadline: {out:#?}",
+        out.elapsed
+    );
+    assert_eq!(out.code, 7, "{out:#?}");
+    assert!(out.stderr.contains("JOIN_TIMEOUT"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("journalctl -u kubelet.service")
+            && out.stderr.contains("was still running"),
+        "the diagnosis says which read it gave up on: {}",
+        out.stderr
+    );
+}
+
+#[test]
 fn run_dirs_symlinked_out_of_the_root_are_refused_and_nothing_is_written_there() {
     // `run/kiln` and `run` hold kubelet.env and the 0600 bootstrap kubeconfig: the write
     // phase fails. `run/cluster-api` is written only by a run that ends (here a service
