@@ -25,6 +25,21 @@ pub struct Node {
 /// The longest node name the API server accepts (a DNS-1123 subdomain).
 const MAX_NODE_NAME: usize = 253;
 
+/// The node name from what a metadata source returned: its hostname, else its instance id,
+/// checked by [`node_name`]; the error says which was used and why it cannot be.
+pub fn metadata_node_name(hostname: &str, instance_id: &str) -> Result<String, String> {
+    let (what, raw) = match (hostname.is_empty(), instance_id.is_empty()) {
+        (false, _) => ("hostname", hostname),
+        (true, false) => ("instance id", instance_id),
+        (true, true) => {
+            return Err(
+                "expected a hostname or instance id for the node name, found neither".into(),
+            )
+        }
+    };
+    node_name(raw).map_err(|why| format!("{what} as the node name: {why}"))
+}
+
 /// The node name kubelet registers for a name the metadata source gave (its hostname, else
 /// its instance id), or why there is none. kubelet lowercases its hostname
 /// (k8s.io/component-helpers `node/util.GetHostname`), and the API server accepts a Node

@@ -366,31 +366,15 @@ fn metadata(
     };
     let node_name = match &cfg.node.node_name {
         Some(n) => n.clone(),
-        None if md.hostname.is_empty() && md.instance_id.is_empty() => {
-            return Err(Error::metadata(
+        None => kubelet_env::metadata_node_name(&md.hostname, &md.instance_id).map_err(|why| {
+            Error::metadata(
                 Reason::MetadataInvalid,
                 format!(
-                    "provider {name}: expected a hostname or instance id for the node name, found neither; set NODE_NAME in {}",
+                    "provider {name}: {why}; set NODE_NAME in {}",
                     paths::NODE_ENV
                 ),
-            ))
-        }
-        None => {
-            let (what, raw) = if md.hostname.is_empty() {
-                ("instance id", &md.instance_id)
-            } else {
-                ("hostname", &md.hostname)
-            };
-            kubelet_env::node_name(raw).map_err(|why| {
-                Error::metadata(
-                    Reason::MetadataInvalid,
-                    format!(
-                        "provider {name}: {what} as the node name: {why}; set NODE_NAME in {}",
-                        paths::NODE_ENV
-                    ),
-                )
-            })?
-        }
+            )
+        })?,
     };
     Ok(Node {
         provider: name,

@@ -216,10 +216,6 @@ pub fn kvp_publish(pool: &Path, key: &str, value: &Redacted) -> Result<(), Chann
         target: pool.display().to_string(),
         what,
     };
-    if let Some(dir) = pool.parent() {
-        crate::fsutil::real_dir(dir, true)
-            .map_err(|e| err(format!("creating the directory: {e}")))?;
-    }
     // Updated in place, so never through a link: a planted one would aim the rewrite at
     // another file.
     let mut f = crate::fsutil::open_in_place(pool).map_err(|e| err(format!("opening: {e}")))?;
