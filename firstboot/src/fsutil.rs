@@ -500,59 +500,6 @@ mod tests {
 
     #[cfg(unix)]
     #[test]
-    fn no_write_or_removal_goes_through_a_linked_directory() {
-        use std::os::unix::fs::symlink;
-        let d = tempdir("linkdir");
-        let outside = tempdir("linkdir-outside");
-        fs::write(outside.join("failure"), "theirs").unwrap();
-        fs::create_dir_all(d.join("run")).unwrap();
-        symlink(&outside, d.join("run/kiln")).unwrap();
-        let want = format!("{} is a symbolic link", d.join("run/kiln").display());
-        for e in [
-            write_atomic(&d.join("run/kiln/kubelet.env"), b"x", 0o600).unwrap_err(),
-            write_atomic(&d.join("run/kiln/patches/p.json"), b"x", 0o644).unwrap_err(),
-            remove_file(&d.join("run/kiln/failure")).unwrap_err(),
-            open_in_place(&d.join("run/kiln/pool")).unwrap_err(),
-        ] {
-            assert!(e.to_string().starts_with(&want), "{e}");
-        }
-        let e = real_dir(&d.join("run/kiln"), true).unwrap_err();
-        assert!(e.to_string().starts_with(&want), "{e}");
-        assert_eq!(
-            fs::read_to_string(outside.join("failure")).unwrap(),
-            "theirs"
-        );
-        assert_eq!(
-            fs::read_dir(&outside).unwrap().count(),
-            1,
-            "written outside"
-        );
-        // A real directory is made, mode 0755 before the umask, and used.
-        fs::remove_file(d.join("run/kiln")).unwrap();
-        write_atomic(&d.join("run/kiln/patches/p.json"), b"x", 0o644).unwrap();
-        assert!(fs::symlink_metadata(d.join("run/kiln/patches"))
-            .unwrap()
-            .is_dir());
-        remove_file(&d.join("run/kiln/patches/p.json")).unwrap();
-        remove_file(&d.join("run/kiln/patches/p.json")).unwrap();
-        remove_file(&d.join("absent/dir/f")).unwrap();
-        // The in-place open refuses a link or a FIFO at the name, and opens a file.
-        symlink(outside.join("failure"), d.join("run/kiln/pool")).unwrap();
-        let e = open_in_place(&d.join("run/kiln/pool")).unwrap_err();
-        assert!(e.to_string().contains("pool is a symbolic link"), "{e}");
-        let fifo = d.join("run/kiln/fifo");
-        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
-        assert!(made.unwrap().success(), "mkfifo {}", fifo.display());
-        let e = open_in_place(&fifo).unwrap_err();
-        assert!(e.to_string().ends_with("fifo is not a regular file"), "{e}");
-        open_in_place(&d.join("run/kiln/new")).unwrap();
-        assert!(d.join("run/kiln/new").is_file());
-        fs::remove_dir_all(d).unwrap();
-        fs::remove_dir_all(outside).unwrap();
-    }
-
-    #[cfg(unix)]
-    #[test]
     fn secrets_are_checked_through_the_open_file() {
         use std::os::unix::fs::{symlink, PermissionsExt};
         let d = tempdir("secret");

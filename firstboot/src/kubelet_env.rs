@@ -4,7 +4,8 @@
 use crate::config::{Config, Credential};
 use crate::contract::envfile::{write_line, write_quoted_line};
 use crate::contract::kubelet_env as key;
-use crate::contract::{paths, JoinMode, Provider, VERSION_TEXT};
+use crate::contract::paths::{self, NodePaths};
+use crate::contract::{JoinMode, Provider, VERSION_TEXT};
 use crate::json;
 use crate::sizing::Sizing;
 
@@ -20,6 +21,30 @@ pub struct Node {
     pub zone: String,
     pub region: String,
     pub provider_id: String,
+}
+
+/// A warning when kubeadm mode's JoinConfiguration does not name kiln's patch directory
+/// (`kubeadm join` refuses `--patches` beside `--config`, so the file must): kubelet would then
+/// run without the provider ID, max pods and reservations. `kiln render` always names it.
+pub fn kubeadm_patch_unused(paths: &NodePaths, cfg: &Config) -> Option<String> {
+    if cfg.node.join_mode != JoinMode::Kubeadm {
+        return None;
+    }
+    let text = std::fs::read_to_string(&paths.kubeadm_join).unwrap_or_default();
+    let named = text.lines().any(|l| {
+        let l = l.trim();
+        l.strip_prefix("directory:").is_some_and(|v| {
+            v.trim().trim_matches(|c| c == '"' || c == '\'') == paths::KUBEADM_PATCHES_DIR
+        })
+    });
+    (!named).then(|| {
+        format!(
+            "{} names no patches.directory {}: kubeadm will not apply kiln's kubelet settings (provider ID, max pods, reservations) from {}",
+            paths::KUBEADM_JOIN,
+            paths::KUBEADM_PATCHES_DIR,
+            paths::KUBEADM_KUBELET_PATCH
+        )
+    })
 }
 
 /// The longest node name the API server accepts (a DNS-1123 subdomain).

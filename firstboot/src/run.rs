@@ -114,7 +114,7 @@ fn boot(
     rep.sizing(&sized);
     let proxy_changed =
         write(paths, &cfg, &node, &sized).map_err(|e| fail(rep, Phase::Write, e))?;
-    if let Some(w) = kubeadm_patch_unused(paths, &cfg) {
+    if let Some(w) = kubelet_env::kubeadm_patch_unused(paths, &cfg) {
         rep.warn(&w);
     }
     rep.success(Phase::Write, &format!("max_pods={}", sized.max_pods.value));
@@ -446,30 +446,6 @@ fn write(paths: &NodePaths, cfg: &Config, node: &Node, sized: &Sizing) -> Result
         0o644,
     )?;
     Ok(changed)
-}
-
-/// A warning when kubeadm mode's JoinConfiguration does not name kiln's patch directory
-/// (`kubeadm join` refuses `--patches` beside `--config`, so the file must): kubelet would then
-/// run without the provider ID, max pods and reservations. `kiln render` always names it.
-fn kubeadm_patch_unused(paths: &NodePaths, cfg: &Config) -> Option<String> {
-    if cfg.node.join_mode != JoinMode::Kubeadm {
-        return None;
-    }
-    let text = std::fs::read_to_string(&paths.kubeadm_join).unwrap_or_default();
-    let named = text.lines().any(|l| {
-        let l = l.trim();
-        l.strip_prefix("directory:").is_some_and(|v| {
-            v.trim().trim_matches(|c| c == '"' || c == '\'') == paths::KUBEADM_PATCHES_DIR
-        })
-    });
-    (!named).then(|| {
-        format!(
-            "{} names no patches.directory {}: kubeadm will not apply kiln's kubelet settings (provider ID, max pods, reservations) from {}",
-            paths::KUBEADM_JOIN,
-            paths::KUBEADM_PATCHES_DIR,
-            paths::KUBEADM_KUBELET_PATCH
-        )
-    })
 }
 
 /// Restarts the container runtime so it reads `/run/kiln/containerd.env` before kubelet (or
