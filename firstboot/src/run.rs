@@ -114,7 +114,7 @@ fn boot(
     rep.sizing(&sized);
     let proxy_changed =
         write(paths, &cfg, &node, &sized).map_err(|e| fail(rep, Phase::Write, e))?;
-    if let Some(w) = kubeadm_patch_unused(paths, &cfg) {
+    if let Some(w) = kubelet_env::kubeadm_patch_unused(paths, &cfg) {
         rep.warn(&w);
     }
     rep.success(Phase::Write, &format!("max_pods={}", sized.max_pods.value));
@@ -152,6 +152,22 @@ fn kubelet_gone(u: &diagnose::UnitState, waited: Duration) -> bool {
         && (u.active_state != "inactive" || waited >= INACTIVE_GRACE)
 }
 
+/// How long each of the diagnosis's reads (`systemctl show`, `journalctl`) may take once a
+/// wait failed at the deadline: at most four of them, so a wedged service manager adds
+/// 8 s to the run, not the default 5 s each.
+const DIAGNOSIS_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `opts` with each command also bounded by what is left of the run's `deadline`; `None`
+/// when nothing is left.
+fn within(opts: &ReportOptions, deadline: Instant) -> Option<ReportOptions> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    (!left.is_zero()).then(|| {
+        let mut o = opts.clone();
+        o.command_timeout = o.command_timeout.min(left);
+        o
+    })
+}
+
 /// The wait-healthy and wait-joined phases, with a diagnosis when either fails.
 fn wait_joined(
     opts: &Options,
@@ -175,13 +191,15 @@ fn wait_joined(
     ropts.redactor = rep.redactor().clone();
     let begun = Instant::now();
     let mut polls = 0u32;
-    // Asking systemd every poll would cost a fork each time; once a second is enough.
+    // Asking systemd every poll would cost a fork each time; once a second is enough. The
+    // question is bounded by the run's deadline too: a wedged systemctl must not carry the
+    // wait past it.
     let mut alive = || {
         polls += 1;
-        if polls % 5 != 0 {
+        let Some(o) = (polls % 5 == 0).then(|| within(&ropts, deadline)).flatten() else {
             return true;
-        }
-        match diagnose::kubelet_state(&ropts) {
+        };
+        match diagnose::kubelet_state(&o) {
             Some(u) if !u.active_state.is_empty() => !kubelet_gone(&u, begun.elapsed()),
             _ => true,
         }
@@ -196,7 +214,10 @@ fn wait_joined(
         match waited {
             Ok(n) => rep.success(phase, &format!("polls={n}")),
             Err(e) => {
-                let mut d = diagnose::diagnose(&ropts);
+                // Past the deadline now: the diagnosis's reads get a short bound each.
+                let mut dopts = ropts.clone();
+                dopts.command_timeout = DIAGNOSIS_COMMAND_TIMEOUT;
+                let mut d = diagnose::diagnose(&dopts);
                 if matches!(d.reason, Reason::JoinTimeout | Reason::KubeletExited) {
                     d.message = format!("{e}; {}", d.message);
                 }
@@ -209,8 +230,10 @@ fn wait_joined(
         }
     }
     // The node has joined: only now, off the path to it, read what kubelet said about its
-    // own config without stopping, for the status.
-    if let Some(w) = kubelet_config_warning(&ropts, &cfg.kubelet_config) {
+    // own config without stopping, for the status (while the deadline leaves time).
+    let warning =
+        within(&ropts, deadline).and_then(|o| kubelet_config_warning(&o, &cfg.kubelet_config));
+    if let Some(w) = warning {
         rep.warn(&w);
     }
     Ok(())
@@ -343,18 +366,16 @@ fn metadata(
     };
     let node_name = match &cfg.node.node_name {
         Some(n) => n.clone(),
-        None if !md.hostname.is_empty() => md.hostname,
-        None => md.instance_id.clone(),
+        None => kubelet_env::metadata_node_name(&md.hostname, &md.instance_id).map_err(|why| {
+            Error::metadata(
+                Reason::MetadataInvalid,
+                format!(
+                    "provider {name}: {why}; set NODE_NAME in {}",
+                    paths::NODE_ENV
+                ),
+            )
+        })?,
     };
-    if node_name.is_empty() {
-        return Err(Error::metadata(
-            Reason::MetadataInvalid,
-            format!(
-                "provider {name}: expected a hostname or instance id for the node name, found neither; set NODE_NAME in {}",
-                paths::NODE_ENV
-            ),
-        ));
-    }
     Ok(Node {
         provider: name,
         node_name,
@@ -406,7 +427,7 @@ fn write(paths: &NodePaths, cfg: &Config, node: &Node, sized: &Sizing) -> Result
     if changed {
         match &wanted {
             Some(text) => put(&paths.containerd_env, text, 0o644)?,
-            None => std::fs::remove_file(&paths.containerd_env).map_err(|e| {
+            None => fsutil::remove_file(&paths.containerd_env).map_err(|e| {
                 Error::Write(format!("removing {}: {e}", paths.containerd_env.display()))
             })?,
         }
@@ -425,30 +446,6 @@ fn write(paths: &NodePaths, cfg: &Config, node: &Node, sized: &Sizing) -> Result
         0o644,
     )?;
     Ok(changed)
-}
-
-/// A warning when kubeadm mode's JoinConfiguration does not name kiln's patch directory
-/// (`kubeadm join` refuses `--patches` beside `--config`, so the file must): kubelet would then
-/// run without the provider ID, max pods and reservations. `kiln render` always names it.
-fn kubeadm_patch_unused(paths: &NodePaths, cfg: &Config) -> Option<String> {
-    if cfg.node.join_mode != JoinMode::Kubeadm {
-        return None;
-    }
-    let text = std::fs::read_to_string(&paths.kubeadm_join).unwrap_or_default();
-    let named = text.lines().any(|l| {
-        let l = l.trim();
-        l.strip_prefix("directory:").is_some_and(|v| {
-            v.trim().trim_matches(|c| c == '"' || c == '\'') == paths::KUBEADM_PATCHES_DIR
-        })
-    });
-    (!named).then(|| {
-        format!(
-            "{} names no patches.directory {}: kubeadm will not apply kiln's kubelet settings (provider ID, max pods, reservations) from {}",
-            paths::KUBEADM_JOIN,
-            paths::KUBEADM_PATCHES_DIR,
-            paths::KUBEADM_KUBELET_PATCH
-        )
-    })
 }
 
 /// Restarts the container runtime so it reads `/run/kiln/containerd.env` before kubelet (or
