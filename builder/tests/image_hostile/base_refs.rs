@@ -10,8 +10,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::image_support::*;
 use super::{plain_layer, poke, stderr};
+use crate::image_support::*;
 
 /// What the host disk holds where nothing else writes (between the GPT and partition 1).
 const MARKER: &[u8] = b"KILN-HOST-DISK-MARKER-7f3a";
