@@ -63,15 +63,21 @@ pub struct Target {
     /// The bytes of the inputs the bake reads (compressed upstream archives and binaries),
     /// where the lock or the store knows them; the layer is of the same order.
     pub input_bytes: u64,
+    /// Why the bake would refuse the lock's versions here (`supply::skew`), if it would.
+    pub refused: Option<String>,
+    /// A version pairing that bakes today and that kubelet's next minor refuses.
+    pub warning: Option<String>,
 }
 
 impl Target {
     /// Whether the lock pins every artifact this target needs (an optional one it does
-    /// not pin is left out, not needed).
+    /// not pin is left out, not needed) in versions that can run together.
     pub fn covered(&self) -> bool {
-        self.artifacts
-            .iter()
-            .all(|n| n.pin.is_some() || n.left_out())
+        self.refused.is_none()
+            && self
+                .artifacts
+                .iter()
+                .all(|n| n.pin.is_some() || n.left_out())
     }
 
     /// Whether a bake could run now: covered, every pinned blob stored, kiln-firstboot there.
@@ -131,6 +137,10 @@ pub fn plan(
                     }
                 })
                 .collect();
+            let (refused, warning) = match crate::bake::check_skew(lock, def, arch) {
+                Ok(w) => (None, w.map(|w| w.to_string())),
+                Err(e) => (Some(e.to_string()), None),
+            };
             let fb = firstboot(arch);
             let input_bytes = artifacts
                 .iter()
@@ -145,6 +155,8 @@ pub fn plan(
                 firstboot: fb,
                 outputs: output_names(def, format, arch),
                 input_bytes,
+                refused,
+                warning,
             });
         }
     }

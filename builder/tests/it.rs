@@ -64,6 +64,7 @@ mod supply_mirror_images;
 mod supply_outdated;
 mod supply_registry;
 mod supply_registry_push;
+mod supply_skew;
 mod windows_layer;
 
 /// Every `tests/*.rs` file is a module of this binary, or its tests would never run.

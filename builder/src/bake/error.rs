@@ -31,6 +31,15 @@ pub enum BakeError {
         /// The I/O error.
         source: io::Error,
     },
+    /// The lock's containerd cannot serve its kubelet ([`crate::supply::skew`]).
+    #[error("image {image}: {source}")]
+    Skew {
+        /// Image name.
+        image: String,
+        /// The skew.
+        #[source]
+        source: crate::supply::skew::SkewError,
+    },
     /// The lock has no entry the definition needs.
     #[error("image {image}: artifact {name:?} for {os}/{arch} is not in the lock")]
     MissingArtifact {
@@ -143,6 +152,7 @@ impl BakeError {
             | BakeError::Blob { .. }
             | BakeError::ImageBlob { .. }
             | BakeError::SizingTable { .. }
+            | BakeError::Skew { .. }
             | BakeError::Extract(extract::ExtractError::Hostile { .. }) => ExitClass::Verify,
             _ => ExitClass::Failure,
         }

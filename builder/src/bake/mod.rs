@@ -169,6 +169,7 @@ pub fn inputs_from_lock(
     def: &ImageDef,
     arch: Arch,
 ) -> Result<Vec<ArtifactInput>, BakeError> {
+    check_skew(lock, def, arch)?;
     let mut out = Vec::new();
     for p in &def.artifacts {
         if p.optional && lock.find(&p.name, def.os, arch).is_none() {
@@ -215,6 +216,25 @@ pub fn inputs_from_lock(
         });
     }
     Ok(out)
+}
+
+/// The version-skew rule ([`crate::supply::skew`]) for what `def` places from `lock` on
+/// `arch`: `Err` when the lock's containerd cannot serve its kubelet, `Ok(Some)` for a
+/// pairing kubelet's next minor will refuse. A definition that does not place both has
+/// nothing to check.
+pub fn check_skew(
+    lock: &crate::supply::lock::Lock,
+    def: &ImageDef,
+    arch: Arch,
+) -> Result<Option<crate::supply::skew::SkewWarning>, BakeError> {
+    let places = |n: &str| def.artifacts.iter().any(|p| p.name == n);
+    if !(places("kubelet") && places("containerd")) {
+        return Ok(None);
+    }
+    crate::supply::skew::check(lock, def.os, arch).map_err(|source| BakeError::Skew {
+        image: def.name.clone(),
+        source,
+    })
 }
 
 /// The supply chain's inspection gate for `os`/`arch`: every baked binary must be an

@@ -152,6 +152,12 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
     };
     let store = Store::open(&store_dir)
         .with_context(|| format!("opening store {}", store_dir.display()))?;
+    // Versions that cannot run together are refused before a byte is fetched or read.
+    if let Some(w) = bake::check_skew(&lock, &def, arch)? {
+        if !global.quiet {
+            eprintln!("kiln: warning: {}: {w}", a.lock.display());
+        }
+    }
     if a.fetch {
         fetch_missing(&a, &lock, &store, &store_dir, &def, arch, global)?;
     }

@@ -111,6 +111,14 @@ fn plan_cmd(a: PlanArgs, global: &Global) -> anyhow::Result<ExitCode> {
                 .map(move |n| format!("{} for {}/{}", n.name, def.os, t.arch))
         })
         .collect();
+    let refused: Vec<&str> = targets
+        .iter()
+        .filter_map(|t| t.refused.as_deref())
+        .collect();
+    if let Some(first) = refused.first() {
+        eprintln!("kiln: error: {first}");
+        return Ok(ExitCode::from(exit::VERIFY));
+    }
     if uncovered.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }
@@ -135,6 +143,8 @@ fn print_plan(a: &PlanArgs, def: &ImageDef, targets: &[Target], store: Option<&P
     for t in targets {
         let state = if t.ready() {
             "ready to bake"
+        } else if t.refused.is_some() {
+            "REFUSED: the lock's versions cannot run together (below)"
         } else if t.covered() {
             "covered by the lock, inputs missing (below)"
         } else {
@@ -175,6 +185,12 @@ fn print_plan(a: &PlanArgs, def: &ImageDef, targets: &[Target], store: Option<&P
                 "missing (make firstboot / make windows, or --firstboot FILE)"
             }
         );
+        if let Some(why) = &t.refused {
+            println!("  refused: {why}");
+        }
+        if let Some(w) = &t.warning {
+            println!("  warning: {w}");
+        }
         println!("  writes: {}", t.outputs.join(", "));
         println!(
             "  inputs: {} bytes known (the lock's sizes, else the stored blobs'); the layer is of the same order",

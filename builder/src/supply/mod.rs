@@ -19,5 +19,6 @@ pub mod names;
 pub mod outdated;
 pub mod registry;
 pub mod sign;
+pub mod skew;
 pub mod store;
 pub mod waiver;
