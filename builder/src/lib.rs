@@ -6,6 +6,7 @@
 pub mod archive_rules;
 pub mod atomic_file;
 pub mod bake;
+pub mod bounded_read;
 pub mod cli;
 pub mod digest;
 pub mod exit;

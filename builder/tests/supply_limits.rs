@@ -113,3 +113,116 @@ fn a_non_embedded_trusted_key_is_named_on_every_use() {
     let o = run(kiln().args(["lock", "verify"]).arg(&lock));
     assert!(!String::from_utf8_lossy(&o.stderr).contains("trusting minisign key"));
 }
+
+/// Runs `kiln ARGS` and waits at most `secs` for it: a reader that blocks on a FIFO or reads
+/// `/dev/zero` to the end fails the test instead of hanging it.
+fn kiln_within(args: &[&std::ffi::OsStr], secs: u64) -> std::process::Output {
+    let mut child = kiln()
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("kiln {args:?} did not end within {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// The lock, its signature, a trusted key and the advisory file are regular files of bounded
+/// size: a FIFO is refused at once (it would block kiln forever), `/dev/zero` before a byte is
+/// read (it would be read until memory ran out), each error naming the file and what it is.
+#[test]
+fn special_files_named_as_lock_signature_key_or_advisories_are_refused_at_once() {
+    use std::ffi::OsStr;
+    let d = tempfile::tempdir().unwrap();
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let lock = repo.join("images/artifacts.lock");
+    let fifo = d.path().join("fifo");
+    let st = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let expect = |o: &std::process::Output, file: &std::path::Path, kind: &str| {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_ne!(o.status.code(), Some(0), "{err}");
+        assert!(
+            err.contains(&file.display().to_string()) && err.contains(&format!("found a {kind}")),
+            "{file:?}: {err}"
+        );
+    };
+    // kiln lock audit --advisories: /dev/zero and a FIFO.
+    for (adv, kind) in [
+        (std::path::Path::new("/dev/zero"), "character device"),
+        (&fifo, "FIFO"),
+    ] {
+        let o = kiln_within(
+            &[
+                OsStr::new("lock"),
+                OsStr::new("audit"),
+                lock.as_os_str(),
+                OsStr::new("--advisories"),
+                adv.as_os_str(),
+            ],
+            30,
+        );
+        expect(&o, adv, kind);
+    }
+    // The lock itself, for a command that verifies it (plan) and one that does not (audit).
+    for cmd in [["plan", "images/ubuntu.toml"], ["lock", "audit"]] {
+        let mut args: Vec<&OsStr> = cmd.iter().map(OsStr::new).collect();
+        if cmd[0] == "plan" {
+            args.push(OsStr::new("--lock"));
+        }
+        args.push(fifo.as_os_str());
+        let o = kiln()
+            .current_dir(&repo)
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut o = o;
+        while o.try_wait().unwrap().is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "kiln {cmd:?} FIFO hung"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        expect(&o.wait_with_output().unwrap(), &fifo, "FIFO");
+    }
+    // A signature that is a FIFO, and a trusted key that is /dev/zero.
+    let copy = d.path().join("artifacts.lock");
+    std::fs::copy(&lock, &copy).unwrap();
+    let sig = d.path().join("artifacts.lock.minisig");
+    let st = std::process::Command::new("mkfifo")
+        .arg(&sig)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = kiln_within(
+        &[OsStr::new("lock"), OsStr::new("verify"), copy.as_os_str()],
+        30,
+    );
+    expect(&o, &sig, "FIFO");
+    let o = kiln_within(
+        &[
+            OsStr::new("lock"),
+            OsStr::new("verify"),
+            lock.as_os_str(),
+            OsStr::new("--trusted-key"),
+            OsStr::new("/dev/zero"),
+        ],
+        30,
+    );
+    expect(&o, std::path::Path::new("/dev/zero"), "character device");
+}

@@ -138,10 +138,12 @@ pub struct Advisories {
 impl Advisories {
     /// Reads and validates an advisory file.
     pub fn load(path: &Path) -> Result<Advisories, AdvisoryError> {
-        let text = std::fs::read_to_string(path).map_err(|source| AdvisoryError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = crate::bounded_read::read_text(path, crate::bounded_read::MAX_LOCK).map_err(
+            |source| AdvisoryError::Read {
+                path: path.to_path_buf(),
+                source,
+            },
+        )?;
         Advisories::parse(&text, path)
     }
 

@@ -334,10 +334,12 @@ impl Lock {
 
     /// Reads and validates a lock file without checking its signature.
     pub fn load_unverified(path: &Path) -> Result<Lock, LockError> {
-        let text = std::fs::read_to_string(path).map_err(|source| LockError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = crate::bounded_read::read_text(path, crate::bounded_read::MAX_LOCK).map_err(
+            |source| LockError::Read {
+                path: path.to_path_buf(),
+                source,
+            },
+        )?;
         Lock::parse(&text, path)
     }
 
@@ -354,10 +356,11 @@ impl Lock {
         shown: &Path,
         trust: &Trust,
     ) -> Result<(Lock, Verified), LockError> {
-        let bytes = std::fs::read(path).map_err(|source| LockError::Read {
-            path: shown.to_path_buf(),
-            source,
-        })?;
+        let bytes = crate::bounded_read::read_regular(path, crate::bounded_read::MAX_LOCK)
+            .map_err(|source| LockError::Read {
+                path: shown.to_path_buf(),
+                source,
+            })?;
         let verified = sign::verify_file_bytes_as(path, shown, &bytes, trust)?;
         let text = String::from_utf8(bytes).map_err(|e| LockError::Parse {
             path: shown.to_path_buf(),

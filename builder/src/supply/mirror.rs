@@ -190,9 +190,10 @@ impl Mirror {
 
     /// Copies a lock file and its `.minisig` into the mirror.
     pub fn install_lock_file(&self, lock_path: &Path) -> Result<(), MirrorError> {
-        let bytes = std::fs::read(lock_path).map_err(io("reading", lock_path))?;
+        use crate::bounded_read::{read_regular, MAX_KEY, MAX_LOCK};
+        let bytes = read_regular(lock_path, MAX_LOCK).map_err(io("reading", lock_path))?;
         let sig_path = sign::signature_path(lock_path);
-        let sig = match std::fs::read(&sig_path) {
+        let sig = match read_regular(&sig_path, MAX_KEY) {
             Ok(s) => Some(s),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(io("reading", &sig_path)(e)),
@@ -296,10 +297,11 @@ impl Mirror {
         let mut tar = tar::Builder::new(enc);
         tar.mode(tar::HeaderMode::Deterministic);
         let lock_path = self.lock_path();
-        let lock_bytes = std::fs::read(&lock_path).map_err(io("reading", &lock_path))?;
+        use crate::bounded_read::{read_regular, MAX_KEY, MAX_LOCK};
+        let lock_bytes = read_regular(&lock_path, MAX_LOCK).map_err(io("reading", &lock_path))?;
         append_bytes(&mut tar, LOCK_NAME, &lock_bytes, out)?;
         let sig_path = sign::signature_path(&lock_path);
-        if let Ok(sig) = std::fs::read(&sig_path) {
+        if let Ok(sig) = read_regular(&sig_path, MAX_KEY) {
             append_bytes(&mut tar, &format!("{LOCK_NAME}.minisig"), &sig, out)?;
         }
         let mut seen = std::collections::BTreeSet::new();

@@ -144,11 +144,13 @@ impl TrustedKey {
 
     /// Reads a public key file.
     pub fn from_file(path: &Path) -> Result<TrustedKey, SignError> {
-        let text = std::fs::read_to_string(path).map_err(|source| SignError::Io {
-            action: "reading trusted key",
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = crate::bounded_read::read_text(path, crate::bounded_read::MAX_KEY).map_err(
+            |source| SignError::Io {
+                action: "reading trusted key",
+                path: path.to_path_buf(),
+                source,
+            },
+        )?;
         TrustedKey::parse(&text, &path.display().to_string())
     }
 
@@ -220,7 +222,7 @@ pub fn verify_file_bytes_as(
     let key = match trust {
         Trust::Key(k) | Trust::AllowUnsigned(k) => k,
     };
-    let sig_text = match std::fs::read_to_string(&read_from) {
+    let sig_text = match crate::bounded_read::read_text(&read_from, crate::bounded_read::MAX_KEY) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return match trust {
@@ -298,11 +300,13 @@ pub fn sign(
     password: Option<String>,
     trusted_comment: &str,
 ) -> Result<String, SignError> {
-    let text = std::fs::read_to_string(secret_key).map_err(|source| SignError::Io {
-        action: "reading secret key",
-        path: secret_key.to_path_buf(),
-        source,
-    })?;
+    let text = crate::bounded_read::read_text(secret_key, crate::bounded_read::MAX_KEY).map_err(
+        |source| SignError::Io {
+            action: "reading secret key",
+            path: secret_key.to_path_buf(),
+            source,
+        },
+    )?;
     let skerr = |reason: String| SignError::SecretKey {
         path: secret_key.to_path_buf(),
         reason,
