@@ -104,6 +104,10 @@ fn line(f: &Finding) -> String {
             "{}: {} ({sev}, {fix}): WAIVER EXPIRED on {expires}: {}; move the pin or review and re-sign the waiver",
             f.artifact, f.advisory, f.summary
         ),
+        Verdict::WaiverTooLong { expires, days, limit } => format!(
+            "{}: {} ({sev}, {fix}): WAIVER TOO LONG: it runs to {expires}, {days} days ahead, and a {sev} advisory may be waived for {limit} days at most: {}; sign in a waiver that ends sooner, or move the pin",
+            f.artifact, f.advisory, f.summary
+        ),
         Verdict::Waived { expires } => format!(
             "{}: {} ({sev}, {fix}): waived until {expires}: {}",
             f.artifact, f.advisory, f.summary

@@ -240,6 +240,17 @@ pub enum Verdict {
         /// The waiver's last day.
         expires: String,
     },
+    /// Affected, and the waiver runs further ahead than the policy allows (35 days, 14 for a
+    /// critical advisory: docs/lock-format.md, "Staying current"): the audit fails until the
+    /// day is within reach, so a waiver cannot park an advisory for a year.
+    WaiverTooLong {
+        /// The waiver's last day.
+        expires: String,
+        /// Days from the audit's day to it.
+        days: i64,
+        /// The most the policy allows for this severity.
+        limit: i64,
+    },
     /// Affected, and the waiver that covered it ran out: the audit fails.
     WaiverExpired {
         /// The waiver's last day.
@@ -315,6 +326,16 @@ fn covers(w: &Waiver, adv: &Advisory, pin: &Artifact) -> bool {
         && (w.advisory == adv.id || adv.aliases.contains(&w.advisory))
 }
 
+/// The most days ahead a waiver may run for an advisory of `severity`: 14 for critical, 35
+/// otherwise (the policy in docs/lock-format.md, "Staying current").
+pub fn max_waiver_days(severity: Severity) -> i64 {
+    if severity == Severity::Critical {
+        14
+    } else {
+        35
+    }
+}
+
 /// Audits `lock` against `advisories` on `today` (UTC).
 pub fn audit(lock: &Lock, advisories: &Advisories, today: Day) -> Audit {
     let mut out = Audit::default();
@@ -342,7 +363,15 @@ pub fn audit(lock: &Lock, advisories: &Advisories, today: Day) -> Audit {
                     .max();
                 if let Some((expires, i)) = best {
                     used[i] = true;
-                    verdict = if expires >= today {
+                    let days = expires.days_since_epoch() - today.days_since_epoch();
+                    let limit = max_waiver_days(adv.severity);
+                    verdict = if days > limit {
+                        Verdict::WaiverTooLong {
+                            expires: expires.to_string(),
+                            days,
+                            limit,
+                        }
+                    } else if expires >= today {
                         Verdict::Waived {
                             expires: expires.to_string(),
                         }

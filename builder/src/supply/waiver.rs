@@ -69,6 +69,22 @@ impl Day {
         })
     }
 
+    /// Days since 1970-01-01 (negative before it): the civil-to-days conversion of the
+    /// proleptic Gregorian calendar, so two days subtract to the days between them.
+    pub fn days_since_epoch(self) -> i64 {
+        let y = if self.month <= 2 {
+            self.year - 1
+        } else {
+            self.year
+        };
+        let era = y.div_euclid(400);
+        let yoe = y - era * 400;
+        let m = i64::from(self.month);
+        let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(self.day) - 1;
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+        era * 146_097 + doe - 719_468
+    }
+
     /// Today in UTC, from the system clock.
     pub fn today_utc() -> Day {
         let secs = std::time::SystemTime::now()

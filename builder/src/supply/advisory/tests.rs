@@ -270,3 +270,37 @@ fn a_range_without_a_fix_affects_every_later_version() {
         (None, &Verdict::Open)
     );
 }
+
+#[test]
+fn a_waiver_may_run_35_days_ahead_14_for_a_critical_advisory() {
+    let l = lock(WAIVER);
+    // The waiver's last day is 2026-12-31: 35 days ahead on 2026-11-26, 36 on 2026-11-25.
+    let ok = audit(&l, &advisories(), day("2026-11-26"));
+    assert!(!ok.findings[0].fails(), "{:?}", ok.findings[0]);
+    let long = audit(&l, &advisories(), day("2026-11-25"));
+    assert_eq!(
+        long.findings[0].verdict,
+        Verdict::WaiverTooLong {
+            expires: "2026-12-31".into(),
+            days: 36,
+            limit: 35
+        }
+    );
+    assert!(long.findings[0].fails());
+    // Critical: 14 days.
+    let mut adv = advisories();
+    adv.list[0].severity = Severity::Critical;
+    assert!(!audit(&l, &adv, day("2026-12-17")).findings[0].fails());
+    assert!(audit(&l, &adv, day("2026-12-16")).findings[0].fails());
+}
+
+#[test]
+fn days_subtract_across_months_leap_years_and_the_epoch() {
+    let d = |s: &str| day(s).days_since_epoch();
+    assert_eq!(d("1970-01-01"), 0);
+    assert_eq!(d("2026-12-31") - d("2026-11-27"), 34);
+    assert_eq!(d("2024-03-01") - d("2024-02-28"), 2);
+    assert_eq!(d("2100-03-01") - d("2100-02-28"), 1);
+    assert_eq!(d("2000-03-01") - d("2000-02-28"), 2);
+    assert_eq!(d("1969-12-31"), -1);
+}
