@@ -152,3 +152,38 @@ fn a_refused_pack_names_the_pack_not_a_temporary_copy() {
         "{text}"
     );
 }
+
+/// Issue 38: a listing piped into `head -1` ends kiln quietly with 141 (what a shell shows for
+/// a tool SIGPIPE ended), never with a panic (exit 101 and "failed printing to stdout").
+#[test]
+fn a_reader_that_closes_stdout_early_ends_kiln_quietly_with_141() {
+    use std::io::{BufRead, BufReader};
+    // `kiln inspect` prints a line per file: 4000 lines are far more than a pipe buffers
+    // (64 KiB), so kiln is still writing when the reader goes.
+    let listings: Vec<Vec<std::ffi::OsString>> = vec![std::iter::once("inspect".into())
+        .chain(std::iter::repeat_n("/bin/true".into(), 4000))
+        .collect()];
+    for args in listings {
+        let mut child = kiln()
+            .current_dir(repo())
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        // The reader is gone now (dropped): kiln's next writes find a closed pipe.
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        let cmd = args[0].to_string_lossy();
+        assert!(!first.is_empty(), "kiln {cmd}: no first line; {err}");
+        assert_eq!(o.status.code(), Some(141), "kiln {cmd}: {err}");
+        assert!(
+            !err.contains("panicked") && !err.contains("Broken pipe"),
+            "{err}"
+        );
+    }
+}

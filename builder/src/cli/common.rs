@@ -27,6 +27,9 @@ pub mod exit {
     pub const OUTDATED: u8 = 5;
     /// `kiln lock audit`: a pin carries a known advisory without an unexpired waiver.
     pub const ADVISORY: u8 = 6;
+    /// The reader of standard output went away (`kiln … | head -1`): 128 + SIGPIPE, what a
+    /// shell reports for a tool that SIGPIPE ended.
+    pub const BROKEN_PIPE: u8 = 141;
 }
 
 /// Flags every subcommand understands.

@@ -72,14 +72,35 @@ pub enum Command {
 
 /// Parses the command line, runs it, and turns the outcome into an exit code.
 pub fn main() -> ExitCode {
+    // A reader that closes its end early (`kiln plan … | head -1`) makes std's print macros
+    // panic with "failed printing to stdout: Broken pipe". Other Unix tools die of SIGPIPE
+    // there: kiln unwinds (so scratch directories are removed), prints nothing and exits 141,
+    // the status a shell shows for SIGPIPE. Every other panic is reported as before.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !is_stdout_broken_pipe(info.payload()) {
+            default_hook(info);
+        }
+    }));
     let cli = Cli::parse();
-    match run(cli) {
-        Ok(code) => code,
-        Err(err) => {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli))) {
+        Ok(Ok(code)) => code,
+        Ok(Err(err)) => {
             fail::print_chain(&err);
             ExitCode::from(exit::FAILURE)
         }
+        Err(payload) if is_stdout_broken_pipe(&*payload) => ExitCode::from(exit::BROKEN_PIPE),
+        Err(payload) => std::panic::resume_unwind(payload),
     }
+}
+
+/// Whether a panic is std's print macros failing on a closed stdout.
+fn is_stdout_broken_pipe(payload: &(dyn std::any::Any + Send)) -> bool {
+    let msg = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied());
+    msg.is_some_and(|m| m.starts_with("failed printing to stdout") && m.contains("Broken pipe"))
 }
 
 /// Dispatches one parsed command line.
