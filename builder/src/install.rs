@@ -17,14 +17,13 @@ use std::rc::Rc;
 use sha2::{Digest, Sha256};
 
 use crate::archive_rules::{self, Capped, EntryCheck, Gap, Gapped, Kind, Policy};
-use crate::bake::INSTALL_MANIFEST;
+use crate::layer_contract::INSTALL_MANIFEST;
 
 mod apply;
-pub mod manifest;
 pub mod root;
 pub mod verify;
 
-pub use manifest::{parse_manifest, Owned};
+pub use crate::layer_contract::install_manifest::{self as manifest, parse_manifest, Owned};
 pub use root::Resolver;
 pub use verify::{LayerTrust, Verification};
 

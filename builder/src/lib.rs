@@ -14,6 +14,7 @@ pub mod firstboot_man;
 pub mod image;
 pub mod image_def;
 pub mod install;
+pub mod layer_contract;
 pub mod plan;
 pub mod render;
 pub mod sizing;

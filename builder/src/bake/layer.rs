@@ -15,8 +15,7 @@ use crate::bake::extract::ArchiveKind;
 use crate::image_def::{Arch, Format, ImageDef, Os};
 use crate::supply::inspect::InspectError;
 
-/// Default `SOURCE_DATE_EPOCH` when the environment sets none: 2024-01-01T00:00:00Z.
-pub const DEFAULT_EPOCH: u64 = 1_704_067_200;
+pub use crate::layer_contract::DEFAULT_EPOCH;
 
 /// How an artifact's download is packaged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -286,14 +285,7 @@ pub(crate) fn valid_rel(path: &str) -> bool {
         && path.chars().all(|c| !c.is_whitespace() && !c.is_control())
 }
 
-/// Epoch seconds to a civil UTC date, for SPDX and zip times: kiln-firstboot's
-/// [`kiln_firstboot::clock::civil`], the one implementation both crates use.
-pub fn civil(epoch: u64) -> (i64, u32, u32, u32, u32, u32) {
-    kiln_firstboot::clock::civil(epoch as i64)
-}
-
-/// Where the install manifest lives in a rootfs layer.
-pub const INSTALL_MANIFEST: &str = "usr/lib/kiln/install.manifest";
+pub use crate::layer_contract::{civil, INSTALL_MANIFEST};
 
 /// The mode of every published output: read-only-ish data, fixed so it is umask-independent.
 pub(crate) const OUTPUT_MODE: u32 = 0o644;
@@ -423,20 +415,26 @@ impl Layer {
     /// The `install.manifest` text: `sha256  mode  /path` for every file and symlink kiln
     /// owns (symlinks: sha256 of the target, mode `link`).
     pub(crate) fn install_manifest(&self) -> String {
-        let mut s = String::from("# kiln install manifest v1: sha256  mode  path\n");
-        for (path, e) in &self.entries {
-            match &e.node {
-                Node::File { mode, sha256, .. } => {
-                    s.push_str(&format!("{sha256}  {mode:04o}  /{path}\n"))
-                }
-                Node::Symlink(t) => s.push_str(&format!(
-                    "{}  link  /{path}\n",
-                    hex::encode(Sha256::digest(t.as_bytes()))
-                )),
-                Node::Dir => {}
-            }
-        }
-        s
+        use crate::layer_contract::install_manifest::{render_manifest, Owned};
+        let owned = self
+            .entries
+            .iter()
+            .filter_map(|(path, e)| {
+                let o = match &e.node {
+                    Node::File { mode, sha256, .. } => Owned {
+                        sha256: sha256.clone(),
+                        mode: format!("{mode:04o}"),
+                    },
+                    Node::Symlink(t) => Owned {
+                        sha256: hex::encode(Sha256::digest(t.as_bytes())),
+                        mode: "link".into(),
+                    },
+                    Node::Dir => return None,
+                };
+                Some((path.clone(), o))
+            })
+            .collect();
+        render_manifest(&owned)
     }
 
     /// The path of a base output file name: `<name>-<kubernetes version>-<arch>`.

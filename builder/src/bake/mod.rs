@@ -150,16 +150,7 @@ pub fn bake_with(
     })
 }
 
-/// Reads `SOURCE_DATE_EPOCH` from the environment, else [`DEFAULT_EPOCH`].
-pub fn epoch_from_env() -> Result<u64, String> {
-    match std::env::var("SOURCE_DATE_EPOCH") {
-        Ok(v) => v
-            .trim()
-            .parse::<u64>()
-            .map_err(|_| format!("SOURCE_DATE_EPOCH: expected whole seconds, found {v:?}")),
-        Err(_) => Ok(DEFAULT_EPOCH),
-    }
-}
+pub use crate::layer_contract::epoch_from_env;
 
 /// The lock entries a definition places, for one arch, with their blobs from `store`.
 /// A missing entry or a blob absent from the store is an error naming it.

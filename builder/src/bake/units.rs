@@ -1,15 +1,7 @@
 //! The systemd units every kiln layer ships (docs/contract.md, "systemd units"), and the
 //! `[Install]` parsing that turns `WantedBy=` into the symlinks `systemctl enable` creates.
 
-/// Units kiln itself ships; an image definition may not replace them.
-pub const BUILTIN_UNITS: &[&str] = &[
-    "kiln-firstboot.service",
-    "kubelet.service",
-    "kiln-report.service",
-    "kiln-report.timer",
-    "containerd.service",
-    "kiln-images.service",
-];
+pub use crate::layer_contract::BUILTIN_UNITS;
 
 /// `kiln-firstboot.service`: runs once per boot, once the network is up. Not ordered after
 /// containerd: its config, metadata and write phases need no container runtime, so they run

@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 
 use kiln_firstboot::contract::paths;
 
-use crate::bake::INSTALL_MANIFEST;
 use crate::image::disk::Format;
 use crate::image::error::{io_err, ImageError};
 use crate::image::layer;
@@ -18,6 +17,7 @@ use crate::image::offline;
 use crate::image::provision;
 use crate::image::sysext;
 use crate::install::{InstallOptions, InstallReport};
+use crate::layer_contract::INSTALL_MANIFEST;
 use crate::render::model::{CONTRACT_FILES, LINUX_DIR};
 
 /// Bytes kept free beyond the layer's size, for directories, inode tables and the journal.

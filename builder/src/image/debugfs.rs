@@ -73,7 +73,8 @@ impl Fs {
         Fs {
             spec: format!("{}?offset={offset}", image.display()),
             image: image.to_path_buf(),
-            time: crate::bake::epoch_from_env().unwrap_or(crate::bake::layer::DEFAULT_EPOCH),
+            time: crate::layer_contract::epoch_from_env()
+                .unwrap_or(crate::layer_contract::DEFAULT_EPOCH),
         }
     }
 

@@ -80,12 +80,12 @@ fn measure<R: Read>(
                 .map_err(|e| bad(format!("{want}: {e}")))?;
             let env = envfile::parse(&text).map_err(|e| bad(format!("{want}: {e}")))?;
             facts.image_id = env.get(image_env::KILN_IMAGE_ID).map(str::to_string);
-        } else if name.trim_start_matches("./") == crate::bake::INSTALL_MANIFEST {
+        } else if name.trim_start_matches("./") == crate::layer_contract::INSTALL_MANIFEST {
             let mut text = String::new();
             e.by_ref()
                 .take(MAX_MANIFEST)
                 .read_to_string(&mut text)
-                .map_err(|e| bad(format!("{}: {e}", crate::bake::INSTALL_MANIFEST)))?;
+                .map_err(|e| bad(format!("{}: {e}", crate::layer_contract::INSTALL_MANIFEST)))?;
             facts.manifest = Some(text);
         }
     }
@@ -100,7 +100,7 @@ pub fn already_there(root: &Path, facts: &LayerFacts) -> u64 {
     let Some(new) = facts.manifest.as_deref() else {
         return 0;
     };
-    let rel = crate::bake::INSTALL_MANIFEST;
+    let rel = crate::layer_contract::INSTALL_MANIFEST;
     let (dir, name) = rel.rsplit_once('/').expect("a path with a directory");
     let read = || -> Option<String> {
         let d = Root::open(root, None).ok()?.dir(dir).ok()??;

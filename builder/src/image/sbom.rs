@@ -62,8 +62,9 @@ fn file_name(p: &Path) -> String {
 }
 
 fn created() -> String {
-    let epoch = crate::bake::epoch_from_env().unwrap_or(crate::bake::layer::DEFAULT_EPOCH);
-    let (y, mo, d, h, mi, s) = crate::bake::layer::civil(epoch);
+    let epoch =
+        crate::layer_contract::epoch_from_env().unwrap_or(crate::layer_contract::DEFAULT_EPOCH);
+    let (y, mo, d, h, mi, s) = crate::layer_contract::civil(epoch);
     format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
 }
 

@@ -283,7 +283,7 @@ impl ImageDef {
             .validate(self.os == Os::Windows)
             .map_err(|(key, expected, found)| self.invalid(&key, &expected, found))?;
         for (i, u) in self.units.iter().enumerate() {
-            let builtin = crate::bake::units::BUILTIN_UNITS.contains(&u.name.as_str());
+            let builtin = crate::layer_contract::BUILTIN_UNITS.contains(&u.name.as_str());
             let typed = [
                 ".service", ".timer", ".path", ".socket", ".target", ".mount",
             ]

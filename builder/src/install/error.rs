@@ -4,7 +4,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::install::manifest;
+use crate::layer_contract::install_manifest as manifest;
 use crate::install::verify;
 
 /// Why an install stopped. The root is as it was unless the error says otherwise.

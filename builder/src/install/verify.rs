@@ -10,11 +10,8 @@ use sha2::{Digest, Sha256};
 
 use crate::supply::sign::{self, Trust, TrustedKey};
 
-/// The name `kiln bake` gives the checksum file beside its outputs.
-pub const SUMS_NAME: &str = "SHA256SUMS";
-
-/// The most a `SHA256SUMS` may hold: it lists a handful of images.
-const MAX_SUMS_BYTES: u64 = 1 << 20;
+pub use crate::layer_contract::sums::SUMS_NAME;
+use crate::layer_contract::sums::{self as sums_codec, MAX_SUMS_BYTES};
 
 /// How much a layer must prove before it is installed.
 #[derive(Debug, Clone)]
@@ -137,30 +134,14 @@ pub enum VerifyError {
     Signature(#[from] sign::SignError),
 }
 
-/// Parses `SHA256SUMS` text: `hex  name` (or `hex *name`) lines, blank lines ignored.
-/// Returns name -> lowercase hex; `path` names the file in errors.
+/// Parses `SHA256SUMS` text with the layer contract's codec
+/// ([`crate::layer_contract::sums::parse`]); `path` names the file in errors.
 pub fn parse_sums(text: &str, path: &Path) -> Result<BTreeMap<String, String>, VerifyError> {
-    let mut out = BTreeMap::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let bad = || VerifyError::BadSums {
-            sums: path.to_path_buf(),
-            line: i + 1,
-            found: line.chars().take(200).collect(),
-        };
-        let (hash, rest) = line.split_at_checked(64).ok_or_else(bad)?;
-        let name = rest
-            .strip_prefix("  ")
-            .or_else(|| rest.strip_prefix(" *"))
-            .ok_or_else(bad)?;
-        if !hash.bytes().all(|b| b.is_ascii_hexdigit()) || name.is_empty() {
-            return Err(bad());
-        }
-        out.insert(name.to_string(), hash.to_ascii_lowercase());
-    }
-    Ok(out)
+    sums_codec::parse(text).map_err(|b| VerifyError::BadSums {
+        sums: path.to_path_buf(),
+        line: b.line,
+        found: b.found,
+    })
 }
 
 /// Hashes the layer and checks it under `trust`. Reads `layer` once from `file`.

@@ -80,7 +80,8 @@ pub fn parse_manifest(text: &str, path: &Path) -> Result<BTreeMap<String, Owned>
     Ok(out)
 }
 
-/// Renders entries the way `kiln bake` writes them (the parser's inverse, for tests).
+/// The manifest's text for `entries`: what `kiln bake` writes into a rootfs layer, and the
+/// parser's inverse.
 pub fn render_manifest(entries: &BTreeMap<String, Owned>) -> String {
     let mut s = String::from("# kiln install manifest v1: sha256  mode  path\n");
     for (p, o) in entries {
