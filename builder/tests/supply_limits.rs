@@ -61,9 +61,11 @@ fn a_chunked_lock_larger_than_16_mib_is_refused_while_it_streams() {
     let text = out_text(&o);
     assert!(!o.status.success(), "{text}");
     assert!(
-        text.contains("larger than 16777216 bytes (16 MiB), not a lock"),
+        text.contains("larger than 16777216 bytes, the most kiln reads for it"),
         "{text}"
     );
+    // A source that could not deliver: exit 4, as `kiln fetch` exits for it (docs/cli.md).
+    assert_eq!(o.status.code(), Some(4), "{text}");
     // kiln hung up near the cap, not after reading all 256 MiB (socket buffers hold a few).
     let n = sent.load(Ordering::SeqCst);
     assert!(n < 64 << 20, "the server got {n} bytes out");
@@ -225,4 +227,30 @@ fn special_files_named_as_lock_signature_key_or_advisories_are_refused_at_once()
         30,
     );
     expect(&o, std::path::Path::new("/dev/zero"), "character device");
+}
+
+/// Issue 38: `mirror sync --from` an HTTP mirror nobody answers on exits 4 (a source that
+/// could not deliver, as `kiln fetch` exits), and the error says why: the connection was
+/// refused, not only "error sending request".
+#[test]
+fn an_unreachable_http_mirror_exits_4_naming_the_cause() {
+    // A port that was just free: nothing listens there.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let t = tempfile::tempdir().unwrap();
+    let o = run(kiln()
+        .args(["mirror", "sync", "--backoff-ms", "10", "--from"])
+        .arg(format!("http://127.0.0.1:{port}/mirror/"))
+        .arg("--to")
+        .arg(t.path().join("m")));
+    let text = out_text(&o);
+    assert_eq!(o.status.code(), Some(4), "{text}");
+    assert!(
+        text.contains(&format!("http://127.0.0.1:{port}/mirror/artifacts.lock"))
+            && text.to_lowercase().contains("connection refused"),
+        "{text}"
+    );
 }

@@ -111,14 +111,12 @@ pub fn run_mirror(cmd: MirrorCommand, global: &Global) -> anyhow::Result<ExitCod
 /// Transient failures (connect errors, resets, timeouts, 408, 429, 5xx) are retried with the
 /// same capped backoff as blob downloads.
 fn fetch_remote_lock(base: &str, dir: &Path, net: &NetArgs) -> anyhow::Result<PathBuf> {
+    use crate::bounded_read::{MAX_KEY, MAX_LOCK};
     let rt = runtime()?;
     let opts = net.options();
     let lock_path = dir.join(crate::supply::mirror::LOCK_NAME);
     rt.block_on(async {
-        let client = reqwest::Client::builder()
-            .connect_timeout(opts.connect_timeout)
-            .no_gzip()
-            .build()?;
+        let client = crate::supply::fetch::client(&opts)?;
         for (name, path, required) in [
             (
                 crate::supply::mirror::LOCK_NAME.to_string(),
@@ -132,25 +130,8 @@ fn fetch_remote_lock(base: &str, dir: &Path, net: &NetArgs) -> anyhow::Result<Pa
             ),
         ] {
             let url = format!("{base}/{name}");
-            let mut attempt = 0;
-            let bytes = loop {
-                attempt += 1;
-                match get_small(&client, &url, &opts).await {
-                    Ok(b) => break b,
-                    Err(SmallGet::Transient(e)) if attempt < opts.attempts_per_url => {
-                        let wait = opts
-                            .backoff_initial
-                            .saturating_mul(1 << (attempt - 1).min(16))
-                            .min(opts.backoff_max);
-                        tracing::debug!("{url}: {e}; retrying in {wait:?}");
-                        tokio::time::sleep(wait).await;
-                    }
-                    Err(SmallGet::Transient(e) | SmallGet::Fatal(e)) => {
-                        anyhow::bail!("fetching {url}: {e}")
-                    }
-                };
-            };
-            match bytes {
+            let cap = if required { MAX_LOCK } else { MAX_KEY };
+            match crate::supply::fetch::get_small(&client, &url, cap, &opts).await? {
                 Some(b) => std::fs::write(&path, &b)
                     .with_context(|| format!("writing {}", path.display()))?,
                 None if required => anyhow::bail!("fetching {url}: HTTP 404 Not Found"),
@@ -161,60 +142,6 @@ fn fetch_remote_lock(base: &str, dir: &Path, net: &NetArgs) -> anyhow::Result<Pa
     })?;
     Ok(lock_path)
 }
-
-/// How fetching a small file (a lock, a signature) failed.
-enum SmallGet {
-    Transient(String),
-    Fatal(String),
-}
-
-/// GETs a file of at most 16 MiB, with or without a Content-Length; `None` for 404.
-async fn get_small(
-    client: &reqwest::Client,
-    url: &str,
-    opts: &crate::supply::fetch::FetchOptions,
-) -> Result<Option<Vec<u8>>, SmallGet> {
-    let net_err = |e: reqwest::Error| SmallGet::Transient(e.to_string());
-    let resp = tokio::time::timeout(opts.idle_timeout, client.get(url).send())
-        .await
-        .map_err(|_| SmallGet::Transient(format!("no response within {:?}", opts.idle_timeout)))?
-        .map_err(net_err)?;
-    let status = resp.status();
-    if status == reqwest::StatusCode::NOT_FOUND {
-        return Ok(None);
-    }
-    if status.as_u16() == 408 || status.as_u16() == 429 || status.is_server_error() {
-        return Err(SmallGet::Transient(format!("HTTP {status}")));
-    }
-    if !status.is_success() {
-        return Err(SmallGet::Fatal(format!("HTTP {status} (expected 200)")));
-    }
-    let too_big = || {
-        SmallGet::Fatal(format!(
-            "larger than {MAX_SMALL_GET} bytes (16 MiB), not a lock"
-        ))
-    };
-    if resp.content_length().unwrap_or(0) > MAX_SMALL_GET {
-        return Err(too_big());
-    }
-    // A chunked response has no Content-Length: the cap holds on the bytes as they come.
-    let mut resp = resp;
-    let mut body = Vec::new();
-    while let Some(chunk) = tokio::time::timeout(opts.idle_timeout, resp.chunk())
-        .await
-        .map_err(|_| SmallGet::Transient(format!("no data for {:?}", opts.idle_timeout)))?
-        .map_err(net_err)?
-    {
-        if (body.len() + chunk.len()) as u64 > MAX_SMALL_GET {
-            return Err(too_big());
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(Some(body))
-}
-
-/// The most a fetched lock or signature may hold.
-const MAX_SMALL_GET: u64 = 16 << 20;
 
 fn mirror_sync(a: MirrorSyncArgs, global: &Global) -> anyhow::Result<ExitCode> {
     if let Some(oci) = a.from.iter().find(|f| OciTarget::is_oci(f)) {

@@ -4,8 +4,8 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::layer_contract::install_manifest as manifest;
 use crate::install::verify;
+use crate::layer_contract::install_manifest as manifest;
 
 /// Why an install stopped. The root is as it was unless the error says otherwise.
 #[derive(Debug, thiserror::Error)]

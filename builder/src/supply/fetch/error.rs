@@ -21,6 +21,16 @@ pub enum FetchError {
     /// The overall deadline passed.
     #[error("the fetch did not finish within its deadline of {0:?}; partial downloads are kept and resume next time")]
     Deadline(Duration),
+    /// A small file (a lock, a signature) could not be fetched from a mirror URL.
+    #[error("fetching {url}: {reason} (after {attempts} attempts)")]
+    Get {
+        /// The URL.
+        url: String,
+        /// The last attempt's error.
+        reason: String,
+        /// How many attempts were made.
+        attempts: u32,
+    },
     /// The HTTP client could not be built.
     #[error("building the HTTP client: {0}")]
     Client(String),
@@ -37,7 +47,9 @@ impl FetchError {
             FetchError::Failed {
                 wrong_bytes: true, ..
             } => ExitClass::Verify,
-            FetchError::Failed { .. } | FetchError::Deadline(_) => ExitClass::Fetch,
+            FetchError::Failed { .. } | FetchError::Deadline(_) | FetchError::Get { .. } => {
+                ExitClass::Fetch
+            }
             FetchError::Client(_) | FetchError::Store(_) => ExitClass::Failure,
         }
     }

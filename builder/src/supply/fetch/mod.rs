@@ -10,6 +10,7 @@ mod error;
 mod http;
 mod partial;
 mod report;
+mod small;
 mod source;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +23,7 @@ pub(crate) use error::{msg, AttemptError};
 pub(crate) use http::fetch_url;
 pub use http::{content_range_start, hash_url};
 pub use report::{Event, Reporter, Silent, Summary};
+pub use small::{client, get_small};
 pub(crate) use source::backoff;
 pub use source::{FetchOptions, Source};
 
@@ -38,13 +40,7 @@ pub async fn fetch_all(
     opts: &FetchOptions,
     reporter: Arc<dyn Reporter>,
 ) -> Result<Summary, FetchError> {
-    let client = reqwest::Client::builder()
-        .connect_timeout(opts.connect_timeout)
-        .user_agent(concat!("kiln/", env!("CARGO_PKG_VERSION")))
-        // Transparent decompression would change the bytes being hashed.
-        .no_gzip()
-        .build()
-        .map_err(|e| FetchError::Client(e.to_string()))?;
+    let client = client(opts)?;
     let transferred = Arc::new(AtomicU64::new(0));
     let work = futures_util::stream::iter(artifacts.iter().map(|a| {
         let client = client.clone();
