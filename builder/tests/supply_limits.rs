@@ -202,6 +202,24 @@ fn special_files_named_as_lock_signature_key_or_advisories_are_refused_at_once()
         }
         expect(&o.wait_with_output().unwrap(), &fifo, "FIFO");
     }
+    // kiln lock sign of a FIFO, and of /dev/zero (it read /dev/zero until memory ran out).
+    let (_, sk) = test_keypair(d.path(), "k");
+    for (file, kind) in [
+        (fifo.as_path(), "FIFO"),
+        (std::path::Path::new("/dev/zero"), "character device"),
+    ] {
+        let o = kiln_within(
+            &[
+                OsStr::new("lock"),
+                OsStr::new("sign"),
+                file.as_os_str(),
+                OsStr::new("--secret-key"),
+                sk.as_os_str(),
+            ],
+            30,
+        );
+        expect(&o, file, kind);
+    }
     // A signature that is a FIFO, and a trusted key that is /dev/zero.
     let copy = d.path().join("artifacts.lock");
     std::fs::copy(&lock, &copy).unwrap();

@@ -269,6 +269,18 @@ pub(crate) fn failed_at(source: &str, error: &str) -> String {
     format!("{source} failed: {why}")
 }
 
+/// Says that editing `lock` removed its now-stale signature `sig` (from
+/// [`crate::supply::lock_edit::write_lock`]).
+pub(crate) fn say_signature_removed(lock: &Path, sig: Option<PathBuf>) {
+    if let Some(sig) = sig {
+        eprintln!(
+            "kiln: {} changed; its old signature {} was removed: sign it again with `kiln lock sign`",
+            lock.display(),
+            sig.display()
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::cache_home;

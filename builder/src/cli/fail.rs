@@ -11,6 +11,7 @@ use crate::supply::advisory::AdvisoryError;
 use crate::supply::fetch::FetchError;
 use crate::supply::inspect::InspectError;
 use crate::supply::lock::LockError;
+use crate::supply::lock_edit::LockEditError;
 use crate::supply::mirror::MirrorError;
 use crate::supply::outdated::index::IndexError;
 use crate::supply::registry::RegistryError;
@@ -68,6 +69,7 @@ fn class_of(cause: &(dyn StdError + 'static)) -> Option<ExitClass> {
         BakeError,
         SignError,
         LockError,
+        LockEditError,
         StoreError,
         FetchError,
         RegistryError,

@@ -9,9 +9,9 @@ use clap::{Args, Subcommand};
 use crate::cli::common::{
     describe, done, load_lock, runtime, Global, NetArgs, TrustArgs, DEFAULT_LOCK,
 };
-use crate::cli::lock_file::{header_of, sign_lock, write_lock};
 use crate::cli::lock_move::{lock_update, LockUpdateArgs};
 use crate::supply::lock::{self, Arch, Lock, Os};
+use crate::supply::lock_edit::{sign_lock, write_lock};
 use crate::supply::sign::Verified;
 
 /// `kiln lock …`
@@ -176,9 +176,7 @@ fn first_sha256(text: &str) -> Option<String> {
 
 fn lock_add(a: LockAddArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let (mut l, header) = if a.lock.exists() {
-        let text = std::fs::read_to_string(&a.lock)
-            .with_context(|| format!("reading lock {}", a.lock.display()))?;
-        (Lock::parse(&text, &a.lock)?, header_of(&text))
+        crate::supply::lock_edit::read_for_edit(&a.lock)?
     } else {
         (
             Lock {
@@ -287,7 +285,7 @@ fn lock_add(a: LockAddArgs, global: &Global) -> anyhow::Result<ExitCode> {
         Some(slot) => *slot = entry.clone(),
         None => l.artifacts.push(entry.clone()),
     }
-    write_lock(&a.lock, &header, &l)?;
+    crate::cli::common::say_signature_removed(&a.lock, write_lock(&a.lock, &header, &l)?);
     if global.json {
         println!(
             "{}",

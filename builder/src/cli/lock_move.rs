@@ -12,18 +12,15 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::cli::common::{runtime, FilterArgs, Global, NetArgs, DEFAULT_LOCK};
-use crate::cli::lock_file::{header_of, sign_lock, write_lock};
-use crate::supply::lock::{self, Lock};
+use crate::supply::lock;
+use crate::supply::lock_edit::{sign_lock, write_lock};
 use crate::supply::outdated::index::Fetcher;
 use crate::supply::outdated::policy::{self, Step};
 use crate::supply::outdated::{self, Upstream};
 
 /// Runs `kiln lock update` with `--to` or `--patch`.
 pub fn run(a: &LockUpdateArgs, global: &Global) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(&a.lock)
-        .with_context(|| format!("reading lock {}", a.lock.display()))?;
-    let mut l = Lock::parse(&text, &a.lock)?;
-    let header = header_of(&text);
+    let (mut l, header) = crate::supply::lock_edit::read_for_edit(&a.lock)?;
     let selected = a.filter.apply(&l);
     anyhow::ensure!(
         !selected.is_empty(),
@@ -131,7 +128,7 @@ pub fn run(a: &LockUpdateArgs, global: &Global) -> anyhow::Result<ExitCode> {
             *slot = new;
         }
     }
-    write_lock(&a.lock, &header, &l)?;
+    crate::cli::common::say_signature_removed(&a.lock, write_lock(&a.lock, &header, &l)?);
     if let Some(sk) = &a.secret_key {
         let (sig, _) = sign_lock(&a.lock, sk, a.password_env.as_deref())?;
         if !global.quiet && !global.json {
@@ -180,10 +177,7 @@ pub(crate) fn lock_update(a: LockUpdateArgs, global: &Global) -> anyhow::Result<
     if a.to.is_some() || a.patch {
         return run(&a, global);
     }
-    let text = std::fs::read_to_string(&a.lock)
-        .with_context(|| format!("reading lock {}", a.lock.display()))?;
-    let mut l = Lock::parse(&text, &a.lock)?;
-    let header = header_of(&text);
+    let (mut l, header) = crate::supply::lock_edit::read_for_edit(&a.lock)?;
     let selected: std::collections::BTreeSet<String> =
         a.filter.apply(&l).iter().map(|x| x.id()).collect();
     let opts = a.net.options();
@@ -231,7 +225,7 @@ pub(crate) fn lock_update(a: LockUpdateArgs, global: &Global) -> anyhow::Result<
         }
     }
     if changed {
-        write_lock(&a.lock, &header, &l)?;
+        crate::cli::common::say_signature_removed(&a.lock, write_lock(&a.lock, &header, &l)?);
         if let Some(sk) = &a.secret_key {
             let (sig, _) = sign_lock(&a.lock, sk, a.password_env.as_deref())?;
             eprintln!("kiln: signed {} -> {}", a.lock.display(), sig.display());

@@ -15,7 +15,6 @@ pub mod image;
 pub mod inspect;
 pub mod install;
 pub mod lock;
-pub mod lock_file;
 pub mod lock_move;
 pub mod mirror;
 pub mod mirror_oci;

@@ -12,6 +12,7 @@ pub mod advisory;
 pub mod fetch;
 pub mod inspect;
 pub mod lock;
+pub mod lock_edit;
 pub mod lock_image;
 pub mod mirror;
 pub mod mirror_images;

@@ -2,8 +2,8 @@
 //! and capped backoff ([`super::backoff`]), transient failures only (connect errors, resets,
 //! timeouts, 408, 429, 5xx), and a size cap that holds with or without a Content-Length.
 
-use super::source::{backoff, FetchOptions};
 use super::error::FetchError;
+use super::source::{backoff, FetchOptions};
 
 /// The HTTP client kiln fetches with: the connect timeout of `opts`, kiln's user agent, no
 /// transparent decompression (it would change the bytes that are hashed).
