@@ -1,17 +1,100 @@
-//! `kiln plan`: what a bake of an image definition needs and would write, for each format and
-//! architecture, before any blob is read: every artifact the definition places, whether the
-//! lock pins it for that OS and architecture, whether the store holds its bytes, the
-//! kiln-firstboot binary, and the output files.
+//! The bake plan: what a bake of an image definition needs and would write, for one format
+//! and architecture, decided once from the definition, the lock and the store, before any
+//! blob is read — and where kiln's directories are when no flag names them ([`Dirs`]).
+//!
+//! `kiln plan` prints plans; `kiln bake` (and `bake --fetch`) acts on one: the format and
+//! architecture checks, the artifacts the lock pins or leaves out, what the store lacks, the
+//! version skew and the kiln-firstboot binary are answered here and nowhere else. The bake
+//! itself ([`crate::bake::inputs_from_lock`], `Layer::assemble`) asserts what the plan
+//! decided rather than deciding again.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::bake::target::all_outputs;
 use crate::bake::target_of;
-use crate::image_def::{Arch, Format, ImageDef};
-use crate::supply::lock::Lock;
+use crate::image_def::{Arch, Format, ImageDef, Os};
+use crate::supply::lock::{Artifact, Image, Lock};
+use crate::supply::skew::{SkewError, SkewWarning};
 use crate::supply::store::Store;
+
+/// Where kiln keeps its files when no flag or variable names them: the one owner of these
+/// defaults (the store of `fetch`, `plan` and `bake`, the bake cache, kiln-firstboot).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dirs {
+    /// `$XDG_CACHE_HOME/kiln`, else `$HOME/.cache/kiln`.
+    pub cache: PathBuf,
+    /// `$KILN_CACHE` when set and not empty.
+    pub kiln_cache: Option<PathBuf>,
+}
+
+impl Dirs {
+    /// The directories this process's environment gives.
+    pub fn from_env() -> Dirs {
+        Dirs {
+            cache: cache_home(std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME")),
+            kiln_cache: std::env::var_os("KILN_CACHE")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+        }
+    }
+
+    /// The store `plan` and `bake` read when neither `--store` nor `$KILN_STORE` names one:
+    /// `$KILN_CACHE`, else [`Dirs::cache`] (what `kiln fetch` fills by default).
+    pub fn store(&self) -> PathBuf {
+        self.kiln_cache
+            .clone()
+            .unwrap_or_else(|| self.cache.clone())
+    }
+
+    /// The bake cache's default: `bake/` in [`Dirs::cache`].
+    pub fn bake_cache(&self) -> PathBuf {
+        self.cache.join("bake")
+    }
+
+    /// Where `make firstboot` / `make windows` put the kiln-firstboot for an OS and
+    /// architecture, relative to the repository.
+    pub fn firstboot(os: Os, arch: Arch) -> PathBuf {
+        PathBuf::from(match (os, arch) {
+            (Os::Windows, _) => "target/firstboot/kiln-firstboot.exe",
+            (Os::Linux, Arch::Arm64) => "target/firstboot/arm64/kiln-firstboot",
+            (Os::Linux, _) => "target/firstboot/kiln-firstboot",
+        })
+    }
+}
+
+/// kiln's cache directory: `$XDG_CACHE_HOME/kiln`, else `$HOME/.cache/kiln`. An empty or
+/// relative `XDG_CACHE_HOME` is ignored, as the XDG Base Directory specification says ("If
+/// $XDG_CACHE_HOME is either not set or empty, a default equal to $HOME/.cache should be
+/// used"; "If an implementation encounters a relative path in any of these variables it
+/// should consider the path invalid and ignore it").
+fn cache_home(xdg: Option<OsString>, home: Option<OsString>) -> PathBuf {
+    if let Some(x) = xdg.map(PathBuf::from).filter(|p| p.is_absolute()) {
+        return x.join("kiln");
+    }
+    let home = home.map_or_else(|| PathBuf::from("."), PathBuf::from);
+    home.join(".cache").join("kiln")
+}
+
+/// A format or architecture the definition does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "image definition {image}: {what} {asked} is not one of the definition's {whats} ({allowed})"
+)]
+pub struct PlanError {
+    /// The definition file.
+    pub image: String,
+    /// `format` or `arch`.
+    pub what: &'static str,
+    /// `formats` or `architectures`.
+    pub whats: &'static str,
+    /// What was asked for.
+    pub asked: String,
+    /// What the definition has.
+    pub allowed: String,
+}
 
 /// One artifact a bake needs.
 #[derive(Debug, Clone, Serialize)]
@@ -43,17 +126,24 @@ pub struct Pin {
     pub sha256: String,
     /// Size in bytes: the lock's recorded size, else the stored blob's, else `None`.
     pub bytes: Option<u64>,
+    /// The lock entry itself (what `bake --fetch` fetches).
+    #[serde(skip)]
+    pub entry: Artifact,
 }
 
-/// One format and architecture of the definition.
+/// The plan for one format and architecture of a definition.
 #[derive(Debug, Clone, Serialize)]
-pub struct Target {
+pub struct BakePlan {
     /// `sysext`, `rootfs` or `windows`.
-    pub format: String,
+    pub format: Format,
     /// `amd64` or `arm64`.
-    pub arch: String,
+    pub arch: Arch,
     /// What the definition places, in its order.
     pub artifacts: Vec<Need>,
+    /// The container images the layer carries (Linux only), each with this platform's pin
+    /// only.
+    #[serde(skip)]
+    pub images: Vec<Image>,
     /// The kiln-firstboot binary the bake would ship, and whether it exists.
     pub firstboot: PathBuf,
     /// Whether `firstboot` is a file.
@@ -67,9 +157,100 @@ pub struct Target {
     pub refused: Option<String>,
     /// A version pairing that bakes today and that kubelet's next minor refuses.
     pub warning: Option<String>,
+    #[serde(skip)]
+    skew: Option<SkewError>,
 }
 
-impl Target {
+impl BakePlan {
+    /// Plans a bake of `def` as `format` for `arch` from `lock`, looking into `store` (if
+    /// any) for the pinned bytes; `firstboot` is the binary the bake would ship. `image`
+    /// names the definition file in errors.
+    pub fn new(
+        image: &Path,
+        def: &ImageDef,
+        lock: &Lock,
+        store: Option<&Store>,
+        format: Format,
+        arch: Arch,
+        firstboot: PathBuf,
+    ) -> Result<BakePlan, PlanError> {
+        let refuse = |what, asked: String, allowed: Vec<String>| PlanError {
+            image: image.display().to_string(),
+            what,
+            whats: if what == "format" {
+                "formats"
+            } else {
+                "architectures"
+            },
+            asked,
+            allowed: allowed.join(", "),
+        };
+        if !def.formats.contains(&format) {
+            let allowed = def.formats.iter().map(ToString::to_string).collect();
+            return Err(refuse("format", format.to_string(), allowed));
+        }
+        if !def.arch.contains(&arch) {
+            let allowed = def.arch.iter().map(ToString::to_string).collect();
+            return Err(refuse("arch", arch.to_string(), allowed));
+        }
+        let artifacts: Vec<Need> = def
+            .artifacts
+            .iter()
+            .map(|p| {
+                let art = lock.find(&p.name, def.os, arch);
+                let blob = art.and_then(|a| store.and_then(|s| s.lookup(a)));
+                Need {
+                    name: p.name.clone(),
+                    pin: art.map(|a| Pin {
+                        version: a.version.clone(),
+                        sha256: a.sha256.clone(),
+                        bytes: (a.size > 0)
+                            .then_some(a.size)
+                            .or_else(|| blob_size(blob.as_deref())),
+                        entry: a.clone(),
+                    }),
+                    in_store: blob.is_some(),
+                    optional: p.optional.then(|| p.reason.clone().unwrap_or_default()),
+                }
+            })
+            .collect();
+        let images = lock
+            .images
+            .iter()
+            .filter(|_| def.os == Os::Linux)
+            .filter_map(|img| {
+                let pin = img.platform(def.os, arch)?.clone();
+                Some(Image {
+                    platforms: vec![pin],
+                    ..img.clone()
+                })
+            })
+            .collect();
+        let (skew, warning) = match crate::bake::check_skew(lock, def, arch) {
+            Ok(w) => (None, w.as_ref().map(SkewWarning::to_string)),
+            Err(crate::bake::BakeError::Skew { source, .. }) => (Some(source), None),
+            Err(_) => (None, None),
+        };
+        let input_bytes = artifacts
+            .iter()
+            .filter_map(|n| n.pin.as_ref().and_then(|p| p.bytes))
+            .sum::<u64>()
+            + blob_size(Some(&firstboot)).unwrap_or(0);
+        Ok(BakePlan {
+            format,
+            arch,
+            artifacts,
+            images,
+            firstboot_exists: firstboot.is_file(),
+            firstboot,
+            outputs: all_outputs(target_of(format), def, arch),
+            input_bytes,
+            refused: skew.as_ref().map(ToString::to_string),
+            warning,
+            skew,
+        })
+    }
+
     /// Whether the lock pins every artifact this target needs (an optional one it does
     /// not pin is left out, not needed) in versions that can run together.
     pub fn covered(&self) -> bool {
@@ -86,24 +267,55 @@ impl Target {
             && self.artifacts.iter().all(|n| n.in_store || n.left_out())
             && self.firstboot_exists
     }
-}
 
-/// The files a bake of `def` as `format` for `arch` writes (each target's own names).
-pub fn output_names(def: &ImageDef, format: Format, arch: Arch) -> Vec<String> {
-    all_outputs(target_of(format), def, arch)
+    /// The version-skew refusal, if the lock's versions cannot run together.
+    pub fn skew(&self) -> Option<&SkewError> {
+        self.skew.as_ref()
+    }
+
+    /// The optional artifacts the lock does not pin here: the bake leaves them out.
+    pub fn left_out(&self) -> impl Iterator<Item = &Need> {
+        self.artifacts.iter().filter(|n| n.left_out())
+    }
+
+    /// The required artifacts the lock does not pin here.
+    pub fn unpinned(&self) -> impl Iterator<Item = &Need> {
+        self.artifacts
+            .iter()
+            .filter(|n| n.pin.is_none() && !n.left_out())
+    }
+
+    /// The pinned artifacts whose bytes the store lacks (what `bake --fetch` fetches).
+    pub fn missing_artifacts(&self) -> Vec<Artifact> {
+        self.artifacts
+            .iter()
+            .filter(|n| !n.in_store)
+            .filter_map(|n| n.pin.as_ref().map(|p| p.entry.clone()))
+            .collect()
+    }
+
+    /// The layer's images whose blobs `store` lacks.
+    pub fn missing_images(&self, store: &Store) -> Vec<Image> {
+        self.images
+            .iter()
+            .filter(|img| !crate::supply::registry::layout::missing(store, img).is_empty())
+            .cloned()
+            .collect()
+    }
 }
 
 /// Plans every (format, arch) pair asked for: `formats`/`arches` empty means all of the
 /// definition's. `firstboot` gives the binary for a target (the bake's default or the
 /// user's).
 pub fn plan(
+    image: &Path,
     def: &ImageDef,
     lock: &Lock,
     store: Option<&Store>,
     formats: &[Format],
     arches: &[Arch],
     firstboot: &dyn Fn(Arch) -> PathBuf,
-) -> Vec<Target> {
+) -> Result<Vec<BakePlan>, PlanError> {
     let formats = if formats.is_empty() {
         &def.formats[..]
     } else {
@@ -117,52 +329,58 @@ pub fn plan(
     let mut out = Vec::new();
     for &format in formats {
         for &arch in arches {
-            let artifacts: Vec<Need> = def
-                .artifacts
-                .iter()
-                .map(|p| {
-                    let art = lock.find(&p.name, def.os, arch);
-                    let blob = art.and_then(|a| store.and_then(|s| s.lookup(a)));
-                    Need {
-                        name: p.name.clone(),
-                        pin: art.map(|a| Pin {
-                            version: a.version.clone(),
-                            sha256: a.sha256.clone(),
-                            bytes: (a.size > 0)
-                                .then_some(a.size)
-                                .or_else(|| blob_size(blob.as_deref())),
-                        }),
-                        in_store: blob.is_some(),
-                        optional: p.optional.then(|| p.reason.clone().unwrap_or_default()),
-                    }
-                })
-                .collect();
-            let (refused, warning) = match crate::bake::check_skew(lock, def, arch) {
-                Ok(w) => (None, w.map(|w| w.to_string())),
-                Err(e) => (Some(e.to_string()), None),
-            };
-            let fb = firstboot(arch);
-            let input_bytes = artifacts
-                .iter()
-                .filter_map(|n| n.pin.as_ref().and_then(|p| p.bytes))
-                .sum::<u64>()
-                + blob_size(Some(&fb)).unwrap_or(0);
-            out.push(Target {
-                format: format.to_string(),
-                arch: arch.to_string(),
-                artifacts,
-                firstboot_exists: fb.is_file(),
-                firstboot: fb,
-                outputs: output_names(def, format, arch),
-                input_bytes,
-                refused,
-                warning,
-            });
+            out.push(BakePlan::new(
+                image,
+                def,
+                lock,
+                store,
+                format,
+                arch,
+                firstboot(arch),
+            )?);
         }
     }
-    out
+    Ok(out)
 }
 
 fn blob_size(p: Option<&Path>) -> Option<u64> {
     p.and_then(|p| std::fs::metadata(p).ok()).map(|m| m.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_or_relative_xdg_cache_home_is_ignored() {
+        let home = Some("/home/u".into());
+        for (xdg, want) in [
+            (Some("/var/cache"), "/var/cache/kiln"),
+            (Some(""), "/home/u/.cache/kiln"),
+            (Some("rel/cache"), "/home/u/.cache/kiln"),
+            (None, "/home/u/.cache/kiln"),
+        ] {
+            assert_eq!(
+                cache_home(xdg.map(Into::into), home.clone()),
+                Path::new(want),
+                "{xdg:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_store_is_kiln_cache_else_the_cache_and_the_bake_cache_sits_in_the_cache() {
+        let d = Dirs {
+            cache: "/c/kiln".into(),
+            kiln_cache: None,
+        };
+        assert_eq!(d.store(), Path::new("/c/kiln"));
+        assert_eq!(d.bake_cache(), Path::new("/c/kiln/bake"));
+        let d = Dirs {
+            kiln_cache: Some("/srv/store".into()),
+            ..d
+        };
+        assert_eq!(d.store(), Path::new("/srv/store"));
+        assert_eq!(d.bake_cache(), Path::new("/c/kiln/bake"));
+    }
 }

@@ -7,14 +7,12 @@ use anyhow::Context as _;
 use clap::Args;
 
 use crate::bake::{self, manifest, BakeRequest, WriteOptions};
-use crate::cli::common::{
-    default_bake_cache, default_cache, load_lock, Global, NetArgs, RegistryArgs, TrustArgs,
-    DEFAULT_LOCK,
-};
+use crate::cli::common::{load_lock, Global, NetArgs, RegistryArgs, TrustArgs, DEFAULT_LOCK};
 use crate::cli::fail::classify;
 use crate::cli::fetch::{fetch_into, FetchFrom};
 use crate::cli::phases::PhaseDisplay;
-use crate::image_def::{Arch, Format, ImageDef, Os};
+use crate::image_def::{Arch, Format, ImageDef};
+use crate::plan::{BakePlan, Dirs};
 use crate::supply::store::Store;
 
 /// `kiln bake IMAGE --format F --out DIR`
@@ -116,31 +114,14 @@ pub fn run_bake(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
 fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let def = ImageDef::load(&a.image)?;
     let format = a.format.unwrap_or(def.formats[0]);
-    // A format the definition lacks is its own error, before the lock and store are read.
-    if !def.formats.contains(&format) {
-        return Err(bake::BakeError::Format {
-            image: def.name.clone(),
-            format,
-            allowed: def.formats.clone(),
-        }
-        .into());
-    }
     let arch = a.arch.unwrap_or(def.arch[0]);
-    if !def.arch.contains(&arch) {
-        anyhow::bail!(
-            "image definition {}: arch {arch} is not one of {:?}",
-            a.image.display(),
-            def.arch.iter().map(|a| a.to_string()).collect::<Vec<_>>()
-        );
-    }
     let (lock, _verified) = load_lock(&a.lock, &a.trust)?;
+    let dirs = Dirs::from_env();
     // The same default as `kiln fetch`, so `kiln fetch && kiln bake` chain without flags.
     let store_dir = match &a.store {
         Some(dir) => dir.clone(),
         None => {
-            let dir = std::env::var_os("KILN_CACHE")
-                .filter(|v| !v.is_empty())
-                .map_or_else(default_cache, PathBuf::from);
+            let dir = dirs.store();
             if !global.quiet && !global.json {
                 eprintln!(
                     "kiln: using the store {} (kiln fetch's cache; --store or KILN_STORE picks another)",
@@ -152,33 +133,59 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
     };
     let store = Store::open(&store_dir)
         .with_context(|| format!("opening store {}", store_dir.display()))?;
+    let firstboot = a
+        .firstboot
+        .clone()
+        .unwrap_or_else(|| Dirs::firstboot(def.os, arch));
+    // Every decision about this bake's inputs, made once; the bake below asserts them.
+    let mut plan = BakePlan::new(
+        &a.image,
+        &def,
+        &lock,
+        Some(&store),
+        format,
+        arch,
+        firstboot.clone(),
+    )?;
     // Versions that cannot run together are refused before a byte is fetched or read.
-    if let Some(w) = bake::check_skew(&lock, &def, arch)? {
-        if !global.quiet {
-            eprintln!("kiln: warning: {}: {w}", a.lock.display());
+    if let Some(skew) = plan.skew() {
+        return Err(bake::BakeError::Skew {
+            image: def.name.clone(),
+            source: skew.clone(),
         }
+        .into());
+    }
+    if let (Some(w), false) = (&plan.warning, global.quiet) {
+        eprintln!("kiln: warning: {}: {w}", a.lock.display());
     }
     if a.fetch {
-        fetch_missing(&a, &lock, &store, &store_dir, &def, arch, global)?;
+        fetch_missing(&a, &plan, &store, &store_dir, global)?;
+        plan = BakePlan::new(
+            &a.image,
+            &def,
+            &lock,
+            Some(&store),
+            format,
+            arch,
+            firstboot.clone(),
+        )?;
     }
-    let inputs = bake::inputs_from_lock(&lock, &store, &def, arch)?;
     if !global.quiet {
-        for p in def.artifacts.iter().filter(|p| p.optional) {
-            if !inputs.iter().any(|i| i.name == p.name) {
-                eprintln!(
-                    "kiln: warning: {} left out of the {} {} layer: {} does not pin it for {}/{} \
-                     (optional: {})",
-                    p.name,
-                    def.name,
-                    arch,
-                    a.lock.display(),
-                    def.os,
-                    arch,
-                    p.reason.as_deref().unwrap_or("")
-                );
-            }
+        for n in plan.left_out() {
+            eprintln!(
+                "kiln: warning: {} left out of the {} {} layer: {} does not pin it for {}/{} \
+                 (optional: {})",
+                n.name,
+                def.name,
+                arch,
+                a.lock.display(),
+                def.os,
+                arch,
+                n.optional.as_deref().unwrap_or("")
+            );
         }
     }
+    let inputs = bake::inputs_from_lock(&lock, &store, &def, arch)?;
     let images = bake::images::images_from_lock(&lock, &store, &def, arch)?;
     let epoch = bake::epoch_from_env().map_err(anyhow::Error::msg)?;
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
@@ -187,14 +194,10 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
         .tempdir_in(&a.out)
         .with_context(|| format!("creating a scratch directory in {}", a.out.display()))?;
     let gate = bake::inspect_gate(def.os, arch);
-    let firstboot = a
-        .firstboot
-        .clone()
-        .unwrap_or_else(|| default_firstboot(def.os, arch));
     let cache = if a.no_cache {
         None
     } else {
-        Some(a.cache.clone().unwrap_or_else(default_bake_cache))
+        Some(a.cache.clone().unwrap_or_else(|| dirs.bake_cache()))
     };
     let req = BakeRequest {
         cache: cache.as_deref(),
@@ -260,63 +263,30 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `bake --fetch`: fetches the definition's artifacts and the layer's images that the store
-/// lacks, from the `--mirror` sources (and upstream only with `--upstream`).
+/// `bake --fetch`: fetches what the plan found missing from the store — the definition's
+/// artifacts for this platform and the layer's images — from the `--mirror` sources (and
+/// upstream only with `--upstream`).
 fn fetch_missing(
     a: &BakeArgs,
-    lock: &crate::supply::lock::Lock,
+    plan: &BakePlan,
     store: &Store,
     store_dir: &std::path::Path,
-    def: &ImageDef,
-    arch: Arch,
     global: &Global,
 ) -> anyhow::Result<()> {
     anyhow::ensure!(
         !a.mirrors.is_empty() || a.upstream,
         "--fetch needs a source: --mirror URL|DIR (or --upstream to allow the lock's upstream URLs)"
     );
-    // Only what this definition needs for this architecture, and only what is missing; an
-    // artifact the lock lacks is left for the bake to name.
-    let missing: Vec<_> = def
-        .artifacts
-        .iter()
-        .filter_map(|p| lock.find(&p.name, def.os, arch))
-        .filter(|art| store.lookup(art).is_none())
-        .cloned()
-        .collect();
-    // The images the layer carries (Linux only), for this platform only, when incomplete.
-    let images: Vec<_> = lock
-        .images
-        .iter()
-        .filter(|_| def.os == Os::Linux)
-        .filter_map(|img| {
-            let pin = img.platform(def.os, arch)?.clone();
-            Some(crate::supply::lock::Image {
-                platforms: vec![pin],
-                ..img.clone()
-            })
-        })
-        .filter(|img| !crate::supply::registry::layout::missing(store, img).is_empty())
-        .collect();
     let from = FetchFrom::new(&a.mirrors, a.upstream, &a.registry, &a.net);
     fetch_into(
         "bake --fetch",
         store,
         store_dir,
-        &missing,
-        &images,
+        &plan.missing_artifacts(),
+        &plan.missing_images(store),
         &from,
         global,
     )
-}
-
-/// Where `make firstboot` / `make windows` put the kiln-firstboot for an OS and architecture.
-pub(crate) fn default_firstboot(os: Os, arch: Arch) -> PathBuf {
-    PathBuf::from(match (os, arch) {
-        (Os::Windows, _) => "target/firstboot/kiln-firstboot.exe",
-        (Os::Linux, Arch::Arm64) => "target/firstboot/arm64/kiln-firstboot",
-        (Os::Linux, _) => "target/firstboot/kiln-firstboot",
-    })
 }
 
 fn print_diff(old: &manifest::Manifest, new: &manifest::Manifest, global: &Global) {

@@ -226,27 +226,9 @@ impl FilterArgs {
     }
 }
 
-/// kiln's cache directory: `$XDG_CACHE_HOME/kiln`, else `$HOME/.cache/kiln`. An empty or
-/// relative `XDG_CACHE_HOME` is ignored, as the XDG Base Directory specification says ("If
-/// $XDG_CACHE_HOME is either not set or empty, a default equal to $HOME/.cache should be
-/// used"; "If an implementation encounters a relative path in any of these variables it
-/// should consider the path invalid and ignore it"). The one owner of this default: the
-/// store (`fetch`, `plan`, `bake`) and the bake cache (`bake`) both start here.
+/// kiln's cache directory ([`crate::plan::Dirs`], the one owner of the defaults).
 pub(crate) fn default_cache() -> PathBuf {
-    cache_home(std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME"))
-}
-
-fn cache_home(xdg: Option<std::ffi::OsString>, home: Option<std::ffi::OsString>) -> PathBuf {
-    if let Some(x) = xdg.map(PathBuf::from).filter(|p| p.is_absolute()) {
-        return x.join("kiln");
-    }
-    let home = home.map_or_else(|| PathBuf::from("."), PathBuf::from);
-    home.join(".cache").join("kiln")
-}
-
-/// The bake cache's default: `bake/` in [`default_cache`].
-pub(crate) fn default_bake_cache() -> PathBuf {
-    default_cache().join("bake")
+    crate::plan::Dirs::from_env().cache
 }
 
 pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -278,28 +260,5 @@ pub(crate) fn say_signature_removed(lock: &Path, sig: Option<PathBuf>) {
             lock.display(),
             sig.display()
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::cache_home;
-    use std::path::Path;
-
-    #[test]
-    fn an_empty_or_relative_xdg_cache_home_is_ignored() {
-        let home = Some("/home/u".into());
-        for (xdg, want) in [
-            (Some("/var/cache"), "/var/cache/kiln"),
-            (Some(""), "/home/u/.cache/kiln"),
-            (Some("rel/cache"), "/home/u/.cache/kiln"),
-            (None, "/home/u/.cache/kiln"),
-        ] {
-            assert_eq!(
-                cache_home(xdg.map(Into::into), home.clone()),
-                Path::new(want),
-                "{xdg:?}"
-            );
-        }
     }
 }

@@ -5,10 +5,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use crate::cli::bake::default_firstboot;
-use crate::cli::common::{default_cache, done, exit, load_lock, Global, TrustArgs, DEFAULT_LOCK};
+use crate::cli::common::{done, exit, load_lock, Global, TrustArgs, DEFAULT_LOCK};
 use crate::image_def::{Arch, Format, ImageDef};
-use crate::plan::{plan, Target};
+use crate::plan::{plan, BakePlan, Dirs};
 use crate::supply::store::Store;
 
 /// `kiln plan IMAGE`
@@ -45,36 +44,8 @@ pub fn run_plan(a: PlanArgs, global: &Global) -> anyhow::Result<ExitCode> {
 
 fn plan_cmd(a: PlanArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let def = ImageDef::load(&a.image)?;
-    for (what, asked, allowed) in [
-        (
-            "format",
-            a.format.map(|f| f.to_string()),
-            def.formats
-                .iter()
-                .map(|f| f.to_string())
-                .collect::<Vec<_>>(),
-        ),
-        (
-            "arch",
-            a.arch.map(|x| x.to_string()),
-            def.arch.iter().map(|x| x.to_string()).collect(),
-        ),
-    ] {
-        if let Some(asked) = asked {
-            anyhow::ensure!(
-                allowed.contains(&asked),
-                "image definition {}: {what} {asked} is not one of {}",
-                a.image.display(),
-                allowed.join(", ")
-            );
-        }
-    }
     let (lock, _) = load_lock(&a.lock, &a.trust)?;
-    let store_dir = a.store.clone().unwrap_or_else(|| {
-        std::env::var_os("KILN_CACHE")
-            .filter(|v| !v.is_empty())
-            .map_or_else(default_cache, PathBuf::from)
-    });
+    let store_dir = a.store.clone().unwrap_or_else(|| Dirs::from_env().store());
     let store = store_dir
         .join("blobs/sha256")
         .is_dir()
@@ -85,9 +56,17 @@ fn plan_cmd(a: PlanArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let firstboot = |arch: Arch| {
         a.firstboot
             .clone()
-            .unwrap_or_else(|| default_firstboot(def.os, arch))
+            .unwrap_or_else(|| Dirs::firstboot(def.os, arch))
     };
-    let targets = plan(&def, &lock, store.as_ref(), &formats, &arches, &firstboot);
+    let targets = plan(
+        &a.image,
+        &def,
+        &lock,
+        store.as_ref(),
+        &formats,
+        &arches,
+        &firstboot,
+    )?;
 
     if global.json {
         println!(
@@ -95,7 +74,7 @@ fn plan_cmd(a: PlanArgs, global: &Global) -> anyhow::Result<ExitCode> {
             serde_json::json!({
                 "image": a.image, "name": def.name, "os": def.os.to_string(),
                 "lock": a.lock, "store": store.as_ref().map(|_| &store_dir),
-                "covered": targets.iter().all(Target::covered),
+                "covered": targets.iter().all(BakePlan::covered),
                 "targets": targets,
             })
         );
@@ -105,9 +84,7 @@ fn plan_cmd(a: PlanArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let uncovered: Vec<String> = targets
         .iter()
         .flat_map(|t| {
-            t.artifacts
-                .iter()
-                .filter(|n| n.pin.is_none() && !n.left_out())
+            t.unpinned()
                 .map(move |n| format!("{} for {}/{}", n.name, def.os, t.arch))
         })
         .collect();
@@ -131,7 +108,7 @@ fn plan_cmd(a: PlanArgs, global: &Global) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(exit::VERIFY))
 }
 
-fn print_plan(a: &PlanArgs, def: &ImageDef, targets: &[Target], store: Option<&PathBuf>) {
+fn print_plan(a: &PlanArgs, def: &ImageDef, targets: &[BakePlan], store: Option<&PathBuf>) {
     println!(
         "plan for {} ({}, {}), lock {}, store {}",
         a.image.display(),
