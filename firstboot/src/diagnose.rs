@@ -351,6 +351,25 @@ pub fn read_logs(opts: &ReportOptions) -> Vec<String> {
     lines
 }
 
+/// kubelet's journal for this boot, each line labelled and redacted as [`read_logs`] does:
+/// the newest `lines`, or with `None` all of it (its first MiB: where kubelet's start-up
+/// lines are). `Err` without a journal, or when it could not be read.
+pub fn kubelet_log(opts: &ReportOptions, lines: Option<u32>) -> Result<Vec<String>, String> {
+    let journalctl = opts.journalctl.as_ref().ok_or("no journal to read")?;
+    let unit = opts.kubelet_unit.as_str();
+    let n = lines.map(|n| n.to_string());
+    let mut args = vec!["-u", unit, "-b", "--no-pager", "-o", "cat"];
+    if let Some(n) = &n {
+        args.extend(["-n", n.as_str()]);
+    }
+    let out = service::output(journalctl, &args, Instant::now() + opts.command_timeout)
+        .map_err(|e| e.message().to_string())?;
+    let mut v = Vec::new();
+    let label = unit.strip_suffix(".service").unwrap_or(unit);
+    push_labelled(&mut v, label, &out.stdout_text(), &opts.redactor);
+    Ok(v)
+}
+
 /// A warning on stderr, redacted.
 fn warn(opts: &ReportOptions, what: &str) {
     redact::eprint(
