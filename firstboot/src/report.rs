@@ -384,20 +384,26 @@ pub fn cmd_report(opts: &ReportOptions) -> u8 {
     if let (Some(kept), Some(text)) = (kept, prior_text.as_deref()) {
         // The first cause stays the reason (a kubeadm that failed leaves a kubelet that never
         // ran, which says nothing new); what came after it is added beside it.
-        if let Ok(mut reporter) =
-            Reporter::resume(&paths, Console::open(opts.console.as_deref()), text)
-        {
-            reporter.set_redactor(opts.redactor.clone());
-            if reporter.note_later(&diagnosis) || !opts.quiet {
-                say(format!(
-                    "kiln-firstboot: still failing ({kept}), recorded in {}; seen since: {} {}\n",
-                    path.display(),
-                    diagnosis.reason,
-                    diagnosis.message
-                ));
-            }
-            return kept.exit_code();
+        let mut console = Console::open(opts.console.as_deref());
+        let added =
+            crate::status::note_later(&paths, &mut console, text, &diagnosis, &opts.redactor)
+                .unwrap_or_else(|e| {
+                    redact::eprint(
+                        &opts
+                            .redactor
+                            .redact(&format!("kiln-firstboot: warning: {e}")),
+                    );
+                    false
+                });
+        if added || !opts.quiet {
+            say(format!(
+                "kiln-firstboot: still failing ({kept}), recorded in {}; seen since: {} {}\n",
+                path.display(),
+                diagnosis.reason,
+                diagnosis.message
+            ));
         }
+        return kept.exit_code();
     }
     if let Some(p) = prior.as_ref().filter(|p| p.result == "failure") {
         if p.reason.as_deref() == Some(diagnosis.reason.code()) {

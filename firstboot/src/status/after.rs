@@ -85,35 +85,6 @@ impl Reporter {
         self.finish();
     }
 
-    /// Adds what `report` saw after the failure status.json keeps (`later`: `CODE: message`),
-    /// unless it is what the newest entry already says, and rewrites status.json. The reason,
-    /// message and failure files stay: the first cause is the one to fix.
-    pub fn note_later(&mut self, diagnosis: &Diagnosis) -> bool {
-        let code = diagnosis.reason.code();
-        let same = self
-            .later
-            .last()
-            .is_some_and(|l| l.strip_prefix(code).is_some_and(|r| r.starts_with(':')));
-        if same || self.later.len() >= MAX_LATER {
-            return false;
-        }
-        let mut entry = String::with_capacity(MESSAGE_CAP);
-        entry.push_str(code);
-        entry.push_str(": ");
-        let message = self.redactor.redact(&diagnosis.message);
-        push_capped(&mut entry, message.as_str(), MESSAGE_CAP);
-        self.later.push(entry);
-        let mut line = String::with_capacity(96);
-        let _ = write!(
-            line,
-            "kiln-firstboot: report later={code} (the reason stays {})",
-            self.reason()
-        );
-        self.console.line(&self.redactor.redact(&line));
-        self.write_status();
-        true
-    }
-
     /// Records that kubelet is healthy and joined again after a failure `report` had
     /// recorded (or the run's own): the outcome becomes `success`, the reason, message, log
     /// and unit states of the failure are dropped, the failure files are removed and the
@@ -142,4 +113,76 @@ impl Reporter {
         }
         self.publish_final();
     }
+}
+
+/// Adds what `report` saw after the failure status.json keeps (`later`: `CODE: message`) to
+/// the file's `text` as written, unless it is what the newest entry already says or
+/// [`MAX_LATER`] are there, and rewrites the file. Everything else stays as the run wrote it:
+/// the first cause is the one to fix. Says whether it added one.
+pub fn note_later(
+    paths: &NodePaths,
+    console: &mut Console,
+    text: &str,
+    diagnosis: &Diagnosis,
+    redactor: &Redactor,
+) -> Result<bool, WriteError> {
+    let doc = json::parse(text).ok();
+    let mut later: Vec<String> = doc
+        .as_ref()
+        .and_then(|v| v.get("later"))
+        .and_then(json::Value::as_array)
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(json::Value::as_text)
+        .map(str::to_string)
+        .collect();
+    let code = diagnosis.reason.code();
+    let same = later
+        .last()
+        .is_some_and(|l| l.strip_prefix(code).is_some_and(|r| r.starts_with(':')));
+    let body = text.trim_end();
+    // `later` is rendered last, so the document up to it (or to its closing brace) is kept
+    // byte for byte; a quote in `,"later":[` is always escaped inside a string.
+    let Some(head) = body
+        .find(",\"later\":[")
+        .map(|at| &body[..at])
+        .or_else(|| body.strip_suffix('}'))
+    else {
+        return Ok(false);
+    };
+    if same || later.len() >= MAX_LATER {
+        return Ok(false);
+    }
+    let mut entry = String::with_capacity(MESSAGE_CAP);
+    entry.push_str(code);
+    entry.push_str(": ");
+    push_capped(
+        &mut entry,
+        redactor.redact(&diagnosis.message).as_str(),
+        MESSAGE_CAP,
+    );
+    later.push(entry);
+    let mut out = String::with_capacity(head.len() + 600);
+    out.push_str(head);
+    out.push_str(",\"later\":[");
+    for (i, l) in later.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        json::write_str(&mut out, l);
+    }
+    out.push_str("]}\n");
+    write_atomic(&paths.status_json, &redactor.redact(&out), 0o644)?;
+    let reason = doc
+        .as_ref()
+        .and_then(|v| v.get("reason"))
+        .and_then(json::Value::as_text)
+        .unwrap_or("");
+    let mut line = String::with_capacity(96);
+    let _ = write!(
+        line,
+        "kiln-firstboot: report later={code} (the reason stays {reason})"
+    );
+    console.line(&redactor.redact(&line));
+    Ok(true)
 }

@@ -26,6 +26,7 @@ use crate::text::push_capped;
 use crate::Reason;
 
 mod after;
+pub use after::note_later;
 mod files;
 pub mod model;
 
