@@ -1,6 +1,6 @@
 //! "Did it join?": the run's wait-healthy and wait-joined phases. Joined means kubelet's Node
 //! exists: kubelet's client certificate, then kubelet's own `"Successfully registered node"`
-//! line in its journal ([`REGISTERED`]). The journal reads that look for it also catch a
+//! line in its journal ([`REGISTERED`](crate::signatures::REGISTERED)). The journal reads that look for it also catch a
 //! kubelet that stays up while it retries a failure forever (a wrong CA, a refused Node):
 //! that is diagnosed once kubelet has logged it for [`RETRIED_FOR`], not at the deadline.
 
@@ -14,7 +14,7 @@ use crate::contract::status_json::MESSAGE_CAP;
 use crate::diagnose::{self, ReportOptions};
 use crate::error::Error;
 use crate::service;
-use crate::signatures::{match_line, registered_node, retried, REGISTERED};
+use crate::signatures::{match_line, registered_node, retried};
 use crate::status::{Phase, Reporter};
 use crate::text::push_capped;
 use crate::wait::{self, WaitError, WaitOptions};
@@ -44,12 +44,15 @@ fn kubelet_gone(u: &diagnose::UnitState, waited: Duration) -> bool {
         && (u.active_state != "inactive" || waited >= INACTIVE_GRACE)
 }
 
+/// Why a node with its certificate is not joined yet.
+const NOT_REGISTERED: &str = "kubelet has not logged \"Successfully registered node\"";
+
 /// What kubelet's journal said during the wait, read a window at a time.
 #[derive(Debug, Default)]
 pub struct LogWatch {
     /// The newest line of the last read: the next read's new lines are those after it.
     upto: Option<String>,
-    /// kubelet logged [`REGISTERED`], for this node name.
+    /// kubelet logged its registered line, for this node name.
     pub registered: Option<String>,
     /// A failure kubelet retries: its reason, when first read, how many lines, the newest.
     retrying: Option<(Reason, Instant, u32, String)>,
@@ -136,15 +139,10 @@ fn wait_registered(
         if let Some((reason, line)) = watch.stuck(now) {
             return Err(Stop::Stuck(reason, line.to_string()));
         }
-        let what = || {
-            format!(
-                "kubelet's client certificate {} and its \"{REGISTERED}\" log line",
-                cert.display()
-            )
-        };
+        let what = || "kubelet's client certificate and its registered line".to_string();
         let last = match checked {
             Err(e) => e,
-            Ok(()) => format!("the certificate is there; kubelet has not logged \"{REGISTERED}\""),
+            Ok(()) => NOT_REGISTERED.to_string(),
         };
         if now >= deadline {
             return Err(Stop::Wait(WaitError::Timeout { what: what(), last }));
@@ -221,10 +219,7 @@ pub fn wait(
             Stop::Stuck(reason, line) => {
                 // kubelet is still running: the line it keeps logging is the cause.
                 d.reason = reason;
-                d.message = format!(
-                    "kubelet is running and has retried this for {} s: ",
-                    RETRIED_FOR.as_secs()
-                );
+                d.message = "kubelet is running and has retried this for 25 s: ".to_string();
                 push_capped(&mut d.message, &line, MESSAGE_CAP);
             }
         }

