@@ -16,7 +16,7 @@ FIRSTBOOT_BUDGET_KIB := 400
 FIRSTBOOT_EXE := target/firstboot/kiln-firstboot.exe
 FIRSTBOOT_EXE_BUDGET_KIB := 600
 
-.PHONY: opt-out-reset binary-gate help all build firstboot test check lint fmt fmt-check clippy doc unit size-check \
+.PHONY: opt-out-reset lock-audit binary-gate help all build firstboot test check lint fmt fmt-check clippy doc unit size-check \
 	bench demo clean man deps deps-qemu deps-windows fuzz windows test-windows golden render-examples cli-docs qemu-assets qemu-test
 
 help: ## list the targets
@@ -51,13 +51,32 @@ firstboot: ## build the static, size-optimised kiln-firstboot (amd64 and arm64) 
 OPT_OUT_LOG := target/opted-out-checks.log
 export KILN_OPT_OUT_LOG := $(CURDIR)/$(OPT_OUT_LOG)
 
-test: deps opt-out-reset check qemu-test ## the README's test command: every gate and every test
+# Each stage of `make test` is timed (scripts/stage.sh); the table is printed at the end, or
+# as soon as a stage fails.
+STAGE_LOG := target/stage-times.tsv
+STAGE = scripts/stage.sh $(STAGE_LOG)
+SUBMAKE = $(MAKE) --no-print-directory
+
+test: ## the README's test command: every gate and every test
+	@mkdir -p target && rm -f $(OPT_OUT_LOG) $(STAGE_LOG)
+	@$(STAGE) deps $(SUBMAKE) deps
+	@$(STAGE) lint $(SUBMAKE) lint
+	@$(STAGE) lock-audit $(SUBMAKE) lock-audit
+	@$(STAGE) unit $(SUBMAKE) unit
+	@$(STAGE) size-check $(SUBMAKE) size-check
+	@$(STAGE) binary-gate $(SUBMAKE) binary-gate
+	@$(STAGE) test-windows $(SUBMAKE) test-windows
+	@$(STAGE) qemu-test $(SUBMAKE) qemu-test
+	@$(STAGE) --table
 	@scripts/opted-out.sh $(OPT_OUT_LOG)
 
 opt-out-reset:
 	@mkdir -p target && rm -f $(OPT_OUT_LOG)
 
-check: lint unit size-check binary-gate test-windows
+check: lint lock-audit unit size-check binary-gate test-windows
+
+lock-audit: ## the committed lock against images/advisories.toml: fails on any unwaived advisory
+	$(CARGO) run --locked -q -p kiln -- lock audit images/artifacts.lock --advisories images/advisories.toml
 
 lint: fmt-check clippy doc ## rustfmt, clippy -D warnings, rustdoc -D warnings
 
@@ -91,7 +110,7 @@ binary-gate: firstboot windows ## kiln's own goblin gate on the shipped firstboo
 	$(CARGO) build --locked -q -p kiln
 	scripts/binary-gate.sh target/debug/kiln $(FIRSTBOOT_BIN) $(FIRSTBOOT_EXE) $(FIRSTBOOT_ARM64_BIN)
 	KILN_FIRSTBOOT_EXE=$(CURDIR)/$(FIRSTBOOT_EXE) \
-	  $(CARGO) nextest run --locked -p kiln --test windows_layer
+	  $(CARGO) nextest run --locked -p kiln --test it -E 'test(/^windows_layer::/)'
 
 windows: ## build kiln-firstboot.exe for x86_64-pc-windows-gnu (docs/windows.md)
 	scripts/build-windows.sh $(FIRSTBOOT_EXE)
@@ -106,10 +125,10 @@ demo: deps ## kiln's main job on the embedded offline default
 	scripts/demo.sh
 
 cli-docs: ## regenerate docs/cli.md's reference section from kiln's --help after an intended change
-	KILN_BLESS=1 $(CARGO) test -p kiln --test cli_reference cli_md_holds_every_commands_help
+	KILN_BLESS=1 $(CARGO) test -p kiln --test it cli_reference::cli_md_holds_every_commands_help
 
 render-examples: ## regenerate the golden user data in docs/examples/render/ after an intended change
-	KILN_BLESS=1 $(CARGO) test -p kiln --test render_roundtrip docs_examples_are_current
+	KILN_BLESS=1 $(CARGO) test -p kiln --test it render_roundtrip::docs_examples_are_current
 
 # The boot tests' guest assets live in a cache outside the repo, keyed by version
 # (docs/boot-tests.md); qemu-test exports their paths so each test skips the lookup.
@@ -137,4 +156,4 @@ clean: ## remove build outputs
 	rm -rf target/firstboot
 
 golden: ## regenerate the bake golden listings (builder/tests/golden/) from the real tools
-	KILN_UPDATE_GOLDEN=1 $(CARGO) test -p kiln --test bake_golden
+	KILN_UPDATE_GOLDEN=1 $(CARGO) test -p kiln --test it bake_golden::

@@ -188,7 +188,7 @@ fn read_layer(
         let mut e = e.map_err(|e| read_err(&last, e))?;
         gap.allow(e.size());
         last = String::from_utf8_lossy(&e.path_bytes()).into_owned();
-        let Some(kind) = archive_rules::tar_kind(&e) else {
+        let Some(kind) = archive_rules::tar_kind(&mut e) else {
             continue;
         };
         let mode = e.header().mode().map_err(io_err(archive))? & 0o7777;

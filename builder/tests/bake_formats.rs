@@ -1,7 +1,7 @@
 //! Bakes the three shipped definitions (images/*.toml) from a fixture store and checks the
 //! outputs with the real tools: unsquashfs, tar, unzip, and the SBOM/manifest contents.
 
-mod bake_support;
+use crate::bake_support;
 
 use std::process::Command;
 

@@ -2,7 +2,7 @@
 //! the three shipped definitions baked from the stand-in fixture, and the resulting
 //! `image.env`. `make golden` rewrites them; a stale golden fails here with a diff.
 
-mod bake_support;
+use crate::bake_support;
 
 use std::process::Command;
 

@@ -3,7 +3,7 @@
 //! wanted member that is a link or missing is refused, and the inspection gate refuses a
 //! binary for another architecture or one that is no executable at all.
 
-mod bake_support;
+use crate::bake_support;
 
 use std::io::Write;
 use std::path::Path;
@@ -536,4 +536,42 @@ fn walkdir(dir: &Path) -> Vec<std::path::PathBuf> {
         out.push(p);
     }
     out
+}
+
+/// Issue 34 re-attack: a store blob renamed over its name between the digest check and the
+/// extraction (a shared store, a concurrent fetch) must not change what is extracted: bake
+/// checks and extracts through one descriptor. Here the swap happens with the file open.
+#[test]
+fn an_archive_renamed_over_after_its_check_is_not_what_is_extracted() {
+    let d = tempfile::tempdir().unwrap();
+    let tgz = |body: &[u8]| {
+        let mut t = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(body.len() as u64);
+        h.set_mode(0o755);
+        t.append_data(&mut h, "bin/containerd", body).unwrap();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&t.into_inner().unwrap()).unwrap();
+        gz.finish().unwrap()
+    };
+    let blob = d.path().join("blob");
+    std::fs::write(&blob, tgz(b"checked")).unwrap();
+    let file = std::fs::File::open(&blob).unwrap();
+    let swapped = d.path().join("swapped");
+    std::fs::write(&swapped, tgz(b"swapped in")).unwrap();
+    std::fs::rename(&swapped, &blob).unwrap();
+    let out = d.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let got = bake::extract::extract_members_from(
+        &file,
+        &blob,
+        ArchiveKind::TarGz,
+        &["bin/containerd".to_string()],
+        &out,
+        false,
+        &kiln::archive_rules::Policy::upstream(),
+    )
+    .unwrap();
+    let member = &got["bin/containerd"];
+    assert_eq!(std::fs::read(&member.path).unwrap(), b"checked");
 }

@@ -7,8 +7,8 @@
 // Both support trees include testkit/optout.rs; this test uses both.
 #![allow(clippy::duplicate_mod)]
 
-mod bake_support;
-mod support;
+use crate::bake_support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,7 +19,7 @@ use support::registry::{self, TestImage};
 /// The reference the test lock pins: the one the shipped definitions name as their sandbox
 /// image, so the bake pins containerd's sandbox_image to it. The image itself is the test's
 /// (a busybox-static stand-in for pause), never anything registry.k8s.io served.
-const REFERENCE: &str = "registry.k8s.io/pause:3.10";
+const REFERENCE: &str = "registry.k8s.io/pause:3.10.2";
 const ARCHIVE: &str = "usr/share/kiln/images/pause.oci.tar";
 
 struct ImgFx {
@@ -379,7 +379,7 @@ fn a_store_blob_that_is_not_its_digest_is_refused() {
         &o,
         3,
         &[
-            "lock image pause (registry.k8s.io/pause:3.10)",
+            "lock image pause (registry.k8s.io/pause:3.10.2)",
             &layer,
             "expected",
         ],
@@ -443,7 +443,7 @@ fn a_lock_image_missing_from_the_store_is_named_with_its_digest() {
         &o,
         1,
         &[
-            "lock image pause (registry.k8s.io/pause:3.10)",
+            "lock image pause (registry.k8s.io/pause:3.10.2)",
             &config,
             "is not in the store",
             "kiln fetch",
@@ -523,7 +523,7 @@ fn a_sandbox_tag_the_lock_does_not_pin_is_refused() {
         &o,
         1,
         &[
-            "containerd.sandbox_image (registry.k8s.io/pause:3.10)",
+            "containerd.sandbox_image (registry.k8s.io/pause:3.10.2)",
             "3.10.1",
         ],
     );

@@ -2,7 +2,7 @@
 //! files it does not own; refuses hostile layer archives; leaves units that
 //! `systemd-analyze verify` accepts.
 
-mod bake_support;
+use crate::bake_support;
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -224,7 +224,10 @@ fn upgrade_removes_what_the_new_layer_dropped_and_diff_explains_it() {
     let old = bake_rootfs(&fx, &def1, &d.join("old"));
     let text = shipped
         .replace("[[artifact]]\nname = \"crictl\"\n", "")
-        .replace("registry.k8s.io/pause:3.10", "registry.k8s.io/pause:3.10.1");
+        .replace(
+            "registry.k8s.io/pause:3.10.2",
+            "registry.k8s.io/pause:3.10.1",
+        );
     let def2 = def_in("defs", text);
     let t = std::fs::read_to_string(&def2).unwrap();
     std::fs::write(&def2, t.replace("\"t3.medium\" = 17", "\"t3.medium\" = 20")).unwrap();
@@ -253,7 +256,7 @@ fn upgrade_removes_what_the_new_layer_dropped_and_diff_explains_it() {
     let t = stdout(&diff);
     for want in [
         format!("removed /usr/bin/crictl: artifact crictl {FIXTURE_CRICTL} removed").as_str(),
-        "changed /usr/lib/kiln/containerd/config.toml: containerd.sandbox_image: \"registry.k8s.io/pause:3.10\" -> \"registry.k8s.io/pause:3.10.1\"",
+        "changed /usr/lib/kiln/containerd/config.toml: containerd.sandbox_image: \"registry.k8s.io/pause:3.10.2\" -> \"registry.k8s.io/pause:3.10.1\"",
         "changed /usr/lib/kiln/max-pods.map: max_pods.t3.medium: 17 -> 20",
         "changed /usr/lib/kiln/image.env:",
     ] {

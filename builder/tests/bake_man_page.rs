@@ -2,7 +2,7 @@
 //! `usr/share/man/man8/kiln-firstboot.8.gz`: the page `kiln man` writes, gzipped without a
 //! time or a name, listed in the manifest and the SBOM, and readable by the real `man`.
 
-mod bake_support;
+use crate::bake_support;
 
 use std::process::Command;
 

@@ -3,7 +3,7 @@
 //! otherwise, nothing with `--quiet`. Real bakes from the fixture mirror; the byte counts are
 //! checked against the mirror's blobs, the layer's manifest and the written image.
 
-mod bake_support;
+use crate::bake_support;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -6,8 +6,8 @@
 // Both support trees include testkit/optout.rs; this test uses both.
 #![allow(clippy::duplicate_mod)]
 
-mod bake_support;
-mod support;
+use crate::bake_support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -95,7 +95,7 @@ fn check_format(image: &str, format: &str) {
             &[("amd64", std::fs::read("/bin/busybox").unwrap())],
         );
         support::registry::store_layout(&img.layout, &fx.store);
-        let entry = support::registry::image_entry("registry.k8s.io/pause:3.10", &img);
+        let entry = support::registry::image_entry("registry.k8s.io/pause:3.10.2", &img);
         for l in [&fx.lock, &lock2] {
             let text = std::fs::read_to_string(l).unwrap();
             std::fs::write(l, format!("{text}{entry}")).unwrap();

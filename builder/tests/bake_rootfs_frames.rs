@@ -2,7 +2,7 @@
 //! decompresses to exactly the tar stream, and its bytes are the same whatever the thread
 //! count and whatever the chunk cache held (empty, warm, corrupt, shared by concurrent bakes).
 
-mod bake_support;
+use crate::bake_support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

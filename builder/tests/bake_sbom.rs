@@ -4,7 +4,7 @@
 //! (read back with unsquashfs, tar and unzip) with that file's sha256, plus the artifact,
 //! URL and version each came from.
 
-mod bake_support;
+use crate::bake_support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! The AWS ENI table as a pinned input: baked byte for byte with the sizing keys in image.env,
 //! and refused, with nothing written, when its bytes are not the ones the definition pins.
 
-mod bake_support;
+use crate::bake_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

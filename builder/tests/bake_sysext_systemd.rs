@@ -4,7 +4,7 @@
 //! (`unshare -m`), so nothing outside the scratch root is ever mounted over and nothing
 //! stays mounted after the test.
 
-mod bake_support;
+use crate::bake_support;
 
 use std::process::Command;
 

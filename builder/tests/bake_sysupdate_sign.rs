@@ -5,7 +5,7 @@
 //! keyring `/etc/systemd/import-pubring.gpg` — here a file in the temp dir — and the checksum
 //! file on stdin).
 
-mod bake_support;
+use crate::bake_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

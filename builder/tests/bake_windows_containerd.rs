@@ -6,7 +6,7 @@
 //! containerd 1.6 does not know version 3's plugin names, so for 2.x configs it proves the
 //! syntax only (docs/bake.md says so).
 
-mod bake_support;
+use crate::bake_support;
 
 use std::path::Path;
 use std::process::Command;

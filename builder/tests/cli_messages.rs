@@ -2,7 +2,7 @@
 //! Rust `Debug` text, no repeated cause, a URL named once per line, no temporary path, and
 //! exit 2 for a command line that cannot work.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

@@ -5,7 +5,7 @@
 //! a directory outside it that symlinks point at, the inputs — is listed (paths, types,
 //! modes, content hashes, link targets) before and after, and must not change.
 
-mod bake_support;
+use crate::bake_support;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -110,6 +110,20 @@ fn tar_bytes(entries: &[E]) -> Vec<u8> {
         out.resize(out.len().div_ceil(512) * 512, 0);
     }
     out.extend_from_slice(&[0u8; 1024]);
+    out
+}
+
+/// PAX extended header records: `<len> <key>=<value>\n`, the length counting itself.
+fn pax_records(kv: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (k, v) in kv {
+        let body = format!(" {k}={v}\n");
+        let mut len = body.len() + 1;
+        while format!("{len}{body}").len() != len {
+            len += 1;
+        }
+        out.extend_from_slice(format!("{len}{body}").as_bytes());
+    }
     out
 }
 
@@ -336,6 +350,45 @@ fn corpus() -> Vec<Case> {
             }],
             ("usr/sparse", "unpacks to more than 4 GiB"),
             ("usr/sparse", "unpacks to more than 4 GiB"),
+        ),
+        c(
+            "PAX 1.0 sparse member (the map would be unpacked as the file)",
+            vec![
+                E {
+                    data: pax_records(&[
+                        ("GNU.sparse.major", "1"),
+                        ("GNU.sparse.minor", "0"),
+                        ("GNU.sparse.name", "usr/sparse"),
+                        ("GNU.sparse.realsize", "1024"),
+                    ]),
+                    ..e("usr/PaxHeaders/sparse", T::XHeader)
+                },
+                E {
+                    data: [b"1\n512\n512\n".to_vec(), vec![0; 500], vec![7; 512]].concat(),
+                    ..e("usr/GNUSparseFile.0/sparse", T::Regular)
+                },
+            ],
+            ("usr/GNUSparseFile.0/sparse", "PAX sparse member"),
+            ("usr/GNUSparseFile.0/sparse", "PAX sparse member"),
+        ),
+        c(
+            "PAX 0.1 sparse member",
+            vec![
+                E {
+                    data: pax_records(&[
+                        ("GNU.sparse.size", "1024"),
+                        ("GNU.sparse.numblocks", "1"),
+                        ("GNU.sparse.map", "512,512"),
+                    ]),
+                    ..e("usr/PaxHeaders/s01", T::XHeader)
+                },
+                E {
+                    data: vec![7; 512],
+                    ..e("usr/GNUSparseFile.0/s01", T::Regular)
+                },
+            ],
+            ("usr/GNUSparseFile.0/s01", "PAX sparse member"),
+            ("usr/GNUSparseFile.0/s01", "PAX sparse member"),
         ),
         c(
             "bomb: a header declaring 5 GiB",

@@ -1,8 +1,7 @@
 //! `kiln image`: real base disks (sgdisk/sfdisk + mkfs.ext4 -d + dd), run as root through a
 //! loop device, and the output read back with debugfs and `qemu-img check`/`info`.
 
-mod bake_support;
-mod image_support;
+use crate::image_support;
 
 use std::path::Path;
 use std::process::Command;

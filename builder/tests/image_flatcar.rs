@@ -1,8 +1,7 @@
 //! `kiln image` on a Flatcar-shaped base: the sysext lands, verified, in `/etc/extensions/`
 //! of partition 9 (`ROOT`), found by its label; another version of it needs `--replace`.
 
-mod bake_support;
-mod image_support;
+use crate::image_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -2,8 +2,7 @@
 //! mkfs.btrfs): the layer lands as it does on ext4, read back through the kernel's own
 //! driver, and the filesystem's own checker (xfs_repair -n, btrfs check) finds it clean.
 
-mod bake_support;
-mod image_support;
+use crate::image_support;
 
 use std::path::Path;
 use std::process::Command;

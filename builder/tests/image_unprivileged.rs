@@ -3,8 +3,7 @@
 //! `e2fsck -fn` finds the filesystem clean, re-runs and upgrades follow `kiln install`'s
 //! rules, and what the mode cannot write is refused by name.
 
-mod bake_support;
-mod image_support;
+use crate::image_support;
 
 use std::path::Path;
 use std::process::Command;

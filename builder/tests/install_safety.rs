@@ -3,7 +3,7 @@
 //! a failure at any single change leaves the root exactly as it was; a root whose own
 //! symlinks point out of it is still written only inside it.
 
-mod bake_support;
+use crate::bake_support;
 
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -3,7 +3,7 @@
 //! `super::…`, `self::…`, or a child module it declares (`mod x;` then `x::…`). Inline
 //! `#[cfg(test)]` modules at the end of a file are left out: tests may reach anywhere.
 //!
-//! `cargo nextest run -p kiln --test layout` prints every cycle it finds, file by file.
+//! `cargo nextest run -p kiln --test it -E 'test(/^layout::/)'` prints every cycle it finds, file by file.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! what the contract specifies, and kubeadm mode yields a v1beta4 JoinConfiguration whose CA
 //! pin matches the one openssl computes.
 
-mod render_support;
+use crate::render_support;
 
 use std::path::Path;
 
@@ -348,5 +348,114 @@ fn join_configuration_uses_only_v1beta4_fields() {
         assert!(paths.contains(&".nodeRegistration.taints".to_string()), "taints always explicit");
         let taints = doc["nodeRegistration"]["taints"].as_sequence().unwrap();
         assert_eq!(taints.is_empty(), !mode_toml.contains("taints ="));
+    }
+}
+
+/// Issue 34 item 6: proxy credentials would land in node.env, kubelet.env and containerd.env,
+/// all 0644: a proxy URL with userinfo is refused, the message says how to pass them, and the
+/// password is never echoed.
+#[test]
+fn proxy_credentials_are_refused_without_echoing_them() {
+    let base = full_node_toml("kubelet");
+    for (from, to, key) in [
+        (
+            "https = \"http://proxy.internal:3128\"",
+            "https = \"http://u:PW0rd@h:3128\"",
+            "proxy.https",
+        ),
+        (
+            "http = \"http://proxy.internal:3128\"",
+            "http = \"http://user@h:3128\"",
+            "proxy.http",
+        ),
+        (
+            "https = \"http://proxy.internal:3128\"",
+            "https = \"https://u:PW0rd@h\"",
+            "proxy.https",
+        ),
+    ] {
+        let dir = node_dir(&base.replace(from, to));
+        let err = load(dir.path()).expect_err(to);
+        assert!(err.contains(&format!("key `{key}`")), "{err}");
+        assert!(err.contains("credentials"), "{err}");
+        assert!(!err.contains("PW0rd") && !err.contains("user@"), "{err}");
+    }
+}
+
+/// Runs `load` on another thread: a FIFO must not hang it.
+fn load_within(dir: &Path, secs: u64) -> Result<NodeConfig, String> {
+    let dir = dir.to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(load(&dir));
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(secs))
+        .expect("reading node.toml's files hung")
+}
+
+fn mkfifo(p: &Path) {
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+/// Issue 34 item 7: the files node.toml names are regular files of bounded size: a FIFO is
+/// refused at once, `/dev/zero` is not read until memory runs out, an oversized CA is refused.
+#[test]
+fn special_and_oversized_files_are_refused_before_reading() {
+    let base = full_node_toml("kubelet");
+    // The CA as a FIFO, as /dev/zero, and 2 MiB of PEM-ish text.
+    let dir = node_dir(&base.replace("file = \"ca.crt\"", "file = \"fifo\""));
+    mkfifo(&dir.path().join("fifo"));
+    let err = load_within(dir.path(), 20).unwrap_err();
+    assert!(
+        err.contains("not a regular file") && err.contains("ca.file"),
+        "{err}"
+    );
+
+    let dir = node_dir(&base.replace("file = \"ca.crt\"", "file = \"/dev/zero\""));
+    let err = load_within(dir.path(), 20).unwrap_err();
+    assert!(
+        err.contains("/dev/zero") && err.contains("not a regular file"),
+        "{err}"
+    );
+
+    let dir = node_dir(&base.replace("file = \"ca.crt\"", "file = \"big.crt\""));
+    std::fs::write(dir.path().join("big.crt"), vec![b'A'; 2 << 20]).unwrap();
+    let err = load_within(dir.path(), 20).unwrap_err();
+    assert!(
+        err.contains("big.crt") && err.contains("more than"),
+        "{err}"
+    );
+
+    // The token file as a FIFO and as a large file.
+    let with_file = base.replace(&format!("token = \"{TOKEN}\""), "token_file = \"tok\"");
+    let dir = node_dir(&with_file);
+    mkfifo(&dir.path().join("tok"));
+    let err = load_within(dir.path(), 20).unwrap_err();
+    assert!(
+        err.contains("not a regular file") && err.contains("tok"),
+        "{err}"
+    );
+    let dir = node_dir(&with_file);
+    std::fs::write(dir.path().join("tok"), vec![b'a'; 8192]).unwrap();
+    let err = load_within(dir.path(), 20).unwrap_err();
+    assert!(err.contains("more than"), "{err}");
+}
+
+/// Issue 34 item 7: a `token_file` that is some other file (here shaped like /etc/shadow) is
+/// not described: no character-class shape, no contents, at most its length.
+#[test]
+fn a_token_file_that_is_no_token_is_not_described() {
+    let base = full_node_toml("kubelet");
+    let dir = node_dir(&base.replace(&format!("token = \"{TOKEN}\""), "token_file = \"tok\""));
+    let shadow =
+        "root:$6$s3cretsalt$hashhashhash:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n";
+    std::fs::write(dir.path().join("tok"), shadow).unwrap();
+    let err = load(dir.path()).unwrap_err();
+    assert!(err.contains("key `bootstrap.token_file`"), "{err}");
+    assert!(err.contains("not a bootstrap token"), "{err}");
+    for leak in ["root", "s3cret", "xxxx", "????", "shaped", "19000"] {
+        assert!(!err.contains(leak), "{leak:?} in {err}");
     }
 }

@@ -2,7 +2,7 @@
 //! on what it wrote must list exactly the same files, modes and hashes; output is
 //! deterministic; contract violations fail the check.
 
-mod render_support;
+use crate::render_support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -278,4 +278,126 @@ fn firstboot_reads_the_kubeconfig_and_kubelet_config_variants() {
     assert_eq!(config.kubelet_config, "/etc/kiln/kubelet-config.yaml");
     assert_eq!(config.node.provider, None, "PROVIDER=auto");
     assert_eq!(config.node.api_server, "https://api.example.internal");
+}
+
+/// Renders `provisioner` user data for a kubelet-mode node.toml into `dir`.
+fn rendered(dir: &Path, provisioner: &str) -> String {
+    let out = dir.join(format!("{provisioner}.ud"));
+    run(kiln()
+        .args(["--quiet", "render", "-p", provisioner])
+        .arg(dir.join("node.toml"))
+        .arg("-o")
+        .arg(&out));
+    std::fs::read_to_string(out).unwrap()
+}
+
+/// `kiln render --check` on `text`: its exit code and stderr.
+fn check_text(dir: &Path, name: &str, text: &str) -> (Option<i32>, String) {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    let out = kiln().args(["render", "--check"]).arg(&p).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Issue 34 item 4: user data that breaks the contract around the files (the directory's mode
+/// and owner, a link in its place or into kiln's other paths, a secret's owner, a second write
+/// of the token appended to the first) fails `--check`, naming the payload and the path.
+#[test]
+fn check_refuses_owners_modes_and_links_around_the_contract_files() {
+    let dir = node_dir(&full_node_toml("kubelet"));
+    let ign: Value = serde_json::from_str(&rendered(dir.path(), "ignition")).unwrap();
+    let (code, _) = check_text(dir.path(), "good.ign", &ign.to_string());
+    assert_eq!(code, Some(0), "the rendered config passes");
+    type Edit = fn(&mut Value);
+    let cases: [(&str, Edit, &str); 7] = [
+        (
+            "dir-0777",
+            |v| v["storage"]["directories"][0]["mode"] = 0o777.into(),
+            "/etc/kiln",
+        ),
+        (
+            "dir-uid",
+            |v| v["storage"]["directories"][0]["user"] = serde_json::json!({"id": 1000}),
+            "/etc/kiln",
+        ),
+        (
+            "dir-group",
+            |v| v["storage"]["directories"][0]["group"] = serde_json::json!({"name": "users"}),
+            "/etc/kiln",
+        ),
+        (
+            "dir-link",
+            |v| {
+                v["storage"]["links"] = serde_json::json!([{"path": "/etc/kiln", "target": "/tmp"}])
+            },
+            "/etc/kiln",
+        ),
+        (
+            "token-uid",
+            |v| {
+                for f in v["storage"]["files"].as_array_mut().unwrap() {
+                    if f["path"] == "/etc/kiln/bootstrap-token" {
+                        f["user"] = serde_json::json!({"id": 1000});
+                    }
+                }
+            },
+            "/etc/kiln/bootstrap-token",
+        ),
+        (
+            "usr-lib-link",
+            |v| v["storage"]["links"] = serde_json::json!([{"path": "/usr/lib/kiln/kubelet-config.yaml", "target": "/tmp/k"}]),
+            "/usr/lib/kiln/kubelet-config.yaml",
+        ),
+        (
+            "run-link",
+            |v| {
+                v["storage"]["links"] =
+                    serde_json::json!([{"path": "/run//kiln", "target": "/tmp", "hard": false}])
+            },
+            "/run/kiln",
+        ),
+    ];
+    for (name, edit, path) in cases {
+        let mut v = ign.clone();
+        edit(&mut v);
+        let (code, err) = check_text(dir.path(), &format!("{name}.ign"), &v.to_string());
+        assert_eq!(code, Some(3), "{name}: {err}");
+        assert!(
+            err.contains(&format!("{name}.ign")) && err.contains(path),
+            "{name}: {err}"
+        );
+        assert!(err.contains("expected"), "{name}: {err}");
+    }
+
+    let ci = rendered(dir.path(), "cloud-init");
+    let (code, _) = check_text(dir.path(), "good.ci", &ci);
+    assert_eq!(code, Some(0), "the rendered cloud-config passes");
+    let mut doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&ci).unwrap();
+    let files = doc["write_files"].as_sequence_mut().unwrap();
+    let at = files
+        .iter()
+        .position(|f| f["path"].as_str() == Some("/etc/kiln/bootstrap-token"))
+        .unwrap();
+    let mut owned = doc.clone();
+    owned["write_files"][at]["owner"] = "nobody".into();
+    let mut appended = doc.clone();
+    let mut second = appended["write_files"][at].clone();
+    second["append"] = true.into();
+    appended["write_files"]
+        .as_sequence_mut()
+        .unwrap()
+        .push(second);
+    for (name, v) in [("owner.ci", owned), ("append.ci", appended)] {
+        let text = format!("#cloud-config\n{}", serde_yaml_ng::to_string(&v).unwrap());
+        let (code, err) = check_text(dir.path(), name, &text);
+        assert_eq!(code, Some(3), "{name}: {err}");
+        assert!(
+            err.contains(name) && err.contains("/etc/kiln/bootstrap-token"),
+            "{name}: {err}"
+        );
+        assert!(err.contains("expected"), "{name}: {err}");
+    }
 }

@@ -4,7 +4,7 @@
 //! sysupdate timer; a wrong hash is refused by Ignition itself; `render --check` accepts what
 //! kiln emits and refuses an unverified remote source.
 
-mod render_support;
+use crate::render_support;
 #[path = "../../testkit/serve.rs"]
 mod serve;
 

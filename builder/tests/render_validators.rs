@@ -2,7 +2,7 @@
 //! own `write_files` module writing into a temp root, and Ignition's published 3.4 JSON schema
 //! (vendored under tests/data/render/ignition-3.4/).
 
-mod render_support;
+use crate::render_support;
 
 use std::path::Path;
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! Lock authoring against a loopback "upstream": `kiln lock add` downloads, hashes and checks
 //! upstream's published checksum; `kiln lock update` confirms pins and records sizes.
 
-mod support;
+use crate::support;
 
 use support::server::Server;
 use support::*;

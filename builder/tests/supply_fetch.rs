@@ -4,7 +4,7 @@
 
 #[path = "../../testkit/deadline.rs"]
 mod deadline;
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -394,5 +394,78 @@ fn unsized_entries_are_bound_by_their_hash() {
     let err = fetch(&s, &[Source::Upstream], &opts()).unwrap_err();
     assert!(err.to_string().contains("expected sha256"), "{err}");
     fetch(&s, &[Source::Upstream], &opts()).unwrap();
+    assert_all_present(&s);
+}
+
+/// Issue 34 item 3: names planted at the store's partial files (a shared mirror directory is a
+/// documented use) are never followed: a symlink to an outside file must not truncate it or
+/// append to it, and must not become the blob; a FIFO must not hang the download; a hard link
+/// to an outside file must not be written through.
+#[test]
+fn planted_partial_names_are_never_followed() {
+    use std::os::unix::fs::MetadataExt;
+    let s = setup(4, 50_000);
+    let blobs = s.dir.path().join("cache/blobs/sha256");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let outside = s.dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let partial = |i: usize| blobs.join(format!(".partial-{}", sha256_hex(&s.arts[i].bytes)));
+    // 0: a symlink to an unrelated file (truncated to 0 bytes before the fix).
+    let precious = outside.join("precious");
+    std::fs::write(&precious, b"not kiln's").unwrap();
+    std::os::unix::fs::symlink(&precious, partial(0)).unwrap();
+    // 1: a symlink to a file holding the blob's prefix (appended to, then renamed as the blob).
+    let prefix = outside.join("prefix");
+    std::fs::write(&prefix, &s.arts[1].bytes[..1000]).unwrap();
+    std::os::unix::fs::symlink(&prefix, partial(1)).unwrap();
+    // 2: a FIFO.
+    let c = std::ffi::CString::new(partial(2).to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // 3: a hard link to an outside file holding the blob's prefix.
+    let linked = outside.join("linked");
+    std::fs::write(&linked, &s.arts[3].bytes[..1000]).unwrap();
+    std::fs::hard_link(&linked, partial(3)).unwrap();
+
+    let s = Arc::new(s);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let s2 = Arc::clone(&s);
+    std::thread::spawn(move || {
+        let r = fetch(&s2, &[Source::Upstream], &opts()).map(|_| ());
+        let _ = tx.send(r.map_err(|e| e.to_string()));
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the fetch hung on a planted partial name")
+        .unwrap();
+    assert_eq!(std::fs::read(&precious).unwrap(), b"not kiln's");
+    assert_eq!(std::fs::read(&prefix).unwrap(), &s.arts[1].bytes[..1000]);
+    assert_eq!(std::fs::read(&linked).unwrap(), &s.arts[3].bytes[..1000]);
+    assert_eq!(std::fs::metadata(&linked).unwrap().nlink(), 1);
+    for a in &s.arts {
+        let p = blobs.join(sha256_hex(&a.bytes));
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        assert!(m.file_type().is_file() && m.nlink() == 1, "{}", a.name);
+    }
+    assert_all_present(&s);
+    assert!(leftovers(&s).is_empty(), "{:?}", leftovers(&s));
+}
+
+/// A symlink planted at a blob's own name is not a blob: the download replaces the link and
+/// never reads or writes what it points at.
+#[test]
+fn a_symlink_at_a_blob_name_is_replaced() {
+    let s = setup(1, 20_000);
+    let blobs = s.dir.path().join("cache/blobs/sha256");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let outside = s.dir.path().join("outside");
+    std::fs::write(&outside, b"outside").unwrap();
+    let blob = blobs.join(sha256_hex(&s.arts[0].bytes));
+    std::os::unix::fs::symlink(&outside, &blob).unwrap();
+    let sum = fetch(&s, &[Source::Upstream], &opts()).unwrap();
+    assert_eq!(sum.cached, 0, "a symlink was taken for the blob");
+    assert!(std::fs::symlink_metadata(&blob)
+        .unwrap()
+        .file_type()
+        .is_file());
+    assert_eq!(std::fs::read(&outside).unwrap(), b"outside");
     assert_all_present(&s);
 }

@@ -5,7 +5,7 @@
 //! lock's matrix, and a mirror filled by `kiln mirror sync`. Then the binary gate on every
 //! member of every entry, including cross-architecture refusals.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! sends it chunked (no Content-Length), and a trusted key other than the embedded release
 //! key is named on stderr, whether it came from `--trusted-key` or `KILN_TRUSTED_KEY`.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;

@@ -1,7 +1,7 @@
 //! `kiln lock sign/verify` and `kiln inspect` through the real binary: good, tampered,
 //! wrongly-keyed, truncated and unsigned locks, and interop with the minisign CLI.
 
-mod support;
+use crate::support;
 
 use support::*;
 
@@ -320,61 +320,57 @@ fn the_real_lock_covers_the_image_definitions() {
     }
 }
 
-/// `images/artifacts.lock.proposed` (issue 21) waits for the release key. Until it is signed
-/// and renamed, it must stay a lock kiln accepts, every Linux value must cite two independent
-/// records, every Windows value must say it has one, and it must cover the image definitions.
+/// Every pin of the committed lock says how strong its record is, and cites only what a
+/// reader can open (a repository, path and commit, or upstream's checksum URL), never a
+/// search-index id: Linux pins cite two independent records or say `ONE SOURCE` /
+/// `UNCITED RECORDS` first; Windows pins (one record at best) say `ONE SOURCE` first; each
+/// OS carries one Kubernetes version.
 #[test]
-fn the_proposed_lock_validates_and_states_its_strength() {
+fn the_real_lock_states_the_strength_of_every_pin() {
     use kiln::supply::lock::{Lock, Os};
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let path = root.join("images/artifacts.lock.proposed");
-    let text = std::fs::read_to_string(&path).unwrap();
     assert!(
-        text.starts_with(
-            "# NOT SIGNED: awaiting the release key holder; `kiln lock sign` it and rename.\n"
-        ),
-        "the proposal must say on its first line that it is unsigned"
+        !root.join("images/artifacts.lock.proposed").exists(),
+        "the proposal was signed as the lock; a new proposal needs its own test"
     );
-    assert!(
-        !root.join("images/artifacts.lock.proposed.minisig").exists(),
-        "a signed proposal is the lock: rename it to images/artifacts.lock"
-    );
-    let proposed = Lock::parse(&text, &path).unwrap();
-    let current = Lock::load_unverified(&root.join("images/artifacts.lock")).unwrap();
-    for a in &proposed.artifacts {
+    let lock = Lock::load_unverified(&root.join("images/artifacts.lock")).unwrap();
+    let commit = |t: &str| {
+        t.split("at commit ")
+            .skip(1)
+            .any(|rest| rest.len() >= 40 && rest.as_bytes()[..40].iter().all(u8::is_ascii_hexdigit))
+    };
+    for a in &lock.artifacts {
+        let v = &a.verified;
+        for internal in ["find_string", "read_file", "search-index", "index id"] {
+            assert!(
+                !v.contains(internal),
+                "{}: cites an internal id: {v}",
+                a.id()
+            );
+        }
+        assert!(
+            v.contains(&format!("{}.sha256", a.url))
+                || v.contains(".sha256sum")
+                || v.contains(".sha256 file"),
+            "{}: name upstream's checksum file: {v}",
+            a.id()
+        );
+        let strong = v.contains("independent records") && commit(v);
         match a.os {
-            Os::Linux => {
-                assert!(
-                    a.verified.contains("independent records"),
-                    "{}: a Linux pin must cite two independent records: {}",
-                    a.id(),
-                    a.verified
-                );
-                for weak in ["ONE SOURCE", "WEAK PIN", "one source only"] {
-                    assert!(!a.verified.contains(weak), "{}: {}", a.id(), a.verified);
-                }
-            }
+            Os::Linux => assert!(
+                strong || v.starts_with("ONE SOURCE") || v.starts_with("UNCITED RECORDS"),
+                "{}: a Linux pin cites two independent records or says it does not: {v}",
+                a.id()
+            ),
             Os::Windows => assert!(
-                a.verified.starts_with("ONE SOURCE"),
-                "{}: say how strong a Windows pin is: {}",
-                a.id(),
-                a.verified
+                v.starts_with("ONE SOURCE") && commit(v),
+                "{}: say how strong a Windows pin is and cite its record: {v}",
+                a.id()
             ),
         }
-        // Every entry of the committed lock has its successor, and none moves backwards.
-        let old = current.find(&a.name, a.os, a.arch).unwrap();
-        let v = |s: &str| kiln::supply::outdated::version::Version::parse(s).unwrap();
-        assert!(
-            v(&a.version) >= v(&old.version),
-            "{} < {}",
-            a.id(),
-            old.id()
-        );
     }
-    assert_eq!(proposed.artifacts.len(), current.artifacts.len());
-    // One Kubernetes version per OS.
     for os in [Os::Linux, Os::Windows] {
-        let mut kube: Vec<&str> = proposed
+        let mut kube: Vec<&str> = lock
             .artifacts
             .iter()
             .filter(|a| a.os == os && ["kubelet", "kubeadm", "kubectl"].contains(&a.name.as_str()))
@@ -383,21 +379,130 @@ fn the_proposed_lock_validates_and_states_its_strength() {
         kube.dedup();
         assert_eq!(kube.len(), 1, "{os}: {kube:?}");
     }
-    // Offline, the committed lock is behind the proposal, and the proposal is not behind it.
-    let run_against = |lock: &str, other: &str| {
+}
+
+/// `kiln lock audit` through the real binary: a signed lock whose containerd carries a known
+/// advisory fails (exit 6) naming the pin, the advisory and the fixed release; a signed
+/// waiver makes it pass until the waiver's last day and fail the day after; a waiver added
+/// after signing is refused with the lock itself (exit 3); `--json` is one event per line.
+#[test]
+fn lock_audit_fails_on_an_unwaived_advisory_and_honours_signed_waivers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pk, sk) = test_keypair(dir.path(), "audit");
+    let body = lock_text(
+        "https://example.invalid/dl",
+        &[
+            FixtureArtifact::new("containerd", "containerd", noise(100, 7)),
+            FixtureArtifact::new("runc", "runc.amd64", noise(100, 8)),
+        ],
+    )
+    .replacen("version = \"1.0.0\"", "version = \"2.3.4\"", 1);
+    let adv = dir.path().join("advisories.toml");
+    std::fs::write(
+        &adv,
+        r#"version = 1
+
+[[advisory]]
+id = "CVE-2026-00001"
+artifacts = ["containerd"]
+affected = [{ introduced = "2.3.0", fixed = "2.3.6" }]
+severity = "high"
+summary = "crafted index exhausts memory"
+published = ["https://www.cve.org/CVERecord?id=CVE-2026-00001"]
+
+[[advisory]]
+id = "CVE-2026-00002"
+artifacts = ["runc"]
+affected = [{ introduced = "1.5.0", fixed = "1.5.3" }]
+severity = "low"
+summary = "not the pinned runc's line"
+published = ["https://www.cve.org/CVERecord?id=CVE-2026-00002"]
+"#,
+    )
+    .unwrap();
+    let audit = |lock: &std::path::Path, extra: &[&str]| {
         run(kiln()
-            .args(["lock", "outdated", "--quiet"])
-            .arg(root.join(lock))
-            .arg("--against")
-            .arg(root.join(other)))
+            .args(["lock", "audit"])
+            .arg(lock)
+            .arg("--advisories")
+            .arg(&adv)
+            .arg("--trusted-key")
+            .arg(&pk)
+            .args(extra))
     };
-    let o = run_against("images/artifacts.lock", "images/artifacts.lock.proposed");
-    assert_eq!(o.status.code(), Some(5), "{}", out_text(&o));
+    let lock = write_signed_lock(dir.path(), &body, &sk);
+    let o = audit(&lock, &["--on", "2026-11-27"]);
+    let text = out_text(&o);
+    assert_eq!(o.status.code(), Some(6), "{text}");
     assert!(
-        out_text(&o).contains("containerd@2.3.4/linux/amd64: BEHIND: patch 2.3.6"),
+        text.contains(
+            "containerd@2.3.4/linux/amd64: CVE-2026-00001 (high, fixed in 2.3.6): NOT WAIVED"
+        ),
+        "{text}"
+    );
+    assert!(
+        !text.contains("CVE-2026-00002"),
+        "runc 1.0.0 is outside 1.5.x: {text}"
+    );
+
+    let waiver = "\n[[waiver]]\nadvisory = \"CVE-2026-00001\"\nartifact = \"containerd\"\nreason = \"no record of 2.3.6 yet\"\nmitigation = \"pull only from the site registry\"\nexpires = \"2026-12-31\"\n";
+    // Added after signing: the lock no longer matches its signature, so nothing is audited.
+    let unsigned_edit = format!("{body}{waiver}");
+    std::fs::write(&lock, &unsigned_edit).unwrap();
+    let o = audit(&lock, &["--on", "2026-11-27"]);
+    assert_eq!(o.status.code(), Some(3), "{}", out_text(&o));
+
+    let lock = write_signed_lock(dir.path(), &unsigned_edit, &sk);
+    let o = audit(&lock, &["--on", "2026-12-31"]);
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+    assert!(
+        out_text(&o).contains("waived until 2026-12-31"),
         "{}",
         out_text(&o)
     );
-    let o = run_against("images/artifacts.lock.proposed", "images/artifacts.lock");
+    let o = audit(&lock, &["--on", "2027-01-01"]);
+    assert_eq!(o.status.code(), Some(6), "{}", out_text(&o));
+    assert!(
+        out_text(&o).contains("WAIVER EXPIRED on 2026-12-31"),
+        "{}",
+        out_text(&o)
+    );
+
+    let o = audit(&lock, &["--on", "2027-01-01", "--json"]);
+    assert_eq!(o.status.code(), Some(6));
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    assert_eq!(events[0]["event"], "advisory");
+    assert_eq!(events[0]["status"], "waiver_expired");
+    assert_eq!(events[0]["fixed_in"], "2.3.6");
+    let last = events.last().unwrap();
+    assert_eq!(
+        (last["event"].as_str(), last["ok"].as_bool()),
+        (Some("result"), Some(false))
+    );
+
+    // A bad advisory file is refused naming it and the field.
+    std::fs::write(&adv, "version = 1\n[[advisory]]\nid = \"X\"\nartifacts = [\"runc\"]\naffected = []\nseverity = \"low\"\nsummary = \"s\"\npublished = [\"https://x\"]\n").unwrap();
+    let o = audit(&lock, &[]);
+    assert_eq!(o.status.code(), Some(3), "{}", out_text(&o));
+    assert!(
+        out_text(&o).contains("field `affected`"),
+        "{}",
+        out_text(&o)
+    );
+}
+
+/// The committed lock carries no advisory of `images/advisories.toml` without a signed,
+/// unexpired waiver (the same check `make test` runs as `make lock-audit`).
+#[test]
+fn the_real_lock_passes_its_advisory_audit() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let o = run(kiln()
+        .args(["lock", "audit"])
+        .arg(root.join("images/artifacts.lock"))
+        .arg("--advisories")
+        .arg(root.join("images/advisories.toml")));
     assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
 }

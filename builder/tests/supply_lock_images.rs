@@ -2,7 +2,7 @@
 //! the image and the field; the signature covers them like every other byte; and the
 //! proposed lock pins the upstream sandbox image with a citation.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 
@@ -148,27 +148,40 @@ fn the_signature_covers_image_entries() {
     assert_eq!(o.status.code(), Some(3), "{}", out_text(&o));
 }
 
+/// The committed lock pins the sandbox image the definitions name, by index digest (and the
+/// linux/amd64 manifest), citing records a reader can open, and every definition's
+/// `containerd.sandbox_image` is that reference.
 #[test]
-fn the_proposed_lock_pins_the_sandbox_image_with_a_citation() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../images/artifacts.lock.proposed");
-    let lock = Lock::load_unverified(&path).unwrap();
+fn the_real_lock_pins_the_sandbox_image_the_definitions_name() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let lock = Lock::load_unverified(&root.join("images/artifacts.lock")).unwrap();
     let pause = lock
         .images
         .iter()
         .find(|i| i.name == "pause")
-        .expect("the proposed lock pins the pause image");
-    assert!(pause.reference.starts_with("registry.k8s.io/pause:"));
-    // The published index digest of registry.k8s.io/pause:3.10.1 (cited in `verified`).
+        .expect("the lock pins the pause image");
+    assert_eq!(pause.reference, "registry.k8s.io/pause:3.10.2");
+    // The published index digest of registry.k8s.io/pause:3.10.2 and its linux/amd64 manifest.
     assert_eq!(
         pause.digest,
-        "sha256:278fb9dbcca9518083ad1e11276933a2e96f23de604a3a08cc3c80002767d24c"
+        "sha256:f548e0e8e3dc1896ca956272154dde3314e8cc4fde0a57577ee9fa1c63f5baf4"
     );
-    for p in [(Os::Linux, Arch::Amd64), (Os::Linux, Arch::Arm64)] {
-        assert!(pause.platform(p.0, p.1).is_some(), "{p:?} not kept");
-    }
+    assert_eq!(
+        pause
+            .platform(Os::Linux, Arch::Amd64)
+            .and_then(|p| p.digest.as_deref()),
+        Some("sha256:412c4a7219cb8a299a37337f3d87810c5340095322e15594a1637785adad0f17")
+    );
+    assert!(pause.platform(Os::Linux, Arch::Arm64).is_some());
     assert!(
-        pause.verified.contains("find_string id"),
-        "the citation names its records: {}",
+        pause.verified.contains("at commit") && !pause.verified.contains("find_string"),
+        "the citation names repositories and commits: {}",
         pause.verified
     );
+    for def in ["flatcar", "ubuntu"] {
+        let path = root.join(format!("images/{def}.toml"));
+        let d = kiln::image_def::ImageDef::parse(&std::fs::read_to_string(&path).unwrap(), &path)
+            .unwrap();
+        assert_eq!(d.containerd.sandbox_image, pause.reference, "{def}");
+    }
 }

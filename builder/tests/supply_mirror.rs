@@ -2,7 +2,7 @@
 //! another mirror (URL and directory), tampered blobs quarantined, tampered packs refused,
 //! concurrent syncs into one mirror, and a download killed mid-way then resumed.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

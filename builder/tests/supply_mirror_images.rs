@@ -8,8 +8,8 @@
 // Both support trees include testkit/optout.rs; this test uses both.
 #![allow(clippy::duplicate_mod)]
 
-mod bake_support;
-mod support;
+use crate::bake_support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -19,7 +19,7 @@ use support::server::{Fault, Server};
 
 /// The reference the definitions name as their sandbox image. The registry is never asked:
 /// every byte comes from the test's mirror, and the image is the test's own.
-const REFERENCE: &str = "registry.k8s.io/pause:3.10";
+const REFERENCE: &str = "registry.k8s.io/pause:3.10.2";
 
 struct Fx {
     dir: tempfile::TempDir,
@@ -169,7 +169,7 @@ fn fetch_takes_images_from_a_mirror_directory_and_refuses_a_wrong_blob_there() {
     assert!(text.contains(hex(layer)), "{text}");
     assert!(text.contains(&bad.display().to_string()), "{text}");
     assert!(
-        text.contains("pause (registry.k8s.io/pause:3.10)"),
+        text.contains("pause (registry.k8s.io/pause:3.10.2)"),
         "{text}"
     );
     assert!(!cache2.join("blobs/sha256").join(hex(layer)).exists());

@@ -3,7 +3,7 @@
 //! as independent readers of kiln's store, a fault-injecting token proxy in front of a
 //! registry, and a fake registry serving crafted manifests.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -3,7 +3,7 @@
 //! `docker-registry` on loopback (TLS from a test CA, htpasswd auth), with skopeo and curl as
 //! independent clients of what kiln pushed, and the fault proxy serving wrong bytes.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -565,9 +565,23 @@ fn wrong_bytes_from_the_registry_are_refused_and_nothing_wrong_is_stored() {
     assert!(!into.join("artifacts.lock").exists() && !into.join("index.json").exists());
     all_blobs_honest(&into);
     // A clean rerun completes that mirror, moving only what it lacks.
+    let seen = proxy.log().len();
     let o = sync(&into);
     assert!(o.status.success(), "{}", out_text(&o));
     assert_eq!(all_blobs_honest(&into), 2 + 7);
+    // A registry that moves a tag between two requests cannot mix two versions: a sync
+    // resolves one tag (the lock artifact's) with one request, everything else by digest.
+    let sync_log = &proxy.log()[seen..];
+    let by_name: Vec<_> = sync_log
+        .iter()
+        .filter(|(p, _)| p.contains("/manifests/") || p.contains("/blobs/"))
+        .filter(|(p, _)| !p.contains("sha256:") && !p.contains("sha256%3A"))
+        .collect();
+    assert_eq!(by_name.len(), 1, "{sync_log:?}");
+    assert!(
+        by_name[0].0.ends_with("/manifests/kiln-lock"),
+        "{sync_log:?}"
+    );
     // Transient faults (a reset mid-blob, a 503 for the lock) are survived.
     let fresh = fx.dir.path().join("fresh");
     proxy.fault(&art, ProxyFault::ResetAfter(100_000));
@@ -622,4 +636,51 @@ fn bad_oci_command_lines_are_refused_before_anything_happens() {
     for n in ["none", "other", "to"] {
         assert!(!dir.path().join(n).exists(), "{n} was created");
     }
+}
+
+/// Issue 34 item 9c: a lock pulled from a registry mirror and signed by another key than the
+/// trusted one is refused naming the registry's lock artifact, not a staging file deleted by
+/// the time the message is read.
+#[test]
+fn a_wrong_key_on_a_registry_lock_names_the_registry() {
+    if !registry::tools_or_skip("oci-registry") {
+        return;
+    }
+    let fx = fixture();
+    let reg = Registry::start(&fx.dir.path().join("dst"), true);
+    let to = format!("oci://{}/{REPO}", reg.host);
+    let auth = tls_args(&fx, &reg, PASSWORD);
+    let m = fx.mirror.to_str().unwrap();
+    let o = mirror(&fx, &[&["push", m, "--to", &to][..], &strs(&auth)].concat());
+    assert!(o.status.success(), "{}", out_text(&o));
+    let (other, _) = test_keypair(fx.dir.path(), "other");
+    let back = fx.dir.path().join("back");
+    let o = run(kiln()
+        .env_remove("KILN_REGISTRY_AUTH")
+        .env("DOCKER_CONFIG", fx.dir.path().join("no-docker-config"))
+        .args([
+            "mirror",
+            "sync",
+            "--backoff-ms",
+            "10",
+            "--from",
+            &to,
+            "--to",
+        ])
+        .arg(&back)
+        .arg("--trusted-key")
+        .arg(&other)
+        .args(strs(&auth)));
+    let text = out_text(&o);
+    assert_eq!(o.status.code(), Some(3), "{text}");
+    assert!(
+        text.contains(&format!("{to}:kiln-lock/artifacts.lock")),
+        "{text}"
+    );
+    // Every lock file named is the registry's.
+    assert_eq!(
+        text.matches("artifacts.lock").count(),
+        text.matches("kiln-lock/artifacts.lock").count(),
+        "{text}"
+    );
 }

@@ -3,7 +3,7 @@
 //! pass the PE gate and put exactly those bytes at `k/kiln-firstboot.exe` in the zip.
 //! Without the variable (a plain `cargo test`), a mingw-built PE stands in.
 
-mod bake_support;
+use crate::bake_support;
 
 use std::process::Command;
 

@@ -5,6 +5,18 @@ use std::path::PathBuf;
 
 use crate::contract::Provider;
 
+/// `--root` as every command uses it: links in the prefix the operator named are resolved
+/// once, here, so that below it `fsutil::real_dir` can refuse every link (one planted at
+/// `ROOT/run/kiln` must not send writes out of the root). Left as given when it cannot be
+/// resolved (the first read names a missing directory) and on Windows, whose resolved
+/// paths take the `\\?\` form.
+fn resolved_root(root: PathBuf) -> PathBuf {
+    if cfg!(windows) {
+        return root;
+    }
+    std::fs::canonicalize(&root).unwrap_or(root)
+}
+
 /// What the command line asks for.
 #[derive(Debug, Clone)]
 pub enum Command {
@@ -181,7 +193,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             return Err(format!("{sub}: unknown argument {arg:?}"));
         }
         match flag {
-            "--root" => opts.root = PathBuf::from(value()?),
+            "--root" => opts.root = resolved_root(PathBuf::from(value()?)),
             "--provider" => {
                 let v = value()?;
                 let choice = Provider::parse_choice(&v).map_err(|e| format!("--provider: {e}"))?;

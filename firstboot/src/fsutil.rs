@@ -8,17 +8,11 @@ use std::path::Path;
 /// Writes `data` to `path` so that readers see the old file or the new one, never a torn one.
 /// The temp file is created with its final mode ([`create_temp`]), so a secret is never
 /// briefly open to others, and a name planted beside the target cannot redirect the write.
+/// The directories on the way are real ones ([`real_dir`]): a symlink among them is refused,
+/// never followed out of `--root`.
 pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    // "File exists" alone does not say which file: name the directory that could not be made.
-    fs::create_dir_all(dir).map_err(|e| {
-        let why = if e.kind() == io::ErrorKind::AlreadyExists {
-            "exists and is not a directory".to_string()
-        } else {
-            format!("cannot be created: {e}")
-        };
-        io::Error::new(e.kind(), format!("{} {why}", dir.display()))
-    })?;
+    real_dir(dir, true)?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy())
@@ -29,6 +23,86 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// Removes the file `path` when it is there, through real directories only ([`real_dir`]):
+/// a symlinked parent is refused, so nothing outside `--root` is removed. The name itself is
+/// never followed (`unlink(2)` removes a link, not its target).
+pub fn remove_file(path: &Path) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    match real_dir(dir, false) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    match fs::remove_file(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
+}
+
+/// Checks that every component of `dir` is a directory and none is a symbolic link,
+/// creating the missing ones (mode 0755) when `create` says so, and checking each again
+/// after creating it. The whole path is checked, from the file system's root: `--root`
+/// itself was resolved once when the command line was read (`cli`), so a link here was
+/// planted under it (`ROOT/run/kiln -> /elsewhere` would send kubelet's bootstrap
+/// kubeconfig out of the root). The error names the component and what it is.
+///
+/// The check and the use are separate calls (std has no `openat`): this defends against a
+/// link planted before the run, not a process swapping directories during it, which needs
+/// write access to the root's `/run` and so is root already.
+pub fn real_dir(dir: &Path, create: bool) -> io::Result<()> {
+    use std::path::Component;
+    let mut at = std::path::PathBuf::new();
+    for c in dir.components() {
+        at.push(c);
+        if !matches!(c, Component::Normal(_)) {
+            continue;
+        }
+        let meta = match fs::symlink_metadata(&at) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
+                match make_dir(&at) {
+                    Ok(()) => {}
+                    // Made by someone else meanwhile: checked below like any other.
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(e) => {
+                        return Err(io::Error::new(
+                            e.kind(),
+                            format!("{} cannot be created: {e}", at.display()),
+                        ))
+                    }
+                }
+                fs::symlink_metadata(&at)
+            }
+            m => m,
+        };
+        let meta = meta.map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", at.display())))?;
+        if meta.file_type().is_symlink() {
+            return Err(io::Error::other(format!(
+                "{} is a symbolic link: expected a directory (links are never followed when writing, so a write cannot leave the root)",
+                at.display()
+            )));
+        }
+        if !meta.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a directory", at.display()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `mkdir(2)` with mode 0755 (before the umask), which never follows a link at the name.
+#[cfg(unix)]
+fn make_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new().mode(0o755).create(dir)
+}
+
+#[cfg(not(unix))]
+fn make_dir(dir: &Path) -> io::Result<()> {
+    fs::DirBuilder::new().create(dir)
 }
 
 fn write_then_rename(
@@ -120,6 +194,42 @@ pub fn create_new(path: &Path, _mode: u32) -> io::Result<File> {
         .write(true)
         .create_new(true)
         .open(path)
+}
+
+/// Opens the regular file `path` for reading and writing in place, creating it (mode 0644)
+/// and its directories ([`real_dir`]) when missing: `O_NOFOLLOW`, so a symlink at the name
+/// is refused, and a name that is not a regular file (a FIFO, a device) is refused on the
+/// open descriptor.
+pub fn open_in_place(path: &Path) -> io::Result<File> {
+    real_dir(path.parent().unwrap_or(Path::new(".")), true)?;
+    let mut o = fs::OpenOptions::new();
+    o.read(true).write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.custom_flags(O_NOFOLLOW | O_NONBLOCK_NOCTTY).mode(0o644);
+    }
+    #[cfg(not(unix))]
+    if fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(io::Error::from_raw_os_error(ELOOP));
+    }
+    let f = o.open(path).map_err(|e| {
+        if e.raw_os_error() == Some(ELOOP) {
+            io::Error::other(format!(
+                "{} is a symbolic link: expected a regular file (never followed)",
+                path.display()
+            ))
+        } else {
+            e
+        }
+    })?;
+    if !f.metadata()?.is_file() {
+        return Err(io::Error::other(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    Ok(f)
 }
 
 /// Why a secret file was refused.

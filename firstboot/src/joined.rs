@@ -44,6 +44,22 @@ fn kubelet_gone(u: &diagnose::UnitState, waited: Duration) -> bool {
         && (u.active_state != "inactive" || waited >= INACTIVE_GRACE)
 }
 
+/// How long each of the diagnosis's reads (`systemctl show`, `journalctl`) may take once a
+/// wait failed at the deadline: at most four of them, so a wedged service manager adds
+/// 8 s to the run, not the default 5 s each.
+const DIAGNOSIS_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `opts` with each command also bounded by what is left of the run's `deadline`; `None`
+/// when nothing is left.
+fn within(opts: &ReportOptions, deadline: Instant) -> Option<ReportOptions> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    (!left.is_zero()).then(|| {
+        let mut o = opts.clone();
+        o.command_timeout = o.command_timeout.min(left);
+        o
+    })
+}
+
 /// Why a node with its certificate is not joined yet.
 const NOT_REGISTERED: &str = "kubelet has not logged \"Successfully registered node\"";
 
@@ -129,7 +145,9 @@ fn wait_registered(
         }
         let now = Instant::now();
         if journal && (polls % LOG_EVERY == 1 || fresh) {
-            if let Ok(lines) = diagnose::kubelet_log(ropts, Some(LOG_LINES)) {
+            // Bounded by the deadline too: a wedged journalctl must not carry the wait past it.
+            let read = within(ropts, deadline).map(|o| diagnose::kubelet_log(&o, Some(LOG_LINES)));
+            if let Some(Ok(lines)) = read {
                 watch.observe(&lines, now);
             }
         }
@@ -177,13 +195,15 @@ pub fn wait(
     ropts.redactor = rep.redactor().clone();
     let begun = Instant::now();
     let mut polls = 0u32;
-    // Asking systemd every poll would cost a fork each time; once a second is enough.
+    // Asking systemd every poll would cost a fork each time; once a second is enough. The
+    // question is bounded by the run's deadline too: a wedged systemctl must not carry the
+    // wait past it.
     let mut alive = || {
         polls += 1;
-        if polls % 5 != 0 {
+        let Some(o) = (polls % 5 == 0).then(|| within(&ropts, deadline)).flatten() else {
             return true;
-        }
-        match diagnose::kubelet_state(&ropts) {
+        };
+        match diagnose::kubelet_state(&o) {
             Some(u) if !u.active_state.is_empty() => !kubelet_gone(&u, begun.elapsed()),
             _ => true,
         }
@@ -209,7 +229,10 @@ pub fn wait(
             }
             Err(stop) => stop,
         };
-        let mut d = diagnose::diagnose(&ropts);
+        // Past the deadline (or done waiting): the diagnosis's reads get a short bound each.
+        let mut dopts = ropts.clone();
+        dopts.command_timeout = DIAGNOSIS_COMMAND_TIMEOUT;
+        let mut d = diagnose::diagnose(&dopts);
         match stop {
             Stop::Wait(e) => {
                 if matches!(d.reason, Reason::JoinTimeout | Reason::KubeletExited) {
@@ -230,8 +253,10 @@ pub fn wait(
         });
     }
     // The node has joined: only now, off the path to it, read what kubelet said about its
-    // own config without stopping, for the status.
-    if let Some(w) = kubelet_config_warning(&ropts, &cfg.kubelet_config) {
+    // own config without stopping, for the status (while the deadline leaves time).
+    let warning =
+        within(&ropts, deadline).and_then(|o| kubelet_config_warning(&o, &cfg.kubelet_config));
+    if let Some(w) = warning {
         rep.warn(&w);
     }
     Ok(())

@@ -4,7 +4,8 @@
 use crate::config::{Config, Credential};
 use crate::contract::envfile::{write_line, write_quoted_line};
 use crate::contract::kubelet_env as key;
-use crate::contract::{paths, JoinMode, Provider, VERSION_TEXT};
+use crate::contract::paths::{self, NodePaths};
+use crate::contract::{JoinMode, Provider, VERSION_TEXT};
 use crate::json;
 use crate::sizing::Sizing;
 
@@ -20,6 +21,95 @@ pub struct Node {
     pub zone: String,
     pub region: String,
     pub provider_id: String,
+}
+
+/// A warning when kubeadm mode's JoinConfiguration does not name kiln's patch directory
+/// (`kubeadm join` refuses `--patches` beside `--config`, so the file must): kubelet would then
+/// run without the provider ID, max pods and reservations. `kiln render` always names it.
+pub fn kubeadm_patch_unused(paths: &NodePaths, cfg: &Config) -> Option<String> {
+    if cfg.node.join_mode != JoinMode::Kubeadm {
+        return None;
+    }
+    let text = std::fs::read_to_string(&paths.kubeadm_join).unwrap_or_default();
+    let named = text.lines().any(|l| {
+        let l = l.trim();
+        l.strip_prefix("directory:").is_some_and(|v| {
+            v.trim().trim_matches(|c| c == '"' || c == '\'') == paths::KUBEADM_PATCHES_DIR
+        })
+    });
+    (!named).then(|| {
+        format!(
+            "{} names no patches.directory {}: kubeadm will not apply kiln's kubelet settings (provider ID, max pods, reservations) from {}",
+            paths::KUBEADM_JOIN,
+            paths::KUBEADM_PATCHES_DIR,
+            paths::KUBEADM_KUBELET_PATCH
+        )
+    })
+}
+
+/// The longest node name the API server accepts (a DNS-1123 subdomain).
+const MAX_NODE_NAME: usize = 253;
+
+/// The node name from what a metadata source returned: its hostname, else its instance id,
+/// checked by [`node_name`]; the error says which was used and why it cannot be.
+pub fn metadata_node_name(hostname: &str, instance_id: &str) -> Result<String, String> {
+    let (what, raw) = match (hostname.is_empty(), instance_id.is_empty()) {
+        (false, _) => ("hostname", hostname),
+        (true, false) => ("instance id", instance_id),
+        (true, true) => {
+            return Err(
+                "expected a hostname or instance id for the node name, found neither".into(),
+            )
+        }
+    };
+    node_name(raw).map_err(|why| format!("{what} as the node name: {why}"))
+}
+
+/// The node name kubelet registers for a name the metadata source gave (its hostname, else
+/// its instance id), or why there is none. kubelet lowercases its hostname
+/// (k8s.io/component-helpers `node/util.GetHostname`), and the API server accepts a Node
+/// only under a DNS-1123 subdomain name (`pkg/apis/core/validation`: `ValidateNodeName` is
+/// `NameIsDNSSubdomain`): labels of `[a-z0-9-]` that start and end with a letter or digit,
+/// joined by dots, 253 characters at most. A name outside that would make kubelet fail
+/// to register long after this run said the node was written, so it is refused here, with
+/// where it went wrong but none of its bytes.
+pub fn node_name(raw: &str) -> Result<String, String> {
+    let name = raw.trim().to_ascii_lowercase();
+    let expected = "expected a DNS-1123 name (labels of a-z, 0-9 and '-' that start and end with a letter or digit, joined by '.', at most 253 characters)";
+    if name.is_empty() {
+        return Err(format!("{expected}, found an empty name"));
+    }
+    if name.chars().count() > MAX_NODE_NAME {
+        return Err(format!(
+            "{expected}, found {} characters",
+            name.chars().count()
+        ));
+    }
+    let mut at = 0;
+    for label in name.split('.') {
+        let bytes = label.as_bytes();
+        if let Some(i) = label
+            .char_indices()
+            .find(|&(_, c)| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
+            .map(|(i, _)| i)
+        {
+            return Err(format!(
+                "{expected}, found another character at offset {}",
+                at + i
+            ));
+        }
+        match (bytes.first(), bytes.last()) {
+            (None, _) => return Err(format!("{expected}, found an empty label at offset {at}")),
+            (Some(b'-'), _) | (_, Some(b'-')) => {
+                return Err(format!(
+                    "{expected}, found a label that starts or ends with '-' at offset {at}"
+                ))
+            }
+            _ => {}
+        }
+        at += label.len() + 1;
+    }
+    Ok(name)
 }
 
 /// Node path of the bootstrap kubeconfig kubelet gets, or `None` in kubeadm mode.
@@ -267,4 +357,49 @@ pub fn bootstrap_kubeconfig(cfg: &Config, token: &str) -> String {
         s.push_str(part);
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::node_name;
+
+    #[test]
+    fn node_names_are_what_the_api_server_accepts() {
+        let ok = [
+            (
+                "ip-10-0-3-7.eu-west-1.compute.internal",
+                "ip-10-0-3-7.eu-west-1.compute.internal",
+            ),
+            ("Kiln-Worker-0", "kiln-worker-0"),
+            (" worker-1\n", "worker-1"),
+            ("i-0abc123", "i-0abc123"),
+            ("0", "0"),
+        ];
+        for (raw, want) in ok {
+            assert_eq!(node_name(raw).as_deref(), Ok(want), "{raw:?}");
+        }
+        let long = "a".repeat(254);
+        let bad = [
+            ("", "an empty name"),
+            ("worker 1", "another character at offset 6"),
+            ("worker_1", "another character at offset 6"),
+            ("evil\";rm", "another character at offset 4"),
+            ("w\u{e9}", "another character at offset 1"),
+            ("a..b", "an empty label at offset 2"),
+            ("host.example.com.", "an empty label at offset 17"),
+            (".a", "an empty label at offset 0"),
+            ("-a", "starts or ends with '-' at offset 0"),
+            ("a.b-", "starts or ends with '-' at offset 2"),
+            (long.as_str(), "found 254 characters"),
+        ];
+        for (raw, want) in bad {
+            let e = node_name(raw).unwrap_err();
+            assert!(e.starts_with("expected a DNS-1123 name"), "{raw:?}: {e}");
+            assert!(e.ends_with(want), "{raw:?}: {e}");
+            if raw.len() > 3 {
+                assert!(!e.contains(raw.trim()), "{raw:?} echoed: {e}");
+            }
+        }
+        assert_eq!(node_name(&"a".repeat(253)).map(|n| n.len()), Ok(253));
+    }
 }

@@ -112,7 +112,7 @@ fn boot(
     rep.sizing(&sized);
     let proxy_changed =
         write(paths, &cfg, &node, &sized).map_err(|e| fail(rep, Phase::Write, e))?;
-    if let Some(w) = kubeadm_patch_unused(paths, &cfg) {
+    if let Some(w) = kubelet_env::kubeadm_patch_unused(paths, &cfg) {
         rep.warn(&w);
     }
     rep.success(Phase::Write, &format!("max_pods={}", sized.max_pods.value));
@@ -227,18 +227,16 @@ fn metadata(
     };
     let node_name = match &cfg.node.node_name {
         Some(n) => n.clone(),
-        None if !md.hostname.is_empty() => md.hostname,
-        None => md.instance_id.clone(),
+        None => kubelet_env::metadata_node_name(&md.hostname, &md.instance_id).map_err(|why| {
+            Error::metadata(
+                Reason::MetadataInvalid,
+                format!(
+                    "provider {name}: {why}; set NODE_NAME in {}",
+                    paths::NODE_ENV
+                ),
+            )
+        })?,
     };
-    if node_name.is_empty() {
-        return Err(Error::metadata(
-            Reason::MetadataInvalid,
-            format!(
-                "provider {name}: expected a hostname or instance id for the node name, found neither; set NODE_NAME in {}",
-                paths::NODE_ENV
-            ),
-        ));
-    }
     Ok(Node {
         provider: name,
         node_name,
@@ -290,7 +288,7 @@ fn write(paths: &NodePaths, cfg: &Config, node: &Node, sized: &Sizing) -> Result
     if changed {
         match &wanted {
             Some(text) => put(&paths.containerd_env, text, 0o644)?,
-            None => std::fs::remove_file(&paths.containerd_env).map_err(|e| {
+            None => fsutil::remove_file(&paths.containerd_env).map_err(|e| {
                 Error::Write(format!("removing {}: {e}", paths.containerd_env.display()))
             })?,
         }
@@ -309,30 +307,6 @@ fn write(paths: &NodePaths, cfg: &Config, node: &Node, sized: &Sizing) -> Result
         0o644,
     )?;
     Ok(changed)
-}
-
-/// A warning when kubeadm mode's JoinConfiguration does not name kiln's patch directory
-/// (`kubeadm join` refuses `--patches` beside `--config`, so the file must): kubelet would then
-/// run without the provider ID, max pods and reservations. `kiln render` always names it.
-fn kubeadm_patch_unused(paths: &NodePaths, cfg: &Config) -> Option<String> {
-    if cfg.node.join_mode != JoinMode::Kubeadm {
-        return None;
-    }
-    let text = std::fs::read_to_string(&paths.kubeadm_join).unwrap_or_default();
-    let named = text.lines().any(|l| {
-        let l = l.trim();
-        l.strip_prefix("directory:").is_some_and(|v| {
-            v.trim().trim_matches(|c| c == '"' || c == '\'') == paths::KUBEADM_PATCHES_DIR
-        })
-    });
-    (!named).then(|| {
-        format!(
-            "{} names no patches.directory {}: kubeadm will not apply kiln's kubelet settings (provider ID, max pods, reservations) from {}",
-            paths::KUBEADM_JOIN,
-            paths::KUBEADM_PATCHES_DIR,
-            paths::KUBEADM_KUBELET_PATCH
-        )
-    })
 }
 
 /// Restarts the container runtime so it reads `/run/kiln/containerd.env` before kubelet (or

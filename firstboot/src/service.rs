@@ -1,10 +1,18 @@
 //! The one process runner: starts the few programs firstboot may run (the service manager,
-//! `kubeadm join`, `systemctl show`, `journalctl`, `vmware-rpctool`), bounded by a deadline,
-//! reading their output on threads so a full pipe cannot stall them.
+//! `kubeadm join`, `systemctl show`, `journalctl`, `vmware-rpctool`, `schtasks.exe`), bounded
+//! by a deadline, reading their output on threads so a full pipe cannot stall them.
+//!
+//! The deadline bounds the whole run of a tool, not only the tool's own process: a child
+//! (or a service manager's helper) that forks and leaves a grandchild holding the output
+//! pipes must not hold the boot until that grandchild ends. So the output is never waited
+//! for past [`EOF_GRACE`] once the tool exited, nor past the deadline; at the deadline the
+//! tool's whole process group is killed (Unix), not only the tool.
 
 use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -13,6 +21,10 @@ const TAIL: usize = 2048;
 /// How much of each output stream [`output`] keeps: the head (enough for 200 journal lines
 /// per unit; more is cut, not buffered).
 const HEAD: usize = 1 << 20;
+/// How long the output is still read after the tool exited: what it wrote just before
+/// exiting is in the pipe already, so only a process it left behind holding the pipe makes
+/// this wait run out; what that process writes later is not the tool's answer.
+const EOF_GRACE: Duration = Duration::from_millis(200);
 
 /// How a tool run ended, when it did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,36 +55,103 @@ enum Keep {
     Tail(usize),
 }
 
-/// Reads a stream to its end on a thread, keeping the part `keep` says.
-fn reader(mut r: impl Read + Send + 'static, keep: Keep) -> thread::JoinHandle<Vec<u8>> {
+impl Keep {
+    /// Adds `chunk` to `kept`, which never grows past the cap plus one chunk.
+    fn add(self, kept: &mut Vec<u8>, chunk: &[u8]) {
+        match self {
+            Keep::Head(max) => {
+                let room = max.saturating_sub(kept.len());
+                kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            Keep::Tail(max) => {
+                kept.extend_from_slice(chunk);
+                if kept.len() > max {
+                    let mut cut = kept.len() - max;
+                    // Start at a line: a line cut in the middle could begin with the
+                    // unmatchable second half of a secret (a token's last characters).
+                    if let Some(nl) = kept[cut..].iter().position(|&c| c == b'\n') {
+                        cut += nl + 1;
+                    }
+                    kept.drain(..cut);
+                }
+            }
+        }
+    }
+}
+
+/// What a reader thread has kept so far: shared, so the runner can take it without
+/// waiting for the end of a stream that a left-behind process may never close.
+type Kept = Arc<Mutex<Vec<u8>>>;
+
+/// Reads a stream on a thread, keeping the part `keep` says in the returned buffer; the
+/// thread drops its clone of `done` when the stream ends.
+fn reader(mut r: impl Read + Send + 'static, keep: Keep, done: mpsc::Sender<()>) -> Kept {
+    let kept = Kept::default();
+    let shared = Arc::clone(&kept);
     thread::spawn(move || {
-        let mut kept = Vec::new();
+        let _done = done;
         let mut buf = [0u8; 4096];
         while let Ok(n) = r.read(&mut buf) {
             if n == 0 {
                 break;
             }
-            match keep {
-                Keep::Head(max) => {
-                    let room = max.saturating_sub(kept.len());
-                    kept.extend_from_slice(&buf[..n.min(room)]);
-                }
-                Keep::Tail(max) => {
-                    kept.extend_from_slice(&buf[..n]);
-                    if kept.len() > max {
-                        let mut cut = kept.len() - max;
-                        // Start at a line: a line cut in the middle could begin with the
-                        // unmatchable second half of a secret (a token's last characters).
-                        if let Some(nl) = kept[cut..].iter().position(|&c| c == b'\n') {
-                            cut += nl + 1;
-                        }
-                        kept.drain(..cut);
-                    }
-                }
+            // A poisoned lock only means the other side panicked; keep reading to drain.
+            if let Ok(mut k) = shared.lock() {
+                keep.add(&mut k, &buf[..n]);
             }
         }
-        kept
-    })
+    });
+    kept
+}
+
+/// Waits until every reader has finished (each holds a clone of the sender behind `ended`
+/// and nobody sends: the channel disconnects when the last stream ended), or `until`.
+fn wait_readers(ended: &mpsc::Receiver<()>, until: Instant) {
+    let _ = ended.recv_timeout(until.saturating_duration_since(Instant::now()));
+}
+
+/// Takes what a reader kept so far.
+fn take(kept: &Kept) -> Vec<u8> {
+    kept.lock()
+        .map(|mut k| std::mem::take(&mut *k))
+        .unwrap_or_default()
+}
+
+/// Puts the child in a process group of its own (its pid), so [`kill_all`] reaches what it
+/// forked too.
+#[cfg(unix)]
+fn own_group(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0);
+}
+
+#[cfg(not(unix))]
+fn own_group(_cmd: &mut Command) {}
+
+/// Kills the child's whole process group with SIGKILL, then the child itself. Called before
+/// the child is reaped, so its pid (the group's id) cannot have been reused.
+#[cfg(unix)]
+fn kill_all(child: &mut Child) {
+    extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    const SIGKILL: i32 = 9;
+    if let Ok(pgid) = i32::try_from(child.id()) {
+        // SAFETY: kill(2) takes two integers and touches no memory of ours; a negative pid
+        // names the process group `pgid`, which `own_group` made the child's own (and the
+        // unreaped child keeps the id from being reused).
+        unsafe {
+            kill(-pgid, SIGKILL);
+        }
+    }
+    let _ = child.kill();
+}
+
+/// Windows: TerminateProcess on the tool; a process it left holding the pipes no longer
+/// holds the run, which stops reading at the deadline.
+#[cfg(not(unix))]
+fn kill_all(child: &mut Child) {
+    let _ = child.kill();
 }
 
 /// What a finished program printed and how it ended.
@@ -111,17 +190,23 @@ fn shown(program: &Path, args: &[&str]) -> String {
 }
 
 /// Starts `program args…` with no stdin and both outputs read, and waits until it exits or
-/// `deadline` passes (then it is killed).
+/// `deadline` passes (then it and its process group are killed). Returns by the deadline
+/// (plus [`EOF_GRACE`] at most when the tool exits just before it), whatever the tool left
+/// behind.
 fn exec(program: &Path, args: &[&str], deadline: Instant, keep: Keep) -> Result<Output, ToolError> {
-    let mut child = Command::new(program)
-        .args(args)
+    let mut cmd = Command::new(program);
+    cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::piped());
+    own_group(&mut cmd);
+    let mut child = cmd
         .spawn()
         .map_err(|e| ToolError::Spawn(format!("cannot run {}: {e}", shown(program, args))))?;
-    let out = child.stdout.take().map(|r| reader(r, keep));
-    let err = child.stderr.take().map(|r| reader(r, keep));
+    let (done, ended) = mpsc::channel();
+    let out = child.stdout.take().map(|r| reader(r, keep, done.clone()));
+    let err = child.stderr.take().map(|r| reader(r, keep, done.clone()));
+    drop(done);
     // Poll quickly at first: systemctl --no-block returns in a millisecond or two.
     let mut pause = Duration::from_micros(50);
     let status = loop {
@@ -129,15 +214,17 @@ fn exec(program: &Path, args: &[&str], deadline: Instant, keep: Keep) -> Result<
             Ok(Some(status)) => break status,
             Ok(None) => {}
             Err(e) => {
+                kill_all(&mut child);
+                let _ = child.wait();
                 return Err(ToolError::Failed(format!(
                     "waiting for {}: {e}",
                     shown(program, args)
-                )))
+                )));
             }
         }
         let now = Instant::now();
         if now >= deadline {
-            let _ = child.kill();
+            kill_all(&mut child);
             let _ = child.wait();
             return Err(ToolError::Timeout(format!(
                 "{} was still running at the deadline and was stopped",
@@ -147,13 +234,15 @@ fn exec(program: &Path, args: &[&str], deadline: Instant, keep: Keep) -> Result<
         thread::sleep(pause.min(deadline - now));
         pause = (pause * 2).min(Duration::from_millis(50));
     };
-    let join =
-        |h: Option<thread::JoinHandle<Vec<u8>>>| h.and_then(|h| h.join().ok()).unwrap_or_default();
+    // The tool has exited: its output is in the pipes already, unless something it left
+    // behind still holds them open; that is given a moment, never the rest of the run.
+    wait_readers(&ended, Instant::now() + EOF_GRACE);
+    let kept = |k: Option<Kept>| k.as_ref().map(take).unwrap_or_default();
     Ok(Output {
         success: status.success(),
         code: status.code(),
-        stdout: join(out),
-        stderr: join(err),
+        stdout: kept(out),
+        stderr: kept(err),
     })
 }
 
@@ -225,6 +314,70 @@ mod tests {
             "{m}"
         );
         assert!(!m.contains("line0 "), "{m}");
+    }
+
+    #[test]
+    fn what_a_tool_leaves_behind_holding_a_pipe_does_not_hold_the_caller() {
+        // stdout closed, stderr kept by a grandchild; then the other way round; then both.
+        for script in [
+            "echo said; exec >&-; sleep 30 & exit 4",
+            "echo said; exec 2>&-; sleep 30 & exit 4",
+            "echo said; sleep 30 & exit 4",
+        ] {
+            let start = Instant::now();
+            let out = output("/bin/sh", &["-c", script], soon()).unwrap();
+            assert!(start.elapsed() < Duration::from_secs(3), "{script}");
+            assert_eq!((out.code, out.stdout_text().as_str()), (Some(4), "said\n"));
+            let e = run("/bin/sh", &["-c", script], soon()).unwrap_err();
+            assert!(e.message().ends_with("exited with status 4: said"), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn huge_output_is_read_to_the_end_but_kept_to_the_cap() {
+        let script = "head -c 50000000 /dev/zero; echo; echo last";
+        let out = output("/bin/sh", &["-c", script], soon()).unwrap();
+        assert!(out.success);
+        assert_eq!(out.stdout.len(), HEAD);
+        let e = run("/bin/sh", &["-c", &format!("{script}; exit 1")], soon()).unwrap_err();
+        assert!(e.message().len() < TAIL + 200, "{}", e.message().len());
+        // The tail starts at a line: the 50 MB line of NULs is cut whole.
+        assert!(e.message().ends_with("status 1: last"), "{}", e.message());
+    }
+
+    #[test]
+    fn at_the_deadline_the_tool_and_what_it_forked_are_killed() {
+        // Ignores SIGTERM and forks a sleeper that holds the pipes; its pid goes to a file.
+        let pidfile = std::env::temp_dir().join(format!("kiln-svc-{}.pid", std::process::id()));
+        let script = format!(
+            "trap '' TERM; sleep 30 & echo $! > '{}'; wait",
+            pidfile.display()
+        );
+        let start = Instant::now();
+        let e = output(
+            "/bin/sh",
+            &["-c", &script],
+            start + Duration::from_millis(500),
+        )
+        .unwrap_err();
+        assert!(matches!(e, ToolError::Timeout(_)), "{e:?}");
+        assert!(start.elapsed() < Duration::from_secs(3));
+        let pid = std::fs::read_to_string(&pidfile).unwrap();
+        let _ = std::fs::remove_file(&pidfile);
+        // SIGKILL is delivered asynchronously: gone (or a zombie waiting for whoever
+        // inherited it) within a moment.
+        let running = || {
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()));
+            let state = stat
+                .ok()
+                .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.to_string()));
+            state.filter(|r| !r.starts_with('Z') && !r.starts_with('X'))
+        };
+        let until = Instant::now() + Duration::from_secs(2);
+        while running().is_some() && Instant::now() < until {
+            thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(running(), None, "the sleeper outlived the deadline");
     }
 
     #[test]

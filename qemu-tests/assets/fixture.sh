@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Makes the offline fixture mirror for the boot tests and the demo (scripts/fixture-mirror.sh)
-# when it is missing or older than its inputs: the generators and the stand-ins' sources. A stamp file in the mirror records the hash of those inputs.
+# when it is missing or older than its inputs: the generators, images/ubuntu.toml (its Kubernetes version) and the stand-ins' sources. A stamp file in the mirror records the hash of those inputs.
 #
 #   qemu-tests/assets/fixture.sh [OUTDIR]      (default target/fixture-mirror)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-target/fixture-mirror}
-stamp=$( { sha256sum scripts/fixture-mirror.sh scripts/build-standins.sh
+stamp=$( { sha256sum scripts/fixture-mirror.sh scripts/build-standins.sh images/ubuntu.toml
            find tools/standin-kubelet tools/standin-kubeadm -type f -not -path '*/target/*' | sort | xargs sha256sum; } |
          sha256sum | cut -c1-16)
 mkdir -p "$(dirname "$out")"

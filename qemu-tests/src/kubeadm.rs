@@ -59,7 +59,7 @@ pub fn install(root: &Root) -> Result<()> {
          CA_FILE=/etc/kubernetes/standin-cluster/ca.crt\n\
          TOKENS=07401b.f395accd246ae52d\n\
          KUBELET_CONFIG=/etc/kubernetes/standin-cluster/kubelet-config.yaml\n\
-         PAUSE_IMAGE=registry.k8s.io/pause:3.10\n",
+         PAUSE_IMAGE=registry.k8s.io/pause:3.10.2\n",
         0o644,
     )?;
     Ok(())

@@ -349,7 +349,7 @@ mod tests {
     fn sandbox_image_is_the_definitions() {
         assert_eq!(
             sandbox_image("ubuntu").unwrap(),
-            "registry.k8s.io/pause:3.10"
+            "registry.k8s.io/pause:3.10.2"
         );
         assert_eq!(cgroup_driver("flatcar").unwrap(), "systemd");
         assert!(sandbox_image("no-such-image").is_err());

@@ -142,3 +142,14 @@ impl<R: Read> Read for Gapped<R> {
 pub fn tripped(flag: &AtomicBool) -> bool {
     flag.load(Ordering::SeqCst)
 }
+
+/// `4 GiB`, `512 MiB`, or bytes.
+pub(super) fn human(n: u64) -> String {
+    if n >= 1 << 30 && n % (1 << 30) == 0 {
+        format!("{} GiB", n >> 30)
+    } else if n >= 1 << 20 && n % (1 << 20) == 0 {
+        format!("{} MiB", n >> 20)
+    } else {
+        format!("{n} bytes")
+    }
+}

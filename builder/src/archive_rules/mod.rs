@@ -16,7 +16,8 @@ use std::io::Read;
 /// cached under laxer rules is never reused once they tighten. Bump it when they do.
 /// 3: an archive is checked against the lock's sha256 before it is unpacked (entries made
 /// by a kiln without that check may hold members of a blob the lock never named).
-pub const RULES_VERSION: u32 = 3;
+/// 4: PAX sparse members (`GNU.sparse.*` records) are refused, not unpacked raw.
+pub const RULES_VERSION: u32 = 4;
 
 /// Why an archive entry is refused. Each message names the rule, never the archive or the
 /// entry: the caller's error carries those.
@@ -62,6 +63,9 @@ pub enum Rule {
     /// A device node, FIFO or socket.
     #[error("device node or FIFO ({0}): only files, directories and symlinks are unpacked")]
     Special(&'static str),
+    /// A PAX sparse member: its data is a sparse map plus chunks, which kiln does not rebuild.
+    #[error("PAX sparse member (GNU.sparse.* records): kiln does not unpack sparse files")]
+    PaxSparse,
     /// An entry type kiln does not know.
     #[error("unknown entry type {0}")]
     UnknownType(String),
@@ -115,17 +119,6 @@ pub enum Rule {
     },
 }
 
-/// `4 GiB`, `512 MiB`, or bytes.
-fn human(n: u64) -> String {
-    if n >= 1 << 30 && n % (1 << 30) == 0 {
-        format!("{} GiB", n >> 30)
-    } else if n >= 1 << 20 && n % (1 << 20) == 0 {
-        format!("{} MiB", n >> 20)
-    } else {
-        format!("{n} bytes")
-    }
-}
-
 /// What an entry is, as far as the rules care.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
@@ -142,6 +135,8 @@ pub enum Kind {
     HardLink(String),
     /// A device node, FIFO or socket: `character device`, `block device`, `FIFO`, `socket`.
     Special(&'static str),
+    /// A PAX sparse member: refused ([`Rule::PaxSparse`]).
+    PaxSparse,
     /// Anything else, named for the message.
     Unknown(String),
 }
@@ -153,15 +148,18 @@ impl Kind {
             Kind::File { .. } => "file",
             Kind::Symlink(_) => "symlink",
             Kind::HardLink(_) => "hard link",
-            Kind::Special(_) | Kind::Unknown(_) => "special file",
+            Kind::Special(_) | Kind::Unknown(_) | Kind::PaxSparse => "special file",
         }
     }
 }
 
 /// What a tar entry is; `None` for a pax global header, which describes the archive, not
 /// an entry (`git archive` writes one).
-pub fn tar_kind<R: Read>(e: &tar::Entry<'_, R>) -> Option<Kind> {
+pub fn tar_kind<R: Read>(e: &mut tar::Entry<'_, R>) -> Option<Kind> {
     use tar::EntryType as E;
+    if pax::is_sparse(e) {
+        return Some(Kind::PaxSparse);
+    }
     let link = || {
         e.link_name_bytes()
             .map(|b| String::from_utf8_lossy(&b).into_owned())
@@ -391,6 +389,7 @@ impl EntryCheck {
             }
             Kind::Special(what) => return Err(Rule::Special(what)),
             Kind::Unknown(what) => return Err(Rule::UnknownType(what.clone())),
+            Kind::PaxSparse => return Err(Rule::PaxSparse),
         }
         // Every ancestor the archive itself placed must be a directory.
         let mut end = 0;
@@ -429,6 +428,8 @@ impl EntryCheck {
 }
 
 mod limits;
+mod pax;
+use limits::human;
 pub use limits::{tripped, Capped, Gap, Gapped, MAX_HEADER_BYTES};
 
 #[cfg(test)]

@@ -178,9 +178,8 @@ impl<R: Read> Read for Gunzip<R> {
 
 /// The number of central directory records a zip's end record announces (`None` for a
 /// zip64 archive, whose count lives elsewhere).
-fn zip_records(archive: &Path) -> io::Result<Option<u64>> {
+fn zip_records(f: &mut File) -> io::Result<Option<u64>> {
     use std::io::{Seek, SeekFrom};
-    let mut f = File::open(archive)?;
     let len = f.seek(SeekFrom::End(0))?;
     // The end record is 22 bytes plus a comment of at most 64 KiB.
     let tail = len.min(22 + 0xFFFF);
@@ -219,9 +218,34 @@ pub fn extract_members_with(
     durable: bool,
     policy: &Policy,
 ) -> Result<BTreeMap<String, Extracted>, ExtractError> {
+    let file = File::open(archive).map_err(|source| ExtractError::Io {
+        path: archive.to_path_buf(),
+        source,
+    })?;
+    extract_members_from(&file, archive, kind, wanted, out_dir, durable, policy)
+}
+
+/// [`extract_members_with`] from an archive already open as `file` (named `archive` in
+/// messages): a caller that checked the file's digest through this descriptor extracts the
+/// very bytes it checked, whatever is renamed over the name meanwhile.
+pub fn extract_members_from(
+    file: &File,
+    archive: &Path,
+    kind: ArchiveKind,
+    wanted: &[String],
+    out_dir: &Path,
+    durable: bool,
+    policy: &Policy,
+) -> Result<BTreeMap<String, Extracted>, ExtractError> {
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| ExtractError::Io { path, source }
+    };
+    let reopen = || -> io::Result<File> {
+        use std::io::{Seek, SeekFrom};
+        let mut f = file.try_clone()?;
+        f.seek(SeekFrom::Start(0))?;
+        Ok(f)
     };
     let hostile = |entry: &str, why: Rule| ExtractError::Hostile {
         archive: archive.to_path_buf(),
@@ -264,7 +288,7 @@ pub fn extract_members_with(
     };
     match kind {
         ArchiveKind::TarGz => {
-            let f = File::open(archive).map_err(io_err(archive))?;
+            let f = reopen().map_err(io_err(archive))?;
             let gz = Gunzip::new(f);
             let gz = archive_rules::Gapped::new(gz, gap.clone());
             let (gz, flag) = Capped::new(gz, policy.stream_cap());
@@ -276,7 +300,7 @@ pub fn extract_members_with(
                 gap.allow(entry.size());
                 let raw = entry.path_bytes().into_owned();
                 last = String::from_utf8_lossy(&raw).into_owned();
-                let Some(kind) = archive_rules::tar_kind(&entry) else {
+                let Some(kind) = archive_rules::tar_kind(&mut entry) else {
                     continue;
                 };
                 let mode = entry.header().mode().unwrap_or(0);
@@ -326,8 +350,9 @@ pub fn extract_members_with(
                 path: archive.to_path_buf(),
                 source: io::Error::new(io::ErrorKind::InvalidData, e),
             };
-            let f = File::open(archive).map_err(io_err(archive))?;
-            let records = zip_records(archive).map_err(io_err(archive))?;
+            let f = reopen().map_err(io_err(archive))?;
+            let records =
+                zip_records(&mut reopen().map_err(io_err(archive))?).map_err(io_err(archive))?;
             let mut z = zip::ZipArchive::new(io::BufReader::new(f)).map_err(bad_zip)?;
             // The zip reader keeps one member per name: a second record under the same name
             // would silently shadow the first, so count the records themselves.

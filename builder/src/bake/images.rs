@@ -466,7 +466,7 @@ mod tests {
             Path::new("images/ubuntu.toml"),
         )
         .unwrap();
-        assert_eq!(def.containerd.sandbox_image, "registry.k8s.io/pause:3.10");
+        assert_eq!(def.containerd.sandbox_image, "registry.k8s.io/pause:3.10.2");
         let d = format!("sha256:{}", "ab".repeat(32));
         let other = ImageInput {
             name: "other".into(),
@@ -474,14 +474,17 @@ mod tests {
         };
         let (old, new) = (
             input("registry.k8s.io/pause:3.9"),
-            input("registry.k8s.io/pause:3.10"),
+            input("registry.k8s.io/pause:3.10.2"),
         );
         let cases: Vec<(Vec<ImageInput>, Result<String, &str>)> = vec![
-            (vec![], Ok("registry.k8s.io/pause:3.10".into())),
-            (vec![other.clone()], Ok("registry.k8s.io/pause:3.10".into())),
+            (vec![], Ok("registry.k8s.io/pause:3.10.2".into())),
+            (
+                vec![other.clone()],
+                Ok("registry.k8s.io/pause:3.10.2".into()),
+            ),
             (
                 vec![other, old.clone(), new],
-                Ok(format!("registry.k8s.io/pause:3.10@{d}")),
+                Ok(format!("registry.k8s.io/pause:3.10.2@{d}")),
             ),
             (
                 vec![old],

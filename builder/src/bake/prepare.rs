@@ -146,7 +146,11 @@ pub fn prepare(
             // The download is checked against the lock before anything is taken out of it, as
             // a single binary is: a corrupt or replaced store blob must not reach a layer, nor
             // a cache entry keyed by the lock's digest.
-            let sha256 = digest::hash_file(&a.blob, Sums::Sha256)
+            // One descriptor for the check and the extraction: a blob renamed over this name
+            // in between (a shared store, a concurrent fetch) cannot slip members of another
+            // archive into a cache entry keyed by the lock's digest.
+            let mut file = std::fs::File::open(&a.blob).map_err(io_err(&a.blob))?;
+            let sha256 = digest::hash_reader(&mut file, Sums::Sha256)
                 .map_err(io_err(&a.blob))?
                 .sha256;
             if sha256 != a.sha256 {
@@ -174,7 +178,15 @@ pub fn prepare(
                 }
             };
             // A cache entry is fsynced before it is published; scratch files are not.
-            let got = extract::extract_members(&a.blob, kind, &wanted, &dir, staging.is_some())?;
+            let got = extract::extract_members_from(
+                &file,
+                &a.blob,
+                kind,
+                &wanted,
+                &dir,
+                staging.is_some(),
+                &crate::archive_rules::Policy::upstream(),
+            )?;
             let meta = Meta {
                 members: got
                     .iter()

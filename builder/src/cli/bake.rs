@@ -8,7 +8,8 @@ use clap::Args;
 
 use crate::bake::{self, manifest, BakeRequest, WriteOptions};
 use crate::cli::common::{
-    default_cache, load_lock, Global, NetArgs, RegistryArgs, TrustArgs, DEFAULT_LOCK,
+    default_bake_cache, default_cache, load_lock, Global, NetArgs, RegistryArgs, TrustArgs,
+    DEFAULT_LOCK,
 };
 use crate::cli::fail::classify;
 use crate::cli::fetch::{fetch_into, FetchFrom};
@@ -187,12 +188,7 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let cache = if a.no_cache {
         None
     } else {
-        a.cache.clone().or_else(|| {
-            std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-                .map(|c| c.join("kiln/bake"))
-        })
+        Some(a.cache.clone().unwrap_or_else(default_bake_cache))
     };
     let req = BakeRequest {
         cache: cache.as_deref(),

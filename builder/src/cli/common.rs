@@ -25,6 +25,8 @@ pub mod exit {
     pub const FETCH: u8 = crate::exit::ExitClass::Fetch.code();
     /// `kiln lock outdated`: a newer patch release of a pinned minor exists.
     pub const OUTDATED: u8 = 5;
+    /// `kiln lock audit`: a pin carries a known advisory without an unexpired waiver.
+    pub const ADVISORY: u8 = 6;
 }
 
 /// Flags every subcommand understands.
@@ -221,12 +223,27 @@ impl FilterArgs {
     }
 }
 
+/// kiln's cache directory: `$XDG_CACHE_HOME/kiln`, else `$HOME/.cache/kiln`. An empty or
+/// relative `XDG_CACHE_HOME` is ignored, as the XDG Base Directory specification says ("If
+/// $XDG_CACHE_HOME is either not set or empty, a default equal to $HOME/.cache should be
+/// used"; "If an implementation encounters a relative path in any of these variables it
+/// should consider the path invalid and ignore it"). The one owner of this default: the
+/// store (`fetch`, `plan`, `bake`) and the bake cache (`bake`) both start here.
 pub(crate) fn default_cache() -> PathBuf {
-    if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
-        return PathBuf::from(x).join("kiln");
+    cache_home(std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME"))
+}
+
+fn cache_home(xdg: Option<std::ffi::OsString>, home: Option<std::ffi::OsString>) -> PathBuf {
+    if let Some(x) = xdg.map(PathBuf::from).filter(|p| p.is_absolute()) {
+        return x.join("kiln");
     }
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+    let home = home.map_or_else(|| PathBuf::from("."), PathBuf::from);
     home.join(".cache").join("kiln")
+}
+
+/// The bake cache's default: `bake/` in [`default_cache`].
+pub(crate) fn default_bake_cache() -> PathBuf {
+    default_cache().join("bake")
 }
 
 pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -247,4 +264,27 @@ pub(crate) fn failed_at(source: &str, error: &str) -> String {
         .and_then(|r| r.strip_prefix(": "))
         .unwrap_or(error);
     format!("{source} failed: {why}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cache_home;
+    use std::path::Path;
+
+    #[test]
+    fn an_empty_or_relative_xdg_cache_home_is_ignored() {
+        let home = Some("/home/u".into());
+        for (xdg, want) in [
+            (Some("/var/cache"), "/var/cache/kiln"),
+            (Some(""), "/home/u/.cache/kiln"),
+            (Some("rel/cache"), "/home/u/.cache/kiln"),
+            (None, "/home/u/.cache/kiln"),
+        ] {
+            assert_eq!(
+                cache_home(xdg.map(Into::into), home.clone()),
+                Path::new(want),
+                "{xdg:?}"
+            );
+        }
+    }
 }

@@ -6,6 +6,8 @@ use std::process::ExitCode;
 
 use crate::bake::BakeError;
 use crate::exit::ExitClass;
+use crate::render::RenderError;
+use crate::supply::advisory::AdvisoryError;
 use crate::supply::fetch::FetchError;
 use crate::supply::inspect::InspectError;
 use crate::supply::lock::LockError;
@@ -72,6 +74,8 @@ fn class_of(cause: &(dyn StdError + 'static)) -> Option<ExitClass> {
         MirrorError,
         IndexError,
         InspectError,
+        AdvisoryError,
+        RenderError,
     );
     None
 }

@@ -19,7 +19,8 @@ device, no FUSE), then every written file is read back and e2fsck -fn checks the
 filesystem. auto (the default) takes loop when kiln may mount, debugfs otherwise."
 )]
 pub struct ImageArgs {
-    /// The base disk image: raw, qcow2, or any format `qemu-img` reads. Never written.
+    /// The base disk image: raw, qcow2, VHD, VHDX or a single-file VMDK, read by format
+    /// (never probed by qemu-img). Never written.
     #[arg(long, value_name = "FILE")]
     pub base: PathBuf,
     /// The rootfs layer (`kiln bake --format rootfs`), applied as `kiln install` applies it;
@@ -49,6 +50,12 @@ pub struct ImageArgs {
     /// auto.
     #[arg(long, value_enum, default_value_t = Via::Auto)]
     pub via: Via,
+    /// Let a qcow2 base read its backing files and external data file from DIR (only
+    /// regular files inside DIR, symlinks and `..` resolved first). Without it a base that
+    /// names any other file (backing file, data file, VMDK extent or parent, VHD parent) is
+    /// refused before qemu-img opens it.
+    #[arg(long, value_name = "DIR")]
+    pub allow_backing_dir: Option<PathBuf>,
     /// How the layer is checked.
     #[command(flatten)]
     pub checks: LayerChecks,
@@ -71,6 +78,7 @@ pub fn run_image(a: ImageArgs, global: &Global) -> anyhow::Result<ExitCode> {
         install: a.checks.options()?,
         node_files,
         via: a.via,
+        allow_backing_dir: a.allow_backing_dir.clone(),
     };
     let r = match crate::image::build(&opts) {
         Ok(r) => r,

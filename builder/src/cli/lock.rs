@@ -1,4 +1,4 @@
-//! `kiln lock verify|sign|add|update|outdated`.
+//! `kiln lock verify|sign|add|update|outdated|audit`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,6 +29,9 @@ pub enum LockCommand {
     Update(LockUpdateArgs),
     /// Report entries with a newer patch (exit 5) or minor upstream, or in another lock.
     Outdated(crate::cli::outdated::OutdatedArgs),
+    /// Report pins that carry a known advisory (exit 6 unless a signed, unexpired waiver
+    /// in the lock covers it).
+    Audit(crate::cli::audit::AuditArgs),
 }
 
 /// `kiln lock add`
@@ -116,6 +119,7 @@ pub fn run_lock(cmd: LockCommand, global: &Global) -> anyhow::Result<ExitCode> {
         LockCommand::Add(a) => lock_add(a, global),
         LockCommand::Update(a) => lock_update(a, global),
         LockCommand::Outdated(a) => crate::cli::outdated::run(a, global),
+        LockCommand::Audit(a) => crate::cli::audit::run(a, global),
     })
 }
 
@@ -181,6 +185,7 @@ fn lock_add(a: LockAddArgs, global: &Global) -> anyhow::Result<ExitCode> {
                 path: a.lock.clone(),
                 artifacts: Vec::new(),
                 images: Vec::new(),
+                waivers: Vec::new(),
             },
             String::new(),
         )

@@ -12,6 +12,8 @@ use crate::cli::common::{
 };
 use crate::cli::fetch::{report_summary, run_pull_images};
 use crate::cli::progress;
+use crate::supply::lock::Lock;
+use crate::supply::mirror::LOCK_NAME;
 use crate::supply::registry::{oci_mirror, ImageSource, OciTarget};
 
 /// `kiln mirror push`
@@ -36,7 +38,7 @@ pub(crate) fn mirror_push(a: MirrorPushArgs, global: &Global) -> anyhow::Result<
     let started = Instant::now();
     let target = OciTarget::parse(&a.to).map_err(|e| anyhow::anyhow!("--to {e}"))?;
     // Checked before opening: opening a mirror creates its directories.
-    let lock_path = a.dir.join(crate::supply::mirror::LOCK_NAME);
+    let lock_path = a.dir.join(LOCK_NAME);
     anyhow::ensure!(
         lock_path.is_file(),
         "{} has no artifacts.lock: not a kiln mirror (fill it with kiln mirror sync first)",
@@ -102,16 +104,21 @@ pub(crate) fn sync_from_oci(a: SyncFromOci<'_>, global: &Global) -> anyhow::Resu
     let opts = a.net.options();
     let rt = runtime()?;
     let staging = tempfile::tempdir()?;
-    let lock_path = match a.lock {
-        Some(l) => l.to_path_buf(),
-        None => rt.block_on(oci_mirror::fetch_lock(
-            &target,
-            &ropts,
-            &opts,
-            staging.path(),
-        ))?,
+    let (lock_path, shown) = match a.lock {
+        Some(l) => (l.to_path_buf(), l.to_path_buf()),
+        None => {
+            let staged = rt.block_on(oci_mirror::fetch_lock(
+                &target,
+                &ropts,
+                &opts,
+                staging.path(),
+            ))?;
+            // Errors name the registry's lock artifact, not the staging file.
+            let shown = format!("{target}:{}/{}", oci_mirror::LOCK_TAG, LOCK_NAME);
+            (staged, PathBuf::from(shown))
+        }
     };
-    let (lock, _) = load_lock(&lock_path, a.trust)?;
+    let (lock, _) = Lock::load_verified_as(&lock_path, &shown, &a.trust.trust()?)?;
     let mirror = crate::supply::mirror::Mirror::open(a.to)?;
     let artifacts = a.filter.apply(&lock);
     let reporter = progress::reporter(global, &artifacts);

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 use kiln_firstboot::contract;
 
+pub mod audit;
 pub mod bake;
 pub mod common;
 pub mod completions;

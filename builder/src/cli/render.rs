@@ -44,7 +44,7 @@ impl From<ProvisionerArg> for Provisioner {
 #[command(after_help = "Examples:
   kiln render --provisioner cloud-init node.toml > user-data
   kiln render --provisioner ignition --gzip node.toml -o node.ign
-  kiln render -p ignition node.toml --sysext out/kubernetes-v1.36.1-x86-64.raw -o node.ign
+  kiln render -p ignition node.toml --sysext out/kubernetes-v1.36.4-x86-64.raw -o node.ign
   kiln render --provisioner files node.toml -o rootfs/
   kiln render --check user-data")]
 pub struct RenderArgs {
@@ -89,7 +89,8 @@ fn usage(why: &str) -> anyhow::Result<ExitCode> {
 /// Runs `kiln render`.
 pub fn run(args: RenderArgs, global: &Global) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.check {
-        return check(path, global);
+        // A contract break found while reading the user data exits 3, like one found after.
+        return crate::cli::common::done(check(path, global));
     }
     let (Some(node_path), Some(provisioner)) = (&args.node, args.provisioner) else {
         return usage("kiln render needs NODE_TOML and --provisioner (or --check FILE)");
@@ -315,7 +316,9 @@ fn check(path: &Path, global: &Global) -> anyhow::Result<ExitCode> {
             notes: Vec::new(),
         }
     } else {
-        let data = std::fs::read(path).with_context(|| format!("reading {name}"))?;
+        // Regular files only, and no more than a gzipped payload may unpack to.
+        let data = render::input::read_regular(path, render::MAX_GUNZIPPED)
+            .with_context(|| format!("reading {name}"))?;
         render::check_payload(&data, &name)?
     };
     let problems = render::contract_problems(&checked.files);

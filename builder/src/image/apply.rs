@@ -26,7 +26,7 @@ pub const SPACE_MARGIN: u64 = 16 << 20;
 /// What to build.
 #[derive(Debug, Clone)]
 pub struct ImageOptions {
-    /// The base disk image (raw, qcow2, or anything `qemu-img` reads). Read only.
+    /// The base disk image (raw, qcow2, VHD, VHDX, single-file VMDK). Read only.
     pub base: PathBuf,
     /// The rootfs layer (`kiln bake --format rootfs`).
     pub layer: PathBuf,
@@ -44,6 +44,9 @@ pub struct ImageOptions {
     pub node_files: Vec<crate::render::model::NodeFile>,
     /// How the root filesystem is written.
     pub via: Via,
+    /// The directory a base's backing files and external data files may come from
+    /// (`--allow-backing-dir`); without it a base that names another file is refused.
+    pub allow_backing_dir: Option<PathBuf>,
 }
 
 /// How kiln writes the root filesystem.

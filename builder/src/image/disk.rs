@@ -7,6 +7,7 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::Command;
 
+use crate::image::base::{qemu_spec, BaseError, BaseFormat, Node};
 use crate::image::error::{io_err, tool, ImageError};
 
 /// An output format, with the `qemu-img` driver and options each cloud's importer wants.
@@ -48,12 +49,24 @@ fn run(cmd: &mut Command, name: &'static str, what: &str) -> Result<Vec<u8>, Ima
     Ok(out.stdout)
 }
 
-/// The base's format as `qemu-img info` names it (`raw`, `qcow2`, `vpc`, `vmdk`, …).
-pub fn probe(base: &Path) -> Result<String, ImageError> {
+/// A path as `qemu-img` must be given it: absolute, so no name (`nbd:x`, `json:{…}`) is ever
+/// read as a protocol (QEMU takes a colon before the first slash as one).
+pub fn qemu_path(p: &Path) -> Result<std::path::PathBuf, ImageError> {
+    std::path::absolute(p).map_err(io_err(p))
+}
+
+/// Asks `qemu-img info` (on the checked chain, force-share, no backing chain) whether the
+/// base names any file kiln's own reading of its header missed: a backing file, an external
+/// data file, a VMDK extent other than the file itself. A second opinion, by QEMU's parser.
+pub fn cross_check(base: &Path, node: &Node) -> Result<(), ImageError> {
+    let spec = qemu_spec(node, false).map_err(|source| ImageError::Base {
+        base: base.to_path_buf(),
+        source,
+    })?;
     let out = run(
         Command::new("qemu-img")
-            .args(["info", "--output=json"])
-            .arg(base),
+            .args(["info", "-U", "--output=json"])
+            .arg(&spec),
         "qemu-img",
         &format!("reading {}", base.display()),
     )?;
@@ -61,45 +74,67 @@ pub fn probe(base: &Path) -> Result<String, ImageError> {
         tool: "qemu-img".into(),
         why: format!("info of {}: unreadable JSON ({e})", base.display()),
     })?;
-    match v.get("format").and_then(|f| f.as_str()) {
-        // A fixed VHD is raw bytes and a 512-byte footer, which qemu-img's probe does not
-        // look for: read as raw, the footer would become part of the disk.
-        Some("raw") if has_vhd_footer(base) => Ok("vpc".into()),
-        Some(f) => Ok(f.to_string()),
-        None => Err(ImageError::Tool {
-            tool: "qemu-img".into(),
-            why: format!("info of {} names no format", base.display()),
-        }),
-    }
-}
-
-/// Whether `path` ends in a VHD footer (cookie `conectix`; Microsoft's "Virtual Hard Disk
-/// Image Format Specification", Hard Disk Footer Format).
-fn has_vhd_footer(path: &Path) -> bool {
-    use std::os::unix::fs::FileExt;
-    let Ok(f) = File::open(path) else {
-        return false;
+    let names = |what: &'static str, name: &serde_json::Value| ImageError::Base {
+        base: base.to_path_buf(),
+        source: BaseError::NamesFile {
+            what,
+            name: name.as_str().unwrap_or_default().to_string(),
+        },
     };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let mut cookie = [0u8; 8];
-    len >= 512 && f.read_exact_at(&mut cookie, len - 512).is_ok() && &cookie == b"conectix"
+    if node.backing.is_none() {
+        for key in ["backing-filename", "full-backing-filename"] {
+            if let Some(n) = v.get(key) {
+                return Err(names("backing file", n));
+            }
+        }
+    }
+    let data = &v["format-specific"]["data"];
+    if let (Some(n), None) = (data.get("data-file"), &node.data_file) {
+        return Err(names("external data file", n));
+    }
+    let me = node.path.to_string_lossy();
+    for e in data["extents"].as_array().into_iter().flatten() {
+        if e["filename"].as_str() != Some(&*me) {
+            return Err(names("VMDK extent", &e["filename"]));
+        }
+    }
+    if v.get("format").and_then(|f| f.as_str()) != Some(node.format.driver()) {
+        return Err(ImageError::Tool {
+            tool: "qemu-img".into(),
+            why: format!(
+                "info of {}: expected format {}, found {}",
+                base.display(),
+                node.format.driver(),
+                v.get("format").unwrap_or(&serde_json::Value::Null)
+            ),
+        });
+    }
+    Ok(())
 }
 
-/// Makes `work` a raw copy of `base` (format `format`): a reflink or sparse copy of a raw
-/// base, `qemu-img convert` of any other.
-pub fn working_copy(base: &Path, format: &str, work: &Path) -> Result<(), ImageError> {
-    if format != "raw" {
+/// Makes `work` a raw copy of the checked base: a reflink or sparse copy of a raw base,
+/// `qemu-img convert` of any other, told every file of the chain (nothing else is opened).
+pub fn working_copy(base: &Path, node: &Node, work: &Path) -> Result<(), ImageError> {
+    if node.format != BaseFormat::Raw {
+        let spec = qemu_spec(node, true).map_err(|source| ImageError::Base {
+            base: base.to_path_buf(),
+            source,
+        })?;
         run(
             Command::new("qemu-img")
-                .args(["convert", "-f", format, "-O", "raw"])
-                .arg(base)
-                .arg(work),
+                .args(["convert", "-O", "raw"])
+                .arg(&spec)
+                .arg(qemu_path(work)?),
             "qemu-img",
-            &format!("converting {} ({format}) to raw", base.display()),
+            &format!(
+                "converting {} ({}) to raw",
+                base.display(),
+                node.format.driver()
+            ),
         )?;
         return Ok(());
     }
-    let src = File::open(base).map_err(io_err(base))?;
+    let src = File::open(&node.path).map_err(io_err(base))?;
     let dst = File::options()
         .write(true)
         .truncate(true)
@@ -156,7 +191,7 @@ pub fn convert_out(work: &Path, format: Format, out: &Path) -> Result<(), ImageE
         c.args(["-o", o]);
     }
     run(
-        c.arg(work).arg(out),
+        c.arg(qemu_path(work)?).arg(qemu_path(out)?),
         "qemu-img",
         &format!("writing {} as {driver}", out.display()),
     )?;

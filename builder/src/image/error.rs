@@ -27,6 +27,14 @@ pub enum ImageError {
         /// What happened.
         why: String,
     },
+    /// The base image (or a file it names) is refused before `qemu-img` opens it.
+    #[error("base image {base}: {source}")]
+    Base {
+        /// The base image.
+        base: PathBuf,
+        /// Why.
+        source: crate::image::base::BaseError,
+    },
     /// The base's partition table is refused.
     #[error("base image {base}: {source}")]
     Table {

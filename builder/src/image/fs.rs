@@ -84,15 +84,13 @@ pub fn ext4_space(head: &[u8]) -> Option<Ext4Space> {
     })
 }
 
-/// What the first bytes look like, for an error message: hex of the first 8 bytes.
+/// What the first bytes look like, for an error message, in words: a partition that holds
+/// no filesystem may hold anything, and its bytes are never quoted (issue 34).
 pub fn describe_unknown(head: &[u8]) -> String {
     if head.iter().all(|&b| b == 0) {
         "only zero bytes (no filesystem)".into()
     } else {
-        format!(
-            "no known superblock (first bytes {})",
-            hex::encode(&head[..head.len().min(8)])
-        )
+        "no known superblock (ext4, xfs or btrfs magic)".into()
     }
 }
 

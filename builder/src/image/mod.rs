@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use crate::install::InstallReport;
 
 pub mod apply;
+pub mod base;
 pub mod debugfs;
 pub mod disk;
 mod error;
@@ -88,7 +89,24 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
             ),
         });
     }
+    let base_err = |source| ImageError::Base {
+        base: o.base.clone(),
+        source,
+    };
+    if let Some(p) = o.base.to_str().and_then(base::protocol) {
+        return Err(base_err(base::BaseError::Refused {
+            what: format!(
+                "a {p}: name, which qemu-img would open as a protocol or a JSON description"
+            ),
+            hint: "name a file (./NAME if its name has a colon)",
+        }));
+    }
     check_base(&o.base)?;
+    let allow = o
+        .allow_backing_dir
+        .as_deref()
+        .map(allowed_dir)
+        .transpose()?;
     // The layer first: a layer that cannot be read fails before gigabytes are copied.
     let is_sysext = sysext::is_sysext(&o.layer);
     let facts = if is_sysext {
@@ -100,7 +118,11 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
     } else {
         layer::peek(&o.layer)?
     };
-    let base_format = disk::probe(&o.base)?;
+    // The base's own header first, then QEMU's reading of it: a base that names another
+    // file is refused before qemu-img opens anything.
+    let node = base::check(&o.base, allow.as_ref()).map_err(base_err)?;
+    disk::cross_check(&o.base, &node)?;
+    let base_format = node.format.driver().to_string();
     let dir = out_dir(&o.out)?;
     let temp = |suffix: &str| {
         let t = tempfile::Builder::new()
@@ -113,10 +135,20 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
     };
     // Before the copy, so a run that cannot mount fails at once rather than after gigabytes.
     let via = choose_via(o.via)?;
+    // e2fsprogs takes the first `?` of a device name as the start of its options: with one in
+    // OUT's directory, debugfs would open (and write) the file named by what precedes it.
+    if via == Via::Debugfs && dir.as_os_str().as_encoded_bytes().contains(&b'?') {
+        return Err(ImageError::Io {
+            path: dir,
+            source: std::io::Error::other(
+                "the directory of --out has a '?' in its path, which debugfs would read as the start of its options and open another file; write OUT elsewhere and move it",
+            ),
+        });
+    }
     // What killed runs left here (a working copy can be as big as the base).
     let swept = leftovers::sweep(&dir);
     let work = temp(".raw")?;
-    disk::working_copy(&o.base, &base_format, work.path())?;
+    disk::working_copy(&o.base, &node, work.path())?;
 
     let file = std::fs::File::open(work.path()).map_err(io_err(work.path()))?;
     let table = partition::read_table(&file).map_err(|source| ImageError::Table {
@@ -276,6 +308,18 @@ fn check_base(base: &Path) -> Result<(), ImageError> {
             "expected a disk image file (or a block device), found {found}"
         )),
     })
+}
+
+/// `--allow-backing-dir`, canonical: the directory must exist.
+fn allowed_dir(dir: &Path) -> Result<base::Allow, ImageError> {
+    let real = std::fs::canonicalize(dir).map_err(io_err(dir))?;
+    if !real.is_dir() {
+        return Err(ImageError::Io {
+            path: dir.to_path_buf(),
+            source: std::io::Error::other("is not a directory (--allow-backing-dir)"),
+        });
+    }
+    Ok(base::Allow { dir: real })
 }
 
 /// OUT's directory, which must exist: the working copy and OUT's temporary file go there.

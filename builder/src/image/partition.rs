@@ -73,7 +73,7 @@ pub enum TableError {
     /// Neither an MBR signature nor a GPT.
     #[error("no partition table: expected the MBR signature 55 aa at byte 510, found {found}")]
     NoTable {
-        /// The two bytes found.
+        /// What is there instead, in words (never the bytes).
         found: String,
     },
     /// The disk ends before a structure the table needs.
@@ -218,8 +218,13 @@ pub fn read_table(disk: &(impl ReadAt + ?Sized)) -> Result<Table, ReadError> {
     need(disk, "MBR", SECTOR)?;
     let mbr = disk.read_at(0, SECTOR as usize)?;
     if mbr[510..512] != [0x55, 0xaa] {
+        // The bytes are not quoted: a base that is not a disk may be any file (issue 34).
         return Err(TableError::NoTable {
-            found: hex::encode(&mbr[510..512]),
+            found: if mbr[510..512] == [0, 0] {
+                "zero bytes".into()
+            } else {
+                "other bytes".into()
+            },
         }
         .into());
     }
@@ -273,7 +278,7 @@ fn read_gpt(disk: &(impl ReadAt + ?Sized)) -> Result<Table, ReadError> {
             g,
             "header signature at LBA 1",
             "\"EFI PART\"",
-            format!("{:?}", String::from_utf8_lossy(&h[0..8])),
+            "other bytes",
         )
         .into());
     }
@@ -326,13 +331,22 @@ fn read_gpt(disk: &(impl ReadAt + ?Sized)) -> Result<Table, ReadError> {
         )
         .into());
     }
+    // Both bounded above (1024 entries of at most 4 KiB), so the product fits.
     let array_len = u64::from(count) * u64::from(esize);
-    need(
-        disk,
-        "GPT partition entry array",
-        array_lba * SECTOR + array_len,
-    )?;
-    let array = disk.read_at(array_lba * SECTOR, array_len as usize)?;
+    // The array's LBA is any 64-bit number on disk: checked before it becomes an offset.
+    let array_at = array_lba.checked_mul(SECTOR).filter(|&at| {
+        array_lba >= 2 && at.checked_add(array_len).is_some_and(|e| e <= disk.size())
+    });
+    let Some(array_at) = array_at else {
+        return Err(bad(
+            g,
+            "partition entry array LBA",
+            format!("2..{sectors} with its {array_len} bytes inside the disk"),
+            array_lba,
+        )
+        .into());
+    };
+    let array = disk.read_at(array_at, array_len as usize)?;
     let (want, got) = (u32_at(&h, 88), crc32(&array));
     if want != got {
         return Err(bad(

@@ -5,6 +5,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::image_def::{DefError, Format, ImageDef, Os, Placement};
+use crate::render::proxy;
 
 impl ImageDef {
     /// Reads, parses and validates a definition file.
@@ -103,6 +104,14 @@ impl ImageDef {
                 ("containerd.proxy.no_proxy", &p.no_proxy),
             ] {
                 if let Some(v) = v {
+                    // The proxy goes into containerd.service (0644) in an image many nodes run.
+                    if let Some(host) = (k != "containerd.proxy.no_proxy")
+                        .then(|| proxy::credentials_host(v))
+                        .flatten()
+                    {
+                        let found = format!("a URL with credentials before `@{host}` (not shown)");
+                        return Err(self.invalid(k, IMAGE_PROXY, found));
+                    }
                     if !is_token(v) {
                         return Err(self.invalid(k, "a value without spaces or quotes", v));
                     }
@@ -311,6 +320,12 @@ fn is_name_byte(b: u8) -> bool {
 }
 
 /// A non-empty value that means the same thing unquoted in an env file, a unit and TOML.
+/// What a proxy in an image definition must be: credentials would be readable by every user
+/// of every node the image runs.
+const IMAGE_PROXY: &str = "a proxy URL without credentials: they would land in a world-readable \
+     unit of the image; use a proxy that authenticates nodes another way, or have the node's \
+     provisioner write a 0600 containerd.service.d drop-in";
+
 fn is_token(s: &str) -> bool {
     !s.is_empty()
         && s.chars()

@@ -421,6 +421,11 @@ name = "kubelet"
                 "[containerd]\nsandbox_image = \"a b\"\n",
                 "containerd.sandbox_image",
             ),
+            // Issue 34: a proxy password would be baked into a 0644 unit; never echoed.
+            (
+                "[containerd.proxy]\nhttps = \"http://u:Hush99@p:3128\"\n",
+                "`containerd.proxy.https`: expected a proxy URL without credentials",
+            ),
         ];
         for (extra, want) in cases {
             let err = parse(extra).unwrap_err().to_string();
@@ -429,6 +434,7 @@ name = "kubelet"
                 "{extra:?}: {err} does not mention {want}"
             );
             assert!(err.contains("t.toml"), "{err} does not name the file");
+            assert!(!err.contains("Hush99"), "{err} echoes a password");
         }
     }
 

@@ -185,14 +185,7 @@ fn content_problem(file: &NodeFile) -> Result<(), String> {
         }
         "bootstrap-token" => {
             let t = text()?.trim();
-            let ok = t.len() == 23
-                && t.split_once('.').is_some_and(|(a, b)| {
-                    a.len() == 6
-                        && b.len() == 16
-                        && (a.bytes().chain(b.bytes()))
-                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-                });
-            if ok {
+            if kiln_firstboot::redact::valid_token(t) {
                 Ok(())
             } else {
                 Err(format!(

@@ -4,7 +4,7 @@
 use base64::Engine as _;
 use serde::Deserialize;
 
-use crate::render::model::{NodeFile, RenderError, LINUX_DIR};
+use crate::render::model::{clean_path, NodeFile, RenderError, LINUX_DIR};
 
 /// Whether `contents` can be written as a YAML literal block and read back byte for byte.
 fn literal_safe(contents: &[u8]) -> bool {
@@ -214,7 +214,7 @@ pub fn parse(text: &str, source: &str) -> Result<(Vec<NodeFile>, Vec<String>), R
         .iter()
         .map(|k| format!("also sets cloud-init module `{k}`"))
         .collect();
-    let files = kiln_files(part.write_files.unwrap_or_default(), &mut notes, &err)?;
+    let files = kiln_files(part.write_files.unwrap_or_default(), &mut notes, source)?;
     Ok((files, notes))
 }
 
@@ -252,7 +252,7 @@ pub fn parse_multipart(
             )
         })?;
     }
-    let files = kiln_files(merged.unwrap_or_default(), &mut notes, &err)?;
+    let files = kiln_files(merged.unwrap_or_default(), &mut notes, source)?;
     Ok((files, notes))
 }
 
@@ -396,8 +396,10 @@ fn mime_headers(head: &str) -> std::collections::HashMap<String, String> {
 fn kiln_files(
     entries: Vec<WriteFile>,
     notes: &mut Vec<String>,
-    err: &dyn Fn(String) -> RenderError,
+    source: &str,
 ) -> Result<Vec<NodeFile>, RenderError> {
+    let err = |m: String| RenderError::check(source, m);
+    let breaks = |m: String| RenderError::breaks(source, m);
     let mut files = Vec::new();
     for (i, w) in entries.into_iter().enumerate() {
         let at = format!("write_files[{i}] ({})", w.path);
@@ -421,19 +423,26 @@ fn kiln_files(
                 )))
             }
         };
-        let Some(name) = w.path.strip_prefix(&format!("{LINUX_DIR}/")) else {
+        // The kernel resolves `/etc//kiln/x` and `/etc/./kiln/x` into /etc/kiln too.
+        let path = clean_path(&w.path);
+        let Some(name) = path.strip_prefix(&format!("{LINUX_DIR}/")) else {
+            if w.append == Some(true) {
+                notes.push(format!("{}: append: true adds to an existing file", w.path));
+            }
             notes.push(format!("also writes {} (outside {LINUX_DIR}/)", w.path));
             continue;
         };
         let owner = w.owner.as_deref().unwrap_or("root:root");
-        if owner != "root:root" && owner != "root" {
-            notes.push(format!(
-                "{}: owner {owner}, the contract wants root",
-                w.path
-            ));
+        if !is_root_owner(owner) {
+            return Err(breaks(format!(
+                "{at}: expected owner root:root, found owner {owner:?}"
+            )));
         }
         if w.append == Some(true) {
-            notes.push(format!("{}: append: true adds to an existing file", w.path));
+            return Err(breaks(format!(
+                "{at}: expected the whole file, found append: true (a contract file is \
+                 written once; appending adds a second value to it)"
+            )));
         }
         if w.defer == Some(true) {
             notes.push(format!(
@@ -448,6 +457,14 @@ fn kiln_files(
         });
     }
     Ok(files)
+}
+
+/// cloud-init's `owner` (`user[:group]`, names or ids) is root's for both parts.
+fn is_root_owner(owner: &str) -> bool {
+    let (user, group) = owner.split_once(':').unwrap_or((owner, "root"));
+    [user, group]
+        .iter()
+        .all(|p| matches!(p.trim(), "root" | "0"))
 }
 
 fn decode(w: &WriteFile, at: &str) -> Result<Vec<u8>, String> {

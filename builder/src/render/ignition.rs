@@ -4,7 +4,9 @@
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use crate::render::model::{data_url, url_for_message, NodeFile, RenderError, LINUX_DIR};
+use crate::render::model::{
+    clean_path, data_url, kiln_dir_touched, url_for_message, NodeFile, RenderError, LINUX_DIR,
+};
 use crate::render::sysext::Sysext;
 
 /// The Ignition config spec versions kiln writes. What kiln uses (files as data: URLs with
@@ -78,22 +80,6 @@ pub fn render(files: &[NodeFile], gzip: bool, spec: Spec, sysext: Option<&Sysext
     let mut out = serde_json::to_vec(&config).expect("JSON values always serialise");
     out.push(b'\n');
     out
-}
-
-/// An absolute path as Go's `filepath.Clean` makes it: no empty, `.` or `..` components
-/// (`..` at the root stays at the root).
-fn clean_path(path: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for c in path.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            c => parts.push(c),
-        }
-    }
-    format!("/{}", parts.join("/"))
 }
 
 /// Decodes an RFC 2397 `data:` URL (base64 or percent-encoded).
@@ -170,6 +156,7 @@ pub fn parse(text: &str, source: &str) -> Result<(Vec<NodeFile>, Vec<String>), R
     if doc.pointer("/ignition/config").is_some() {
         notes.push("merges or replaces another config (ignition.config)".into());
     }
+    contract_dirs_and_links(&doc, source)?;
     let entries = doc
         .pointer("/storage/files")
         .and_then(Value::as_array)
@@ -246,16 +233,24 @@ pub fn parse(text: &str, source: &str) -> Result<(Vec<NodeFile>, Vec<String>), R
             }
             Some(other) => return Err(err(format!("{at}: unknown compression {other:?}"))),
         }
-        if f.get("append")
+        let appends = f
+            .get("append")
             .and_then(Value::as_array)
-            .is_some_and(|a| !a.is_empty())
-        {
-            notes.push(format!("{path}: appends to the file"));
-        }
+            .is_some_and(|a| !a.is_empty());
         let Some(name) = path.strip_prefix(&format!("{LINUX_DIR}/")) else {
+            if appends {
+                notes.push(format!("{path}: appends to the file"));
+            }
             notes.push(format!("also writes {path} (outside {LINUX_DIR}/)"));
             continue;
         };
+        if appends {
+            return Err(RenderError::breaks(
+                source,
+                format!("{at}: expected the whole file (contents), found `append`: a contract file is written once, not added to"),
+            ));
+        }
+        owned_by_root(f, &at, source)?;
         files.push(NodeFile {
             name: name.to_string(),
             mode,
@@ -263,6 +258,90 @@ pub fn parse(text: &str, source: &str) -> Result<(Vec<NodeFile>, Vec<String>), R
         });
     }
     Ok((files, notes))
+}
+
+/// Whether an Ignition `user` or `group` node means root: absent, `{}`, `{"id": 0}` or
+/// `{"name": "root"}` (Ignition's default is root).
+fn is_root(v: Option<&Value>) -> bool {
+    let Some(v) = v.filter(|v| !v.is_null()) else {
+        return true;
+    };
+    let Some(o) = v.as_object() else {
+        return false;
+    };
+    let id_ok = o
+        .get("id")
+        .is_none_or(|i| i.is_null() || i.as_u64() == Some(0));
+    let name_ok = o
+        .get("name")
+        .is_none_or(|n| n.is_null() || n.as_str() == Some("root"));
+    id_ok && name_ok
+}
+
+/// A file or directory of the contract must be root's (user and group).
+fn owned_by_root(entry: &Value, at: &str, source: &str) -> Result<(), RenderError> {
+    for key in ["user", "group"] {
+        if !is_root(entry.get(key)) {
+            return Err(RenderError::breaks(
+                source,
+                format!(
+                    "{at}: expected {key} root (id 0), found {key} {}",
+                    entry.get(key).map(Value::to_string).unwrap_or_default()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `storage.directories` for kiln's directories must be 0755 and root's; `storage.links` must
+/// not put a link in place of, or into, any of kiln's directories (a link `/etc/kiln -> /tmp`
+/// hands the node's credentials to whoever writes /tmp).
+fn contract_dirs_and_links(doc: &Value, source: &str) -> Result<(), RenderError> {
+    let list = |p: &str| {
+        doc.pointer(p)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    for (i, d) in list("/storage/directories").iter().enumerate() {
+        let raw = d.get("path").and_then(Value::as_str).unwrap_or("");
+        let path = clean_path(raw);
+        let Some(dir) = kiln_dir_touched(&path).filter(|k| path.starts_with(k)) else {
+            continue;
+        };
+        let at = format!("storage.directories[{i}] ({raw})");
+        match d.get("mode") {
+            None | Some(Value::Null) => {}
+            Some(m) if m.as_u64() == Some(0o755) => {}
+            Some(m) => {
+                let found = m
+                    .as_u64()
+                    .map(|m| format!("{m:04o}"))
+                    .unwrap_or(m.to_string());
+                return Err(RenderError::breaks(
+                    source,
+                    format!("{at}: expected mode 0755 for {dir} and the directories in it, found mode {found}"),
+                ));
+            }
+        }
+        owned_by_root(d, &at, source)?;
+    }
+    for (i, l) in list("/storage/links").iter().enumerate() {
+        let raw = l.get("path").and_then(Value::as_str).unwrap_or("");
+        let path = clean_path(raw);
+        if let Some(dir) = kiln_dir_touched(&path) {
+            let target = l.get("target").and_then(Value::as_str).unwrap_or("");
+            return Err(RenderError::breaks(
+                source,
+                format!(
+                    "storage.links[{i}] ({raw}): expected no link in place of or inside {dir}                      (kiln's own directory), found a link to {:?}",
+                    truncate(target)
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -7,12 +7,14 @@ pub mod cloudinit;
 pub mod config;
 pub mod files;
 pub mod ignition;
+pub mod input;
 pub mod kubeadm;
 pub mod limits;
 pub mod model;
 pub mod node_files;
 pub mod node_toml;
 pub mod pki;
+pub mod proxy;
 pub mod sysext;
 pub mod windows;
 

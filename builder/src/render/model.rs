@@ -130,6 +130,36 @@ impl fmt::Display for Provisioner {
     }
 }
 
+/// The directories kiln owns on a node: user data may write the contract files into
+/// `/etc/kiln/`, nothing may link in place of or into any of them.
+pub const KILN_DIRS: &[&str] = &["/etc/kiln", "/usr/lib/kiln", "/usr/share/kiln", "/run/kiln"];
+
+/// An absolute path as Go's `filepath.Clean` (and the kernel, for `//` and `.`) makes it: no
+/// empty, `.` or `..` components (`..` at the root stays at the root).
+pub fn clean_path(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+/// The kiln directory a cleaned `path` is, lies in, or leads to (`/etc` leads to `/etc/kiln`;
+/// `/` is left out: a link there is no user data's to make anyway).
+pub fn kiln_dir_touched(path: &str) -> Option<&'static str> {
+    KILN_DIRS.iter().copied().find(|d| {
+        path == *d
+            || path.starts_with(&format!("{d}/"))
+            || (path != "/" && d.starts_with(&format!("{path}/")))
+    })
+}
+
 /// Errors of rendering and of reading user data back.
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
@@ -145,6 +175,15 @@ pub enum RenderError {
         /// The file (or `-`) being checked.
         source_name: String,
         /// What was expected and what was found.
+        message: String,
+    },
+    /// User data handed to `--check` would break the contract around its files: the
+    /// directory's mode or owner, a link in place of or into kiln's paths, a secret's owner.
+    #[error("{source_name}: {message}")]
+    Breaks {
+        /// The file (or `-`) being checked.
+        source_name: String,
+        /// The path, what the contract expects and what was found.
         message: String,
     },
     /// A baked sysext handed to `--sysext` is not what `kiln bake --format sysext` writes.
@@ -171,6 +210,22 @@ impl RenderError {
         RenderError::Io {
             path: path.into(),
             source,
+        }
+    }
+
+    /// A contract break found by `--check` (exit 3, like the other failed verifications).
+    pub(crate) fn breaks(source_name: &str, message: impl Into<String>) -> RenderError {
+        RenderError::Breaks {
+            source_name: source_name.to_string(),
+            message: message.into(),
+        }
+    }
+
+    /// A contract break fails the check (exit 3); anything else is a failure to run it.
+    pub fn exit_class(&self) -> crate::exit::ExitClass {
+        match self {
+            RenderError::Breaks { .. } => crate::exit::ExitClass::Verify,
+            _ => crate::exit::ExitClass::Failure,
         }
     }
 

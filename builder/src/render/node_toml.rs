@@ -6,12 +6,15 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use kiln_firstboot::contract::{self, envfile};
+use kiln_firstboot::redact::valid_token;
 use serde::Deserialize;
 
 use crate::render::config::{
     ApiServer, ConfigError, Credential, JoinMode, NodeConfig, Provider, Taint,
 };
+use crate::render::input;
 use crate::render::pki;
+use crate::render::proxy;
 
 // ---- the file as written by the user ----
 
@@ -95,10 +98,11 @@ struct RawProxy {
 impl NodeConfig {
     /// Reads and validates `path`; files it points to are relative to its directory.
     pub fn load(path: &Path) -> Result<NodeConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text =
+            input::read_text(path, input::MAX_OTHER).map_err(|source| ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
         let base = path.parent().unwrap_or(Path::new("."));
         NodeConfig::parse(&text, path, base)
     }
@@ -130,7 +134,12 @@ impl Validator<'_> {
 
     fn read(&self, key: &str, file: &Path) -> Result<Vec<u8>, ConfigError> {
         let full = self.base.join(file);
-        std::fs::read(&full).map_err(|source| ConfigError::Read {
+        let cap = match key {
+            "ca.file" => input::MAX_CA,
+            "bootstrap.token_file" => input::MAX_TOKEN,
+            _ => input::MAX_OTHER,
+        };
+        input::read_regular(&full, cap).map_err(|source| ConfigError::Read {
             path: full.clone(),
             source: std::io::Error::new(
                 source.kind(),
@@ -283,16 +292,7 @@ impl Validator<'_> {
         let proxy = raw.proxy;
         for (key, url) in [("proxy.http", &proxy.http), ("proxy.https", &proxy.https)] {
             if let Some(url) = url {
-                let ok = (url.starts_with("http://") || url.starts_with("https://"))
-                    && url.len() > "http://".len()
-                    && plain_token(url);
-                if !ok {
-                    return Err(self.invalid(
-                        key,
-                        "an http:// or https:// URL without whitespace or quotes",
-                        format!("{url:?}"),
-                    ));
-                }
+                self.proxy_url(key, url)?;
             }
         }
         for (i, entry) in proxy.no_proxy.iter().enumerate() {
@@ -326,6 +326,22 @@ impl Validator<'_> {
             https_proxy: proxy.https,
             no_proxy: proxy.no_proxy,
         })
+    }
+
+    fn proxy_url(&self, key: &str, url: &str) -> Result<(), ConfigError> {
+        if let Some(host) = proxy::credentials_host(url) {
+            let found = format!("a URL with credentials before `@{host}` (not shown)");
+            return Err(self.invalid(key, proxy::NO_CREDENTIALS, found));
+        }
+        let ok = proxy::scheme_rest(url).is_some_and(|r| !r.is_empty()) && plain_token(url);
+        if !ok {
+            return Err(self.invalid(
+                key,
+                "an http:// or https:// URL without whitespace or quotes",
+                format!("{url:?}"),
+            ));
+        }
+        Ok(())
     }
 
     fn api_server(&self, url: &str) -> Result<ApiServer, ConfigError> {
@@ -442,18 +458,24 @@ impl Validator<'_> {
             (Some(t), _) => ("bootstrap.token", t),
             (None, Some(file)) => {
                 let bytes = self.read("bootstrap.token_file", &file)?;
-                let text = String::from_utf8(bytes).map_err(|_| {
-                    self.invalid(
+                // The file may be any file (a wrong path, /etc/shadow): say it is no token,
+                // and its length when that short, never its shape or contents.
+                let token = String::from_utf8(bytes)
+                    .ok()
+                    .map(|t| t.trim().to_string())
+                    .filter(|t| valid_token(t));
+                return match token {
+                    Some(t) => Ok(Credential::Token(t)),
+                    None => Err(self.invalid(
                         "bootstrap.token_file",
-                        "a text file",
-                        "bytes that are not UTF-8",
-                    )
-                })?;
-                ("bootstrap.token_file", text.trim().to_string())
+                        "one bootstrap token [a-z0-9]{6}.[a-z0-9]{16} (the file's contents are not shown)",
+                        "a file that is not a bootstrap token",
+                    )),
+                };
             }
             (None, None) => unreachable!("counted above"),
         };
-        if !is_bootstrap_token(&token) {
+        if !valid_token(&token) {
             // The token is a secret: show its shape, not its value.
             let shape: String = token
                 .chars()
@@ -512,12 +534,6 @@ fn plain_token(s: &str) -> bool {
         })
 }
 
-fn is_bootstrap_token(t: &str) -> bool {
-    let b = t.as_bytes();
-    let ok = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    b.len() == 23 && b[6] == b'.' && b[..6].iter().all(ok) && b[7..].iter().all(ok)
-}
-
 fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
@@ -574,7 +590,7 @@ mod tests {
             ("abcdef0123456789abcdef", false),
             ("abcde.0123456789abcdefg", false),
         ] {
-            assert_eq!(is_bootstrap_token(token), ok, "{token:?}");
+            assert_eq!(valid_token(token), ok, "{token:?}");
         }
     }
 }

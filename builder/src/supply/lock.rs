@@ -15,6 +15,8 @@ use crate::supply::lock_image;
 pub use crate::supply::lock_image::{Image, ImagePlatform};
 pub use crate::supply::names::{is_sha256_hex, Arch, Os};
 use crate::supply::sign::{self, SignError, Trust, Verified};
+use crate::supply::waiver;
+pub use crate::supply::waiver::Waiver;
 
 /// The lock format version this kiln reads and writes.
 pub const LOCK_VERSION: u32 = 1;
@@ -138,6 +140,8 @@ struct LockFile {
     artifacts: Vec<Artifact>,
     #[serde(default, rename = "image", skip_serializing_if = "Vec::is_empty")]
     images: Vec<Image>,
+    #[serde(default, rename = "waiver", skip_serializing_if = "Vec::is_empty")]
+    waivers: Vec<Waiver>,
 }
 
 /// A parsed and validated artifact lock.
@@ -149,6 +153,8 @@ pub struct Lock {
     pub artifacts: Vec<Artifact>,
     /// The pinned OCI images (`[[image]]`), in file order.
     pub images: Vec<Image>,
+    /// Reviewed waivers of known advisories (`[[waiver]]`), in file order.
+    pub waivers: Vec<Waiver>,
 }
 
 /// Why a lock could not be read or is not valid.
@@ -179,6 +185,20 @@ pub enum LockError {
         path: PathBuf,
         /// The artifact id or index.
         artifact: String,
+        /// The field name.
+        field: &'static str,
+        /// What was expected.
+        expected: String,
+        /// What was found.
+        found: String,
+    },
+    /// A `[[waiver]]` field has a value the lock does not allow.
+    #[error("lock {path}: waiver {waiver}: field `{field}`: expected {expected}, found {found:?}")]
+    InvalidWaiver {
+        /// The lock file.
+        path: PathBuf,
+        /// `ADVISORY ARTIFACT` or the waiver's index.
+        waiver: String,
         /// The field name.
         field: &'static str,
         /// What was expected.
@@ -284,10 +304,31 @@ impl Lock {
                 }));
             }
         }
+        let mut waived = BTreeSet::new();
+        for (i, w) in file.waivers.iter().enumerate() {
+            let known = file.artifacts.iter().any(|a| a.name == w.artifact);
+            let who = format!("#{} ({} {})", i + 1, w.advisory, w.artifact);
+            let invalid = |p: waiver::Problem| LockError::InvalidWaiver {
+                path: path.to_path_buf(),
+                waiver: who.clone(),
+                field: p.field,
+                expected: p.expected,
+                found: p.found,
+            };
+            waiver::validate(w, known).map_err(invalid)?;
+            if !waived.insert((w.advisory.as_str(), w.artifact.as_str(), w.os)) {
+                return Err(invalid(waiver::Problem {
+                    field: "advisory",
+                    expected: "one waiver per advisory, artifact and OS".into(),
+                    found: w.advisory.clone(),
+                }));
+            }
+        }
         Ok(Lock {
             path: path.to_path_buf(),
             artifacts: file.artifacts,
             images: file.images,
+            waivers: file.waivers,
         })
     }
 
@@ -303,16 +344,26 @@ impl Lock {
     /// Reads a lock, checks `<path>.minisig` under `trust`, then parses and validates it.
     /// The signature covers the exact bytes that are parsed.
     pub fn load_verified(path: &Path, trust: &Trust) -> Result<(Lock, Verified), LockError> {
+        Lock::load_verified_as(path, path, trust)
+    }
+
+    /// [`Lock::load_verified`] for a lock staged from elsewhere (a registry): read from
+    /// `path`, named `shown` in every error.
+    pub fn load_verified_as(
+        path: &Path,
+        shown: &Path,
+        trust: &Trust,
+    ) -> Result<(Lock, Verified), LockError> {
         let bytes = std::fs::read(path).map_err(|source| LockError::Read {
-            path: path.to_path_buf(),
+            path: shown.to_path_buf(),
             source,
         })?;
-        let verified = sign::verify_file_bytes(path, &bytes, trust)?;
+        let verified = sign::verify_file_bytes_as(path, shown, &bytes, trust)?;
         let text = String::from_utf8(bytes).map_err(|e| LockError::Parse {
-            path: path.to_path_buf(),
+            path: shown.to_path_buf(),
             message: format!("not UTF-8: {e}"),
         })?;
-        Ok((Lock::parse(&text, path)?, verified))
+        Ok((Lock::parse(&text, shown)?, verified))
     }
 
     /// The entry for `name` on `os`/`arch`, if the lock has one.
@@ -328,6 +379,7 @@ impl Lock {
             version: LOCK_VERSION,
             artifacts: self.artifacts.clone(),
             images: self.images.clone(),
+            waivers: self.waivers.clone(),
         };
         toml::to_string(&file).unwrap_or_default()
     }

@@ -203,17 +203,30 @@ pub enum Verified {
 
 /// Checks `bytes` (the content of `file`) against `<file>.minisig` under `trust`.
 pub fn verify_file_bytes(file: &Path, bytes: &[u8], trust: &Trust) -> Result<Verified, SignError> {
-    let sig_path = signature_path(file);
+    verify_file_bytes_as(file, file, bytes, trust)
+}
+
+/// [`verify_file_bytes`] for a file staged from elsewhere: read from `file` and
+/// `<file>.minisig`, named `shown` and `<shown>.minisig` in errors (a lock pulled from a
+/// registry is named by its `oci://` reference, not by a temp file deleted by then).
+pub fn verify_file_bytes_as(
+    file: &Path,
+    shown: &Path,
+    bytes: &[u8],
+    trust: &Trust,
+) -> Result<Verified, SignError> {
+    let read_from = signature_path(file);
+    let sig_path = signature_path(shown);
     let key = match trust {
         Trust::Key(k) | Trust::AllowUnsigned(k) => k,
     };
-    let sig_text = match std::fs::read_to_string(&sig_path) {
+    let sig_text = match std::fs::read_to_string(&read_from) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return match trust {
                 Trust::AllowUnsigned(_) => Ok(Verified::Unsigned),
                 Trust::Key(_) => Err(SignError::Missing {
-                    file: file.to_path_buf(),
+                    file: shown.to_path_buf(),
                     sig: sig_path,
                 }),
             }
@@ -226,7 +239,7 @@ pub fn verify_file_bytes(file: &Path, bytes: &[u8], trust: &Trust) -> Result<Ver
             })
         }
     };
-    verify(file, bytes, &sig_path, &sig_text, key)
+    verify(shown, bytes, &sig_path, &sig_text, key)
 }
 
 /// Checks `bytes` against the signature text `sig_text` with `key`; paths are for messages.

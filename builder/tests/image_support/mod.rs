@@ -154,13 +154,11 @@ pub fn gpt_base(dir: &Path) -> PathBuf {
 /// layer path.
 pub fn layer(fx: &Fixture, pause: &str, out: &Path) -> PathBuf {
     let text = std::fs::read_to_string(repo().join("images/ubuntu.toml")).unwrap();
-    assert!(
-        text.contains("registry.k8s.io/pause:3.10"),
-        "images/ubuntu.toml changed"
-    );
+    let shipped = "sandbox_image = \"registry.k8s.io/pause:3.10.2\"";
+    assert!(text.contains(shipped), "images/ubuntu.toml changed");
     let def = text.replace(
-        "registry.k8s.io/pause:3.10",
-        &format!("registry.k8s.io/pause:{pause}"),
+        shipped,
+        &format!("sandbox_image = \"registry.k8s.io/pause:{pause}\""),
     );
     let max_pods = pause.replace('.', "_");
     // Beside links to everything else in images/ (the definition names data/ relative to

@@ -216,16 +216,9 @@ pub fn kvp_publish(pool: &Path, key: &str, value: &Redacted) -> Result<(), Chann
         target: pool.display().to_string(),
         what,
     };
-    if let Some(dir) = pool.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| err(format!("creating the directory: {e}")))?;
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(pool)
-        .map_err(|e| err(format!("opening: {e}")))?;
+    // Updated in place, so never through a link: a planted one would aim the rewrite at
+    // another file.
+    let mut f = crate::fsutil::open_in_place(pool).map_err(|e| err(format!("opening: {e}")))?;
     let _lock = lock::Exclusive::new(&f).map_err(|e| err(format!("locking: {e}")))?;
     let mut old = Vec::new();
     f.read_to_end(&mut old)

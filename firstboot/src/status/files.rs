@@ -50,15 +50,11 @@ pub fn publish_outcome_files(
 }
 
 fn remove_if_present(path: &Path) -> Result<(), WriteError> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(WriteError {
-            path: path.to_path_buf(),
-            action: "remove",
-            source,
-        }),
-    }
+    fsutil::remove_file(path).map_err(|source| WriteError {
+        path: path.to_path_buf(),
+        action: "remove",
+        source,
+    })
 }
 
 /// A file under `/run` could not be written or removed.

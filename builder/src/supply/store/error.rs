@@ -18,6 +18,12 @@ pub enum StoreError {
         /// The I/O error.
         source: io::Error,
     },
+    /// Something other than kiln's own file sits, or was swapped in, at a partial file's name.
+    #[error("{path}: not a regular file kiln created (a symlink, FIFO, device, directory or hard link is at that name, or it was replaced while kiln wrote it); nothing was stored. Remove it, and check who else writes this directory")]
+    Planted {
+        /// The partial file's name.
+        path: PathBuf,
+    },
     /// A sha256 argument is not 64 lowercase hex digits.
     #[error("not a sha256 (64 lowercase hex digits): {0:?}")]
     BadDigest(String),
@@ -60,7 +66,9 @@ impl StoreError {
             StoreError::Mismatch { .. }
             | StoreError::TooLong { .. }
             | StoreError::TooShort { .. } => ExitClass::Verify,
-            StoreError::Io { .. } | StoreError::BadDigest(_) => ExitClass::Failure,
+            StoreError::Io { .. } | StoreError::BadDigest(_) | StoreError::Planted { .. } => {
+                ExitClass::Failure
+            }
         }
     }
 }

@@ -17,6 +17,7 @@ mod error;
 mod partial;
 
 pub use error::StoreError;
+use partial::{is_own_regular, same_file};
 pub use partial::{Expect, Partial, CHUNK, WRITEBACK_STEP};
 
 use error::io_err;
@@ -83,9 +84,10 @@ impl Store {
         self.blob_dir().join(sha256)
     }
 
-    /// Whether a complete blob with this digest is present (its bytes are not re-hashed).
+    /// Whether a complete blob with this digest is present (its bytes are not re-hashed). A
+    /// symlink at a blob's name is not a blob: it is replaced by the next download.
     pub fn contains(&self, sha256: &str) -> bool {
-        is_sha256_hex(sha256) && self.blob_path(sha256).is_file()
+        is_sha256_hex(sha256) && is_blob(&self.blob_path(sha256))
     }
 
     /// Every blob digest present, sorted.
@@ -111,26 +113,42 @@ impl Store {
         }
         let blob = self.blob_path(&expect.sha256);
         let path = self.blob_dir().join(format!(".partial-{}", expect.sha256));
-        loop {
-            if blob.is_file() {
+        // A shared mirror directory may hold names planted by others: a symlink, FIFO, device
+        // or hard link at the partial's name is removed (never followed, truncated or
+        // appended through) and the name claimed again, a bounded number of times.
+        for _ in 0..PLANTED_RETRIES {
+            if is_blob(&blob) {
                 return Ok(Claim::Done(blob));
             }
-            let file = open_lockable(&path).map_err(io_err("opening partial file", &path))?;
+            let file = match open_lockable(&path) {
+                Ok(f) => f,
+                Err(e) if is_planted_error(&e) => {
+                    remove_planted(&path)?;
+                    continue;
+                }
+                Err(e) => return Err(io_err("opening partial file", &path)(e)),
+            };
+            let ours = file.metadata().map_err(io_err("reading", &path))?;
+            if !is_own_regular(&ours) {
+                drop(file);
+                remove_planted(&path)?;
+                continue;
+            }
             if !try_lock(&file).map_err(io_err("locking partial file", &path))? {
                 return Ok(Claim::Busy);
             }
             // The previous owner may have renamed this very inode into place before we locked it.
-            if blob.is_file() {
+            if is_blob(&blob) {
                 return Ok(Claim::Done(blob));
             }
-            let ours = file.metadata().map_err(io_err("reading", &path))?;
-            match std::fs::metadata(&path) {
+            match std::fs::symlink_metadata(&path) {
                 Ok(now) if same_file(&ours, &now) => {}
                 _ => continue,
             }
             let partial = Partial::resume(file, path, blob, expect.clone(), ours.len())?;
             return Ok(Claim::Partial(partial));
         }
+        Err(StoreError::Planted { path })
     }
 
     /// Claims the partial for `expect`, waiting while another process holds it.
@@ -200,13 +218,35 @@ impl Store {
         };
         let mut json = serde_json::to_vec_pretty(&entry).unwrap_or_default();
         json.push(b'\n');
-        write_atomic(&self.index_path(a), &json)
+        let path = self.index_path(a);
+        self.refuse_links_below(&path)?;
+        write_atomic(&path, &json)
+    }
+
+    /// Refuses a symlink at any directory between the store's root and `path` (the names come
+    /// from the lock; a link planted in a shared mirror at `index/<name>` would lead the
+    /// record's write out of the store). Missing directories are created by the writer.
+    fn refuse_links_below(&self, path: &Path) -> Result<(), StoreError> {
+        let Ok(rel) = path.strip_prefix(&self.root) else {
+            return Ok(());
+        };
+        let mut at = self.root.clone();
+        for part in rel.parent().into_iter().flat_map(Path::components) {
+            at.push(part);
+            match std::fs::symlink_metadata(&at) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    return Err(StoreError::Planted { path: at });
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// The blob for a lock entry, if present with the digest the entry names.
     pub fn lookup(&self, a: &Artifact) -> Option<PathBuf> {
         let p = self.blob_path(&a.sha256);
-        (is_sha256_hex(&a.sha256) && p.is_file()).then_some(p)
+        (is_sha256_hex(&a.sha256) && is_blob(&p)).then_some(p)
     }
 
     /// Runs `f` holding an exclusive `flock` on `<root>/.lock-<name>` (waiting for other
@@ -228,14 +268,59 @@ impl Store {
     }
 }
 
-/// Opens (creating, never truncating) a file that [`try_lock`] will lock.
+/// How often [`Store::claim`] removes a planted name and tries again before giving up.
+const PLANTED_RETRIES: usize = 8;
+
+/// Opens (creating, never truncating) a file that [`try_lock`] will lock, without following a
+/// symlink at the name (`O_NOFOLLOW`) and without waiting on a FIFO (`O_NONBLOCK`, which has
+/// no effect on the regular file the caller then insists on).
 fn open_lockable(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
+    let mut o = OpenOptions::new();
+    o.read(true).write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY);
+    }
+    o.open(path)
+}
+
+/// `open_lockable` met a symlink (`ELOOP`) or something that is not a file to write.
+fn is_planted_error(e: &io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        matches!(
+            e.raw_os_error(),
+            Some(libc::ELOOP) | Some(libc::EISDIR) | Some(libc::ENXIO) | Some(libc::ENODEV)
+        )
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = e;
+        false
+    }
+}
+
+/// Whether a regular file (not a symlink to one) sits at a blob's name.
+fn is_blob(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
+}
+
+/// Removes what was planted at a partial's name. Only the name goes: `unlink` never follows a
+/// symlink, and a directory (which kiln never creates there) is left for a human.
+fn remove_planted(path: &Path) -> Result<(), StoreError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_dir() => Err(StoreError::Planted {
+            path: path.to_path_buf(),
+        }),
+        Ok(_) => match std::fs::remove_file(path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_err("removing what was planted at", path)(e)),
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err("reading", path)(e)),
+    }
 }
 
 fn unreachable_busy() -> ! {
@@ -253,17 +338,6 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
         path: e.path,
         source: e.source,
     })
-}
-
-#[cfg(unix)]
-fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    a.dev() == b.dev() && a.ino() == b.ino()
-}
-
-#[cfg(not(unix))]
-fn same_file(_: &std::fs::Metadata, _: &std::fs::Metadata) -> bool {
-    true
 }
 
 /// Non-blocking exclusive `flock`: released by the kernel when the process dies, which is what
@@ -359,6 +433,59 @@ mod tests {
         let path = p.commit().unwrap();
         assert_eq!(std::fs::read(path).unwrap(), data);
         assert!(matches!(store.claim(&e).unwrap(), Claim::Done(_)));
+    }
+
+    /// Issue 34 item 3: a partial's name swapped for a symlink while the download ran (here
+    /// to an outside file with the very bytes expected) is not renamed into the store.
+    #[cfg(unix)]
+    #[test]
+    fn a_partial_swapped_for_a_link_is_not_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("s")).unwrap();
+        let data = b"the blob".to_vec();
+        let e = expect(&data);
+        let Claim::Partial(mut p) = store.claim(&e).unwrap() else {
+            panic!("expected a fresh partial")
+        };
+        p.write(&data).unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::write(&outside, &data).unwrap();
+        let name = store.blob_dir().join(format!(".partial-{}", e.sha256));
+        std::fs::remove_file(&name).unwrap();
+        std::os::unix::fs::symlink(&outside, &name).unwrap();
+        let err = p.commit().unwrap_err();
+        assert!(matches!(err, StoreError::Planted { .. }), "{err}");
+        assert!(err.to_string().contains(".partial-"), "{err}");
+        assert!(!store.contains(&e.sha256));
+        assert!(std::fs::symlink_metadata(store.blob_path(&e.sha256)).is_err());
+    }
+
+    /// A symlink planted at `index/<name>` does not lead the record's write out of the store.
+    #[cfg(unix)]
+    #[test]
+    fn an_index_record_is_not_written_through_a_planted_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("s")).unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, store.root().join("index/runc")).unwrap();
+        let a = Artifact {
+            name: "runc".into(),
+            version: "1".into(),
+            os: crate::supply::lock::Os::Linux,
+            arch: crate::supply::lock::Arch::Arm64,
+            format: crate::supply::lock::Format::Binary,
+            url: "http://x/runc.arm64".into(),
+            sources: vec![],
+            size: 3,
+            sha256: hex::encode(Sha256::digest(b"abc")),
+            verified: "t".into(),
+            members: vec![],
+        };
+        let err = store.record(&a).unwrap_err();
+        assert!(matches!(err, StoreError::Planted { .. }), "{err}");
+        assert!(err.to_string().contains("index/runc"), "{err}");
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
     }
 
     #[test]

@@ -238,11 +238,63 @@ impl Partial {
         self.file
             .sync_all()
             .map_err(io_err("syncing partial file", &self.path))?;
+        // What is renamed into the store must be the file these bytes went into: the name
+        // could have been swapped (for a symlink, another file) while the download ran.
+        let ours = self
+            .file
+            .metadata()
+            .map_err(io_err("reading partial file", &self.path))?;
+        if !self.names_ours(&self.path, &ours) {
+            return Err(StoreError::Planted {
+                path: self.path.clone(),
+            });
+        }
         std::fs::rename(&self.path, &self.blob).map_err(io_err("renaming into", &self.blob))?;
+        // A swap between that check and the rename would put someone else's file (or a link)
+        // at the blob's name: check again, and take the name back if it is not ours.
+        if !self.names_ours(&self.blob, &ours) {
+            let _ = std::fs::remove_file(&self.blob);
+            return Err(StoreError::Planted {
+                path: self.path.clone(),
+            });
+        }
         let blob = std::mem::take(&mut self.blob);
         atomic_file::sync_dir(blob.parent().unwrap_or(Path::new(".")));
         Ok(blob)
     }
+}
+
+impl Partial {
+    /// Whether `name` is (not a link to) the regular file this partial wrote.
+    fn names_ours(&self, name: &Path, ours: &std::fs::Metadata) -> bool {
+        std::fs::symlink_metadata(name)
+            .is_ok_and(|now| same_file(ours, &now) && is_own_regular(&now))
+    }
+}
+
+/// A regular file with one name: what kiln creates. Anything else at a partial's name was put
+/// there by someone else (a FIFO, a device, a hard link to a file elsewhere).
+pub(super) fn is_own_regular(m: &std::fs::Metadata) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        m.file_type().is_file() && m.nlink() == 1
+    }
+    #[cfg(not(unix))]
+    {
+        m.file_type().is_file()
+    }
+}
+
+#[cfg(unix)]
+pub(super) fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    a.dev() == b.dev() && a.ino() == b.ino()
+}
+
+#[cfg(not(unix))]
+pub(super) fn same_file(_: &std::fs::Metadata, _: &std::fs::Metadata) -> bool {
+    true
 }
 
 /// Asks Linux to start writing a file range to disk without waiting (`sync_file_range` with
