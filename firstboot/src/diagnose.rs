@@ -319,25 +319,10 @@ pub fn read_logs(opts: &ReportOptions) -> Vec<String> {
     if let Some(journalctl) = &opts.journalctl {
         let n = opts.journal_lines.to_string();
         for unit in [&opts.kubelet_unit, &opts.containerd_unit] {
-            if unit.is_empty() {
-                continue;
-            }
-            let args = [
-                "-u",
-                unit.as_str(),
-                "-b",
-                "--no-pager",
-                "-o",
-                "cat",
-                "-n",
-                &n,
-            ];
-            match service::output(journalctl, &args, Instant::now() + opts.command_timeout) {
-                Ok(out) => {
-                    let label = unit.strip_suffix(".service").unwrap_or(unit);
-                    push_labelled(&mut lines, label, &out.stdout_text(), &opts.redactor);
+            if !unit.is_empty() {
+                if let Err(e) = push_journal(&mut lines, opts, journalctl, unit, &n) {
+                    warn(opts, &e);
                 }
-                Err(e) => warn(opts, e.message()),
             }
         }
     }
@@ -352,22 +337,31 @@ pub fn read_logs(opts: &ReportOptions) -> Vec<String> {
 }
 
 /// kubelet's journal for this boot, each line labelled and redacted as [`read_logs`] does:
-/// the newest `lines`, or with `None` all of it (its first MiB: where kubelet's start-up
-/// lines are). `Err` without a journal, or when it could not be read.
-pub fn kubelet_log(opts: &ReportOptions, lines: Option<u32>) -> Result<Vec<String>, String> {
+/// its newest `n` lines, or with `all` the whole of it (its first MiB, which `service::output`
+/// keeps: where kubelet's start-up lines are). `Err` without a journal, or when it could not
+/// be read.
+pub fn kubelet_log(opts: &ReportOptions, n: &str) -> Result<Vec<String>, String> {
     let journalctl = opts.journalctl.as_ref().ok_or("no journal to read")?;
-    let unit = opts.kubelet_unit.as_str();
-    let n = lines.map(|n| n.to_string());
-    let mut args = vec!["-u", unit, "-b", "--no-pager", "-o", "cat"];
-    if let Some(n) = &n {
-        args.extend(["-n", n.as_str()]);
-    }
+    let mut v = Vec::new();
+    push_journal(&mut v, opts, journalctl, &opts.kubelet_unit, n)?;
+    Ok(v)
+}
+
+/// `unit`'s journal for this boot, its newest `n` lines, labelled with the unit's name and
+/// redacted, onto `lines`.
+fn push_journal(
+    lines: &mut Vec<String>,
+    opts: &ReportOptions,
+    journalctl: &Path,
+    unit: &str,
+    n: &str,
+) -> Result<(), String> {
+    let args = ["-u", unit, "-b", "--no-pager", "-o", "cat", "-n", n];
     let out = service::output(journalctl, &args, Instant::now() + opts.command_timeout)
         .map_err(|e| e.message().to_string())?;
-    let mut v = Vec::new();
     let label = unit.strip_suffix(".service").unwrap_or(unit);
-    push_labelled(&mut v, label, &out.stdout_text(), &opts.redactor);
-    Ok(v)
+    push_labelled(lines, label, &out.stdout_text(), &opts.redactor);
+    Ok(())
 }
 
 /// A warning on stderr, redacted.

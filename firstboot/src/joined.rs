@@ -13,7 +13,6 @@ use crate::contract::paths::NodePaths;
 use crate::contract::status_json::MESSAGE_CAP;
 use crate::diagnose::{self, ReportOptions};
 use crate::error::Error;
-use crate::service;
 use crate::signatures::{match_line, registered_node, retried};
 use crate::status::{Phase, Reporter};
 use crate::text::push_capped;
@@ -31,7 +30,7 @@ pub const RETRIED_FOR: Duration = Duration::from_secs(25);
 /// Polls (of `WaitOptions::poll`, 200 ms) between two reads of kubelet's journal.
 const LOG_EVERY: u32 = 5;
 /// The journal lines each read takes: more than kubelet logs in a second at `--v=2`.
-const LOG_LINES: u32 = 1000;
+const LOG_LINES: &str = "1000";
 
 /// Whether kubelet's unit state `u`, `waited` after the wait began, means kubelet is gone.
 /// A kubelet that is inactive and has never run (`ExecMainStartTimestampMonotonic=0`) is not:
@@ -146,7 +145,7 @@ fn wait_registered(
         let now = Instant::now();
         if journal && (polls % LOG_EVERY == 1 || fresh) {
             // Bounded by the deadline too: a wedged journalctl must not carry the wait past it.
-            let read = within(ropts, deadline).map(|o| diagnose::kubelet_log(&o, Some(LOG_LINES)));
+            let read = within(ropts, deadline).map(|o| diagnose::kubelet_log(&o, LOG_LINES));
             if let Some(Ok(lines)) = read {
                 watch.observe(&lines, now);
             }
@@ -270,27 +269,16 @@ pub fn wait(
 /// a journal that cannot be read adds nothing.
 fn kubelet_config_warning(opts: &ReportOptions, config: &str) -> Option<String> {
     const LENIENT: &str = "Using lenient decoding as strict decoding failed";
-    let journalctl = opts.journalctl.as_ref()?;
-    let args = [
-        "-u",
-        opts.kubelet_unit.as_str(),
-        "-b",
-        "--no-pager",
-        "-o",
-        "cat",
-    ];
-    let out = service::output(journalctl, &args, Instant::now() + opts.command_timeout).ok()?;
-    let text = out.stdout_text();
-    let line = text.lines().find(|l| l.contains(LENIENT))?;
+    let lines = diagnose::kubelet_log(opts, "all").ok()?;
+    let line = lines.iter().find(|l| l.contains(LENIENT))?;
     // The error is klog's `err="…"`; the whole line when it has none.
     let err = line
         .split_once("err=\"")
-        .map_or(line, |(_, e)| e.strip_suffix('"').unwrap_or(e));
-    let redacted = opts.redactor.redact(err);
+        .map_or(line.as_str(), |(_, e)| e.strip_suffix('"').unwrap_or(e));
     Some(format!(
         "kubelet ignored what it did not understand in its config file ({}): {}; check the spelling of those fields in {}",
         LENIENT.to_lowercase(),
-        redacted.as_str().replace("\\\"", "\""),
+        err.replace("\\\"", "\""),
         config
     ))
 }

@@ -385,16 +385,23 @@ pub fn cmd_report(opts: &ReportOptions) -> u8 {
         // The first cause stays the reason (a kubeadm that failed leaves a kubelet that never
         // ran, which says nothing new); what came after it is added beside it.
         let mut console = Console::open(opts.console.as_deref());
-        let added =
-            crate::status::note_later(&paths, &mut console, text, &diagnosis, &opts.redactor)
-                .unwrap_or_else(|e| {
-                    redact::eprint(
-                        &opts
-                            .redactor
-                            .redact(&format!("kiln-firstboot: warning: {e}")),
-                    );
-                    false
-                });
+        let later = prior.as_ref().map_or(&[][..], |p| &p.later[..]);
+        let added = crate::status::note_later(
+            &paths,
+            &mut console,
+            (text, later),
+            kept,
+            &diagnosis,
+            &opts.redactor,
+        )
+        .unwrap_or_else(|e| {
+            redact::eprint(
+                &opts
+                    .redactor
+                    .redact(&format!("kiln-firstboot: warning: {e}")),
+            );
+            false
+        });
         if added || !opts.quiet {
             say(format!(
                 "kiln-firstboot: still failing ({kept}), recorded in {}; seen since: {} {}\n",
@@ -456,7 +463,7 @@ fn vague(r: Reason) -> bool {
 /// kubelet logged its registered line on this boot (`Ok` where there is no journal to ask:
 /// the certificate is then the evidence).
 fn registered(opts: &ReportOptions) -> Result<(), String> {
-    match diagnose::kubelet_log(opts, None) {
+    match diagnose::kubelet_log(opts, "all") {
         Ok(lines) if lines.iter().any(|l| registered_node(l).is_some()) => Ok(()),
         Ok(_) => Err("kubelet has not logged \"Successfully registered node\"".to_string()),
         Err(_) if opts.journalctl.is_none() => Ok(()),

@@ -28,14 +28,6 @@ impl Reporter {
             .filter_map(json::Value::as_text)
             .map(str::to_string)
             .collect();
-        r.later = v
-            .get("later")
-            .and_then(json::Value::as_array)
-            .unwrap_or(&[])
-            .iter()
-            .filter_map(json::Value::as_text)
-            .map(str::to_string)
-            .collect();
         let reason_of = |code: &str| Reason::ALL.into_iter().find(|r| r.code() == code);
         for p in v
             .get("phases")
@@ -93,7 +85,6 @@ impl Reporter {
         self.reason = None;
         self.message.clear();
         self.log.clear();
-        self.later.clear();
         self.units = units.to_vec();
         self.outcome = Outcome::Success;
         self.console.line(
@@ -116,43 +107,31 @@ impl Reporter {
 }
 
 /// Adds what `report` saw after the failure status.json keeps (`later`: `CODE: message`) to
-/// the file's `text` as written, unless it is what the newest entry already says or
-/// [`MAX_LATER`] are there, and rewrites the file. Everything else stays as the run wrote it:
-/// the first cause is the one to fix. Says whether it added one.
+/// the file's `text` as written, whose `later` entries are `later`, unless the newest of them
+/// already says the same or [`MAX_LATER`] are there. Everything else stays as the run wrote
+/// it: the first cause, `kept`, is the one to fix. Says whether it added one.
 pub fn note_later(
     paths: &NodePaths,
     console: &mut Console,
-    text: &str,
+    (text, later): (&str, &[String]),
+    kept: Reason,
     diagnosis: &Diagnosis,
     redactor: &Redactor,
 ) -> Result<bool, WriteError> {
-    let doc = json::parse(text).ok();
-    let mut later: Vec<String> = doc
-        .as_ref()
-        .and_then(|v| v.get("later"))
-        .and_then(json::Value::as_array)
-        .unwrap_or(&[])
-        .iter()
-        .filter_map(json::Value::as_text)
-        .map(str::to_string)
-        .collect();
     let code = diagnosis.reason.code();
     let same = later
         .last()
         .is_some_and(|l| l.strip_prefix(code).is_some_and(|r| r.starts_with(':')));
-    let body = text.trim_end();
-    // `later` is rendered last, so the document up to it (or to its closing brace) is kept
-    // byte for byte; a quote in `,"later":[` is always escaped inside a string.
-    let Some(head) = body
-        .find(",\"later\":[")
-        .map(|at| &body[..at])
-        .or_else(|| body.strip_suffix('}'))
-    else {
+    // `later` is rendered last, after all the run wrote: the document up to the list's `]`
+    // (or to the object's `}` before there is one) is kept byte for byte.
+    let body = text.trim_end().strip_suffix('}');
+    let head = match later.is_empty() {
+        true => body,
+        false => body.and_then(|b| b.strip_suffix(']')),
+    };
+    let Some(head) = head.filter(|_| !same && later.len() < MAX_LATER) else {
         return Ok(false);
     };
-    if same || later.len() >= MAX_LATER {
-        return Ok(false);
-    }
     let mut entry = String::with_capacity(MESSAGE_CAP);
     entry.push_str(code);
     entry.push_str(": ");
@@ -161,28 +140,22 @@ pub fn note_later(
         redactor.redact(&diagnosis.message).as_str(),
         MESSAGE_CAP,
     );
-    later.push(entry);
-    let mut out = String::with_capacity(head.len() + 600);
+    let mut out = String::with_capacity(head.len() + MESSAGE_CAP + 16);
     out.push_str(head);
-    out.push_str(",\"later\":[");
-    for (i, l) in later.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        json::write_str(&mut out, l);
-    }
+    out.push_str(if later.is_empty() {
+        ",\"later\":["
+    } else {
+        ","
+    });
+    json::write_str(&mut out, &entry);
     out.push_str("]}\n");
     write_atomic(&paths.status_json, &redactor.redact(&out), 0o644)?;
-    let reason = doc
-        .as_ref()
-        .and_then(|v| v.get("reason"))
-        .and_then(json::Value::as_text)
-        .unwrap_or("");
     let mut line = String::with_capacity(96);
-    let _ = write!(
-        line,
-        "kiln-firstboot: report later={code} (the reason stays {reason})"
-    );
+    line.push_str("kiln-firstboot: report later=");
+    line.push_str(code);
+    line.push_str(" (the reason stays ");
+    line.push_str(kept.code());
+    line.push(')');
     console.line(&redactor.redact(&line));
     Ok(true)
 }

@@ -60,9 +60,6 @@ pub struct Reporter {
     warnings_dropped: usize,
     /// The `"doctor"` object (its warn and fail checks), rendered, when a failed run ran it.
     doctor: String,
-    /// What `report` saw after the failure it keeps as the reason (`CODE: message`, oldest
-    /// first, at most [`MAX_LATER`]).
-    later: Vec<String>,
     /// The status JSON as last written (redacted).
     buf: String,
     write_warned: bool,
@@ -96,7 +93,6 @@ impl Reporter {
             warnings: Vec::new(),
             warnings_dropped: 0,
             doctor: String::new(),
-            later: Vec::new(),
             buf: String::with_capacity(2048),
             write_warned: false,
             redactor: Redactor::shapes_only(),
@@ -491,16 +487,6 @@ impl Reporter {
                     out.push(',');
                 }
                 u.render_json(out);
-            }
-            out.push(']');
-        }
-        if !self.later.is_empty() {
-            out.push_str(",\"later\":[");
-            for (i, l) in self.later.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                json::write_str(out, l);
             }
             out.push(']');
         }
