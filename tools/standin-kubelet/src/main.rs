@@ -401,11 +401,16 @@ fn register(node: &str, forbidden: bool) -> ! {
 /// request is client-go's certificate manager's (`k8s.io/client-go/util/certificate/
 /// certificate_manager.go`, `rotateCerts`), which logs the failure and tries again.
 fn retried_failure(mode: Mode, client: &Client) -> Option<String> {
-    let server = match client {
-        Client::Bootstrap(c) => c.server.clone(),
-        _ => return None,
-    };
-    let (host, authority) = host_and_authority(&server);
+    match client {
+        Client::Bootstrap(c) => csr_failure(mode, &c.server),
+        _ => None,
+    }
+}
+
+/// The words of the CSR request's failure in the API-server modes (`x509` … `timeout`),
+/// against `server`.
+fn csr_failure(mode: Mode, server: &str) -> Option<String> {
+    let (host, authority) = host_and_authority(server);
     let csr = format!(
         "cannot create certificate signing request: Post \"{server}/apis/certificates.k8s.io/v1/certificatesigningrequests\""
     );
@@ -454,22 +459,15 @@ fn park() -> ! {
 /// a standalone kubelet never makes the request that would fail.
 fn mode_failure(mode: Mode, client: &Client, flags: &flags::Parsed) -> Option<String> {
     let server = match client {
-        Client::Bootstrap(c) => c.server.clone(),
-        Client::Existing { server } => server.clone(),
-        Client::Standalone => String::new(),
+        Client::Bootstrap(c) => c.server.as_str(),
+        Client::Existing { server } => server.as_str(),
+        Client::Standalone => "",
     };
     let api = !matches!(client, Client::Standalone);
-    let (host, authority) = host_and_authority(&server);
-    let csr = format!(
-        "failed to run Kubelet: cannot create certificate signing request: Post \"{server}/apis/certificates.k8s.io/v1/certificatesigningrequests\""
-    );
+    if let Some(e) = csr_failure(mode, server).filter(|_| api) {
+        return Some(format!("failed to run Kubelet: {e}"));
+    }
     Some(match mode {
-        Mode::Success => return None,
-        Mode::X509 if api => format!("{csr}: tls: failed to verify certificate: x509: certificate signed by unknown authority"),
-        Mode::Unauthorized if api => "failed to run Kubelet: cannot create certificate signing request: Unauthorized".into(),
-        Mode::Dns if api => format!("{csr}: dial tcp: lookup {host} on 127.0.0.53:53: no such host"),
-        Mode::Refused if api => format!("{csr}: dial tcp {authority}: connect: connection refused"),
-        Mode::Timeout if api => format!("{csr}: dial tcp {authority}: i/o timeout"),
         Mode::DiskFull if api => format!(
             "failed to run Kubelet: write {}/kubelet-client.key.tmp: no space left on device",
             flags.get("cert-dir").unwrap_or("/var/lib/kubelet/pki")
