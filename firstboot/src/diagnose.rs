@@ -318,11 +318,10 @@ pub fn read_logs(opts: &ReportOptions) -> Vec<String> {
     }
     if let Some(journalctl) = &opts.journalctl {
         let n = opts.journal_lines.to_string();
-        for unit in [&opts.kubelet_unit, &opts.containerd_unit] {
-            if !unit.is_empty() {
-                if let Err(e) = push_journal(&mut lines, opts, journalctl, unit, &n) {
-                    warn(opts, &e);
-                }
+        let units = [&opts.kubelet_unit, &opts.containerd_unit];
+        for unit in units.into_iter().filter(|u| !u.is_empty()) {
+            if let Err(e) = push_journal(&mut lines, opts, journalctl, unit, &n) {
+                warn(opts, &e);
             }
         }
     }
@@ -336,10 +335,8 @@ pub fn read_logs(opts: &ReportOptions) -> Vec<String> {
     lines
 }
 
-/// kubelet's journal for this boot, each line labelled and redacted as [`read_logs`] does:
-/// its newest `n` lines, or with `all` the whole of it (its first MiB, which `service::output`
-/// keeps: where kubelet's start-up lines are). `Err` without a journal, or when it could not
-/// be read.
+/// kubelet's journal for this boot as [`read_logs`] reads it: its newest `n` lines (`all`:
+/// the first MiB, where its start-up lines are). `Err` without a journal or a read.
 pub fn kubelet_log(opts: &ReportOptions, n: &str) -> Result<Vec<String>, String> {
     let journalctl = opts.journalctl.as_ref().ok_or("no journal to read")?;
     let mut v = Vec::new();
@@ -347,20 +344,19 @@ pub fn kubelet_log(opts: &ReportOptions, n: &str) -> Result<Vec<String>, String>
     Ok(v)
 }
 
-/// `unit`'s journal for this boot, its newest `n` lines, labelled with the unit's name and
-/// redacted, onto `lines`.
+/// `unit`'s journal for this boot, its newest `n` lines, labelled and redacted onto `v`.
 fn push_journal(
-    lines: &mut Vec<String>,
-    opts: &ReportOptions,
-    journalctl: &Path,
+    v: &mut Vec<String>,
+    o: &ReportOptions,
+    jctl: &Path,
     unit: &str,
     n: &str,
 ) -> Result<(), String> {
     let args = ["-u", unit, "-b", "--no-pager", "-o", "cat", "-n", n];
-    let out = service::output(journalctl, &args, Instant::now() + opts.command_timeout)
+    let out = service::output(jctl, &args, Instant::now() + o.command_timeout)
         .map_err(|e| e.message().to_string())?;
     let label = unit.strip_suffix(".service").unwrap_or(unit);
-    push_labelled(lines, label, &out.stdout_text(), &opts.redactor);
+    push_labelled(v, label, &out.stdout_text(), &o.redactor);
     Ok(())
 }
 

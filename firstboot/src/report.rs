@@ -386,7 +386,7 @@ pub fn cmd_report(opts: &ReportOptions) -> u8 {
         // ran, which says nothing new); what came after it is added beside it.
         let mut console = Console::open(opts.console.as_deref());
         let later = prior.as_ref().map_or(&[][..], |p| &p.later[..]);
-        let added = crate::status::note_later(
+        let added = crate::status::after::note_later(
             &paths,
             &mut console,
             (text, later),

@@ -25,8 +25,7 @@ use crate::redact::{self, Redactor, Secrets};
 use crate::text::push_capped;
 use crate::Reason;
 
-mod after;
-pub use after::note_later;
+pub mod after;
 mod files;
 pub mod model;
 
