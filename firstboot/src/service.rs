@@ -5,7 +5,7 @@
 //! The deadline bounds the whole run of a tool, not only the tool's own process: a child
 //! (or a service manager's helper) that forks and leaves a grandchild holding the output
 //! pipes must not hold the boot until that grandchild ends. So the output is never waited
-//! for past [`EOF_GRACE`] once the tool exited, nor past the deadline; at the deadline the
+//! for past `EOF_GRACE` once the tool exited, nor past the deadline; at the deadline the
 //! tool's whole process group is killed (Unix), not only the tool.
 
 use std::io::Read;

@@ -462,14 +462,9 @@ mod tests {
 
     /// A symlink planted at `index/<name>` does not lead the record's write out of the store.
     #[cfg(unix)]
-    #[test]
-    fn an_index_record_is_not_written_through_a_planted_link() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path().join("s")).unwrap();
-        let outside = dir.path().join("outside");
-        std::fs::create_dir(&outside).unwrap();
-        std::os::unix::fs::symlink(&outside, store.root().join("index/runc")).unwrap();
-        let a = Artifact {
+    /// A runc entry whose bytes are `abc`.
+    fn runc_abc() -> Artifact {
+        Artifact {
             name: "runc".into(),
             version: "1".into(),
             os: crate::supply::lock::Os::Linux,
@@ -481,7 +476,17 @@ mod tests {
             sha256: hex::encode(Sha256::digest(b"abc")),
             verified: "t".into(),
             members: vec![],
-        };
+        }
+    }
+
+    #[test]
+    fn an_index_record_is_not_written_through_a_planted_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("s")).unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, store.root().join("index/runc")).unwrap();
+        let a = runc_abc();
         let err = store.record(&a).unwrap_err();
         assert!(matches!(err, StoreError::Planted { .. }), "{err}");
         assert!(err.to_string().contains("index/runc"), "{err}");
@@ -492,19 +497,7 @@ mod tests {
     fn index_records_round_trip() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let a = Artifact {
-            name: "runc".into(),
-            version: "1".into(),
-            os: crate::supply::lock::Os::Linux,
-            arch: crate::supply::lock::Arch::Arm64,
-            format: crate::supply::lock::Format::Binary,
-            url: "http://x/runc.arm64".into(),
-            sources: vec![],
-            size: 3,
-            sha256: hex::encode(Sha256::digest(b"abc")),
-            verified: "t".into(),
-            members: vec![],
-        };
+        let a = runc_abc();
         assert!(store.lookup(&a).is_none());
         store
             .put_reader(&b"abc"[..], &Expect::for_artifact(&a))
