@@ -275,9 +275,9 @@ fn kubelet_config_warning(opts: &ReportOptions, config: &str) -> Option<String> 
     let err = line
         .split_once("err=\"")
         .map_or(line.as_str(), |(_, e)| e.strip_suffix('"').unwrap_or(e));
+    // The lowercase form is written out: `str::to_lowercase` would link Unicode's case tables.
     Some(format!(
-        "kubelet ignored what it did not understand in its config file ({}): {}; check the spelling of those fields in {}",
-        LENIENT.to_lowercase(),
+        "kubelet ignored what it did not understand in its config file (using lenient decoding as strict decoding failed): {}; check the spelling of those fields in {}",
         err.replace("\\\"", "\""),
         config
     ))
