@@ -66,19 +66,23 @@ fn resolve(
     if let Ok(ip) = host.parse::<std::net::IpAddr>() {
         return Ok(vec![(ip, port).into()]);
     }
-    let (tx, rx) = std::sync::mpsc::channel();
+    // Polled, not received over a channel: an mpsc channel of this result type costs the
+    // static binary about 3 KiB of code, and a few milliseconds do not matter here.
     let name = host.to_string();
-    std::thread::spawn(move || {
-        let _ = tx.send(
-            (name.as_str(), port)
-                .to_socket_addrs()
-                .map(Iterator::collect::<Vec<_>>),
-        );
+    let lookup = std::thread::spawn(move || {
+        (name.as_str(), port)
+            .to_socket_addrs()
+            .map(Iterator::collect::<Vec<_>>)
     });
-    match rx.recv_timeout(timeout) {
-        Ok(Ok(a)) => Ok(a),
-        Ok(Err(e)) => Err(TlsError::Connect(format!("cannot resolve {host}: {e}"))),
-        Err(_) => Err(TlsError::Connect(format!(
+    let until = std::time::Instant::now() + timeout;
+    while !lookup.is_finished() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // A lookup still running is left behind (its thread ends with the process).
+    match lookup.is_finished().then(|| lookup.join()) {
+        Some(Ok(Ok(a))) => Ok(a),
+        Some(Ok(Err(e))) => Err(TlsError::Connect(format!("cannot resolve {host}: {e}"))),
+        _ => Err(TlsError::Connect(format!(
             "cannot resolve {host}: no answer within {} s",
             timeout.as_secs()
         ))),
