@@ -273,6 +273,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_name_resolves_on_its_thread_and_an_address_needs_none() {
+        // localhost comes from the hosts file: nothing leaves the machine.
+        let a = resolve("localhost", 6443, Duration::from_secs(10)).expect("localhost");
+        assert!(!a.is_empty() && a.iter().all(|s| s.ip().is_loopback() && s.port() == 6443));
+        let a = resolve("127.0.0.1", 443, Duration::ZERO).expect("an address");
+        assert_eq!(a, [std::net::SocketAddr::from(([127, 0, 0, 1], 443))]);
+    }
+
+    #[test]
     fn hostile_records_are_refused_without_panicking() {
         let cases: [&[u8]; 5] = [
             b"HTTP/1.1 400 Bad Request\r\n\r\n",
