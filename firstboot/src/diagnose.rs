@@ -318,26 +318,10 @@ pub fn read_logs(opts: &ReportOptions) -> Vec<String> {
     }
     if let Some(journalctl) = &opts.journalctl {
         let n = opts.journal_lines.to_string();
-        for unit in [&opts.kubelet_unit, &opts.containerd_unit] {
-            if unit.is_empty() {
-                continue;
-            }
-            let args = [
-                "-u",
-                unit.as_str(),
-                "-b",
-                "--no-pager",
-                "-o",
-                "cat",
-                "-n",
-                &n,
-            ];
-            match service::output(journalctl, &args, Instant::now() + opts.command_timeout) {
-                Ok(out) => {
-                    let label = unit.strip_suffix(".service").unwrap_or(unit);
-                    push_labelled(&mut lines, label, &out.stdout_text(), &opts.redactor);
-                }
-                Err(e) => warn(opts, e.message()),
+        let units = [&opts.kubelet_unit, &opts.containerd_unit];
+        for unit in units.into_iter().filter(|u| !u.is_empty()) {
+            if let Err(e) = push_journal(&mut lines, opts, journalctl, unit, &n) {
+                warn(opts, &e);
             }
         }
     }
@@ -349,6 +333,31 @@ pub fn read_logs(opts: &ReportOptions) -> Vec<String> {
         }
     }
     lines
+}
+
+/// kubelet's journal for this boot as [`read_logs`] reads it: its newest `n` lines (`all`:
+/// the first MiB, where its start-up lines are). `Err` without a journal or a read.
+pub fn kubelet_log(opts: &ReportOptions, n: &str) -> Result<Vec<String>, String> {
+    let journalctl = opts.journalctl.as_ref().ok_or("no journal to read")?;
+    let mut v = Vec::new();
+    push_journal(&mut v, opts, journalctl, &opts.kubelet_unit, n)?;
+    Ok(v)
+}
+
+/// `unit`'s journal for this boot, its newest `n` lines, labelled and redacted onto `v`.
+fn push_journal(
+    v: &mut Vec<String>,
+    o: &ReportOptions,
+    jctl: &Path,
+    unit: &str,
+    n: &str,
+) -> Result<(), String> {
+    let args = ["-u", unit, "-b", "--no-pager", "-o", "cat", "-n", n];
+    let out = service::output(jctl, &args, Instant::now() + o.command_timeout)
+        .map_err(|e| e.message().to_string())?;
+    let label = unit.strip_suffix(".service").unwrap_or(unit);
+    push_labelled(v, label, &out.stdout_text(), &o.redactor);
+    Ok(())
 }
 
 /// A warning on stderr, redacted.

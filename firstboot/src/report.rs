@@ -14,6 +14,7 @@ use crate::diagnose::{self, ReportOptions, UnitState};
 use crate::json;
 use crate::redact::{self, Redactor};
 use crate::service;
+use crate::signatures::registered_node;
 use crate::status::Reporter;
 use crate::wait;
 use crate::Reason;
@@ -73,6 +74,8 @@ pub struct StatusView {
     pub log: Vec<String>,
     /// The recorded unit states, one line each (`kubelet.service failed (result=…)`).
     pub units: Vec<String>,
+    /// What `report` saw after the recorded failure (`CODE: message`).
+    pub later: Vec<String>,
 }
 
 impl StatusView {
@@ -108,13 +111,16 @@ impl StatusView {
                 (f("name").to_string(), f("result").to_string(), dur, reason)
             })
             .collect();
-        let log = v
-            .get("log")
-            .and_then(json::Value::as_array)
-            .unwrap_or(&[])
-            .iter()
-            .filter_map(|l| l.as_text().map(str::to_string))
-            .collect();
+        let texts = |key: &str| -> Vec<String> {
+            v.get(key)
+                .and_then(json::Value::as_array)
+                .unwrap_or(&[])
+                .iter()
+                .filter_map(|l| l.as_text().map(str::to_string))
+                .collect()
+        };
+        let log = texts("log");
+        let later = texts("later");
         let units = v
             .get("units")
             .and_then(json::Value::as_array)
@@ -144,6 +150,7 @@ impl StatusView {
             phases,
             log,
             units,
+            later,
         })
     }
 
@@ -195,6 +202,9 @@ impl StatusView {
         }
         for u in &self.units {
             let _ = writeln!(o, "  {u}");
+        }
+        for l in &self.later {
+            let _ = writeln!(o, "  seen since: {l}");
         }
         if !self.log.is_empty() {
             o.push_str("  last log lines:\n");
@@ -295,7 +305,7 @@ pub fn cmd_report(opts: &ReportOptions) -> u8 {
                 .root
                 .join(wait::DEFAULT_PKI_DIR)
                 .join(wait::CLIENT_CERT);
-            let joined = wait::check_client_cert(&cert);
+            let joined = wait::check_client_cert(&cert).and_then(|()| registered(opts));
             match (failed_before, stable, joined) {
                 (true, true, Ok(())) => {
                     let console = Console::open(opts.console.as_deref());
@@ -365,6 +375,43 @@ pub fn cmd_report(opts: &ReportOptions) -> u8 {
         }
         diagnosis.message = m;
     }
+    let kept = prior
+        .as_ref()
+        .filter(|p| p.result == "failure")
+        .and_then(|p| p.reason.as_deref())
+        .and_then(|code| Reason::ALL.into_iter().find(|r| r.code() == code))
+        .filter(|&r| r != diagnosis.reason && (!vague(r) || vague(diagnosis.reason)));
+    if let (Some(kept), Some(text)) = (kept, prior_text.as_deref()) {
+        // The first cause stays the reason (a kubeadm that failed leaves a kubelet that never
+        // ran, which says nothing new); what came after it is added beside it.
+        let mut console = Console::open(opts.console.as_deref());
+        let later = prior.as_ref().map_or(&[][..], |p| &p.later[..]);
+        let added = crate::status::after::note_later(
+            &paths,
+            &mut console,
+            (text, later),
+            kept,
+            &diagnosis,
+            &opts.redactor,
+        )
+        .unwrap_or_else(|e| {
+            redact::eprint(
+                &opts
+                    .redactor
+                    .redact(&format!("kiln-firstboot: warning: {e}")),
+            );
+            false
+        });
+        if added || !opts.quiet {
+            say(format!(
+                "kiln-firstboot: still failing ({kept}), recorded in {}; seen since: {} {}\n",
+                path.display(),
+                diagnosis.reason,
+                diagnosis.message
+            ));
+        }
+        return kept.exit_code();
+    }
     if let Some(p) = prior.as_ref().filter(|p| p.result == "failure") {
         if p.reason.as_deref() == Some(diagnosis.reason.code()) {
             let mut text = format!(
@@ -405,6 +452,23 @@ pub fn cmd_report(opts: &ReportOptions) -> u8 {
         .unwrap_or_default();
     say(summary);
     reporter.exit_code()
+}
+
+/// A reason that names no cause, only what was seen: a later, specific diagnosis may take its
+/// place as the run's reason; nothing else replaces a recorded one.
+fn vague(r: Reason) -> bool {
+    matches!(r, Reason::JoinTimeout | Reason::KubeletExited)
+}
+
+/// kubelet logged its registered line on this boot (`Ok` where there is no journal to ask:
+/// the certificate is then the evidence).
+fn registered(opts: &ReportOptions) -> Result<(), String> {
+    match diagnose::kubelet_log(opts, "all") {
+        Ok(lines) if lines.iter().any(|l| registered_node(l).is_some()) => Ok(()),
+        Ok(_) => Err("kubelet has not logged \"Successfully registered node\"".to_string()),
+        Err(_) if opts.journalctl.is_none() => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// The `ActiveState` of kiln-firstboot's unit (`activating` while `kiln-firstboot run` is

@@ -9,7 +9,6 @@ use crate::cli::Options;
 use crate::config::{self, Config, Credential};
 use crate::contract::paths::{self, NodePaths};
 use crate::contract::{JoinMode, Provider};
-use crate::diagnose::{self, ReportOptions};
 use crate::error::Error;
 use crate::fsutil;
 use crate::http::Client;
@@ -21,7 +20,6 @@ use crate::redact::{self, Collected, Secrets};
 use crate::service::{self, ToolError};
 use crate::sizing::{self, Sizing};
 use crate::status::{Phase, Reporter};
-use crate::wait::{self, WaitOptions};
 use crate::Reason;
 
 /// Runs one boot and returns the process exit code.
@@ -132,144 +130,7 @@ fn boot(
     let via = start(opts, paths, &cfg, deadline).map_err(|e| fail(rep, Phase::StartKubelet, e))?;
     rep.success(Phase::StartKubelet, via);
 
-    wait_joined(opts, paths, &cfg, rep, deadline)
-}
-
-/// kubelet counts as dead when it failed, keeps restarting, or stays inactive this long
-/// after its start job was queued (`--no-block` returns before the job runs).
-const INACTIVE_GRACE: Duration = Duration::from_secs(10);
-/// Restarts after which a kubelet is crash-looping, not starting.
-const MAX_RESTARTS: u32 = 3;
-
-/// Whether kubelet's unit state `u`, `waited` after the wait began, means kubelet is gone.
-/// A kubelet that is inactive and has never run (`ExecMainStartTimestampMonotonic=0`) is not:
-/// its start job is still queued behind containerd (kubelet.service is `After=` it), whose
-/// start can outlast [`INACTIVE_GRACE`] on a slow boot; the run's deadline still bounds it.
-fn kubelet_gone(u: &diagnose::UnitState, waited: Duration) -> bool {
-    let never_ran = u.active_state == "inactive" && u.main_start_us == Some(0);
-    u.has_died(MAX_RESTARTS)
-        && !never_ran
-        && (u.active_state != "inactive" || waited >= INACTIVE_GRACE)
-}
-
-/// How long each of the diagnosis's reads (`systemctl show`, `journalctl`) may take once a
-/// wait failed at the deadline: at most four of them, so a wedged service manager adds
-/// 8 s to the run, not the default 5 s each.
-const DIAGNOSIS_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// `opts` with each command also bounded by what is left of the run's `deadline`; `None`
-/// when nothing is left.
-fn within(opts: &ReportOptions, deadline: Instant) -> Option<ReportOptions> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    (!left.is_zero()).then(|| {
-        let mut o = opts.clone();
-        o.command_timeout = o.command_timeout.min(left);
-        o
-    })
-}
-
-/// The wait-healthy and wait-joined phases, with a diagnosis when either fails.
-fn wait_joined(
-    opts: &Options,
-    paths: &NodePaths,
-    cfg: &Config,
-    rep: &mut Reporter,
-    deadline: Instant,
-) -> Result<(), Error> {
-    let wopts = WaitOptions {
-        healthz_url: opts.healthz_url.clone(),
-        pki_dir: paths.kubelet_pki_dir.clone(),
-        poll: Duration::from_millis(200),
-    };
-    let mut ropts = ReportOptions::new(&opts.root);
-    if !cfg!(windows) {
-        ropts.systemctl = Some(PathBuf::from(&opts.systemctl));
-        ropts.journalctl = Some(PathBuf::from(&opts.journalctl));
-    }
-    ropts.kubelet_unit = cfg.image.kubelet_unit.clone();
-    ropts.containerd_unit = cfg.image.containerd_unit.clone();
-    ropts.redactor = rep.redactor().clone();
-    let begun = Instant::now();
-    let mut polls = 0u32;
-    // Asking systemd every poll would cost a fork each time; once a second is enough. The
-    // question is bounded by the run's deadline too: a wedged systemctl must not carry the
-    // wait past it.
-    let mut alive = || {
-        polls += 1;
-        let Some(o) = (polls % 5 == 0).then(|| within(&ropts, deadline)).flatten() else {
-            return true;
-        };
-        match diagnose::kubelet_state(&o) {
-            Some(u) if !u.active_state.is_empty() => !kubelet_gone(&u, begun.elapsed()),
-            _ => true,
-        }
-    };
-    for phase in [Phase::WaitHealthy, Phase::WaitJoined] {
-        rep.begin(phase);
-        let waited = if phase == Phase::WaitHealthy {
-            wait::wait_healthy(&wopts, deadline, &mut alive)
-        } else {
-            wait::wait_joined(&wopts, deadline, &mut alive)
-        };
-        match waited {
-            Ok(n) => rep.success(phase, &format!("polls={n}")),
-            Err(e) => {
-                // Past the deadline now: the diagnosis's reads get a short bound each.
-                let mut dopts = ropts.clone();
-                dopts.command_timeout = DIAGNOSIS_COMMAND_TIMEOUT;
-                let mut d = diagnose::diagnose(&dopts);
-                if matches!(d.reason, Reason::JoinTimeout | Reason::KubeletExited) {
-                    d.message = format!("{e}; {}", d.message);
-                }
-                rep.failure_diagnosed(phase, &d);
-                return Err(Error::Join {
-                    reason: d.reason,
-                    message: d.message,
-                });
-            }
-        }
-    }
-    // The node has joined: only now, off the path to it, read what kubelet said about its
-    // own config without stopping, for the status (while the deadline leaves time).
-    let warning =
-        within(&ropts, deadline).and_then(|o| kubelet_config_warning(&o, &cfg.kubelet_config));
-    if let Some(w) = warning {
-        rep.warn(&w);
-    }
-    Ok(())
-}
-
-/// What kubelet logged about its config file without refusing it: a config with fields it
-/// does not know is decoded leniently and those fields are ignored (k8s.io/kubelet's codec,
-/// pkg/kubelet/kubeletconfig/util/codec: "Using lenient decoding as strict decoding
-/// failed"). kubelet logs it as it starts, so the head of its journal for this boot holds it
-/// however much kubelet logged since (`service::output` keeps the head). One journal read;
-/// a journal that cannot be read adds nothing.
-fn kubelet_config_warning(opts: &ReportOptions, config: &str) -> Option<String> {
-    const LENIENT: &str = "Using lenient decoding as strict decoding failed";
-    let journalctl = opts.journalctl.as_ref()?;
-    let args = [
-        "-u",
-        opts.kubelet_unit.as_str(),
-        "-b",
-        "--no-pager",
-        "-o",
-        "cat",
-    ];
-    let out = service::output(journalctl, &args, Instant::now() + opts.command_timeout).ok()?;
-    let text = out.stdout_text();
-    let line = text.lines().find(|l| l.contains(LENIENT))?;
-    // The error is klog's `err="…"`; the whole line when it has none.
-    let err = line
-        .split_once("err=\"")
-        .map_or(line, |(_, e)| e.strip_suffix('"').unwrap_or(e));
-    let redacted = opts.redactor.redact(err);
-    Some(format!(
-        "kubelet ignored what it did not understand in its config file ({}): {}; check the spelling of those fields in {}",
-        LENIENT.to_lowercase(),
-        redacted.as_str().replace("\\\"", "\""),
-        config
-    ))
+    crate::joined::wait(opts, paths, &cfg, rep, deadline)
 }
 
 /// The provider `PROVIDER=auto` stands for, from DMI. Finding none is a warning, never
@@ -508,12 +369,7 @@ fn start(
             )?;
         }
         // kubeadm join starts kubelet itself through systemd.
-        return service::run(&opts.kubeadm, &["join", "--config", &join], deadline)
-            .map(|_| "via=kubeadm")
-            .map_err(|e| Error::Start {
-                reason: Reason::KubeadmFailed,
-                message: e.message().to_string(),
-            });
+        return crate::kubeadm::join(&opts.kubeadm, &join, paths, deadline).map(|_| "via=kubeadm");
     }
     if cfg!(windows) {
         return crate::windows::kubelet::start_kubelet_service(opts, paths, cfg)
@@ -554,37 +410,4 @@ fn start(
             ToolError::Spawn(m) | ToolError::Failed(m) | ToolError::Timeout(m) => m,
         },
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn unit(show: &str) -> diagnose::UnitState {
-        diagnose::UnitState::parse_show("kubelet.service", show)
-    }
-
-    #[test]
-    fn a_kubelet_queued_behind_a_slow_containerd_is_not_gone() {
-        // As systemd shows a unit whose start job waits for an After= dependency.
-        let queued = unit("ActiveState=inactive\nResult=success\nNRestarts=0\nExecMainStartTimestampMonotonic=0\n");
-        assert!(!kubelet_gone(&queued, Duration::from_secs(60)));
-        // Ran, then stopped: gone once the grace has passed, not before.
-        let stopped = unit("ActiveState=inactive\nResult=success\nNRestarts=0\nExecMainStartTimestampMonotonic=41000000\n");
-        assert!(!kubelet_gone(&stopped, Duration::from_secs(1)));
-        assert!(kubelet_gone(&stopped, INACTIVE_GRACE));
-        // No timestamp reported (another service manager): the grace decides, as before.
-        let unknown = unit("ActiveState=inactive\nResult=success\n");
-        assert!(!kubelet_gone(&unknown, Duration::from_secs(1)));
-        assert!(kubelet_gone(&unknown, INACTIVE_GRACE));
-        // Failed, or crash-looping, is gone at once.
-        let failed =
-            unit("ActiveState=failed\nResult=exit-code\nExecMainStartTimestampMonotonic=0\n");
-        assert!(kubelet_gone(&failed, Duration::ZERO));
-        let looping =
-            unit("ActiveState=activating\nNRestarts=3\nExecMainStartTimestampMonotonic=5\n");
-        assert!(kubelet_gone(&looping, Duration::ZERO));
-        let running = unit("ActiveState=active\nNRestarts=0\nExecMainStartTimestampMonotonic=5\n");
-        assert!(!kubelet_gone(&running, Duration::from_secs(600)));
-    }
 }

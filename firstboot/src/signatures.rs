@@ -68,6 +68,26 @@ pub const SIGNATURES: &[Signature] = &[
     ),
     sig(Reason::ApiX509, &["x509: certificate is valid for"]),
     sig(Reason::ApiX509, &["x509: certificate has expired"]),
+    // kubelet's Node object refused after its TLS bootstrap: pkg/kubelet/kubelet_node_status.go,
+    // `tryRegisterWithAPIServer` logs `klog.ErrorS(err, "Unable to register node with API
+    // server", "node", …)` for a refused create, and the same words followed by `, error
+    // getting existing node` when the Node exists but cannot be read; `registerWithAPIServer`
+    // retries it forever (backoff 100 ms doubling to 7 s). The err is the API server's: an
+    // admission or NodeRestriction refusal (`nodes "x" is forbidden: …`), a credential it does
+    // not accept (`Unauthorized`), an object it finds invalid (`Node "x" is invalid: …`).
+    // Before the API symptoms: the same line with `Unauthorized` is this, not a bad token.
+    sig(
+        Reason::NodeRegistrationRefused,
+        &[REGISTER_FAILED, " is forbidden: "],
+    ),
+    sig(
+        Reason::NodeRegistrationRefused,
+        &[REGISTER_FAILED, "err=\"Unauthorized\""],
+    ),
+    sig(
+        Reason::NodeRegistrationRefused,
+        &[REGISTER_FAILED, " is invalid: "],
+    ),
     sig(
         Reason::ApiUnauthorized,
         &["certificate signing request: Unauthorized"],
@@ -85,6 +105,41 @@ pub const SIGNATURES: &[Signature] = &[
     ),
     sig(Reason::ApiUnreachable, &["net/http: TLS handshake timeout"]),
 ];
+
+/// kubelet's words for a Node create or read the API server answered with an error
+/// (`tryRegisterWithAPIServer`, above).
+pub const REGISTER_FAILED: &str = "Unable to register node with API server";
+
+/// kubelet's evidence that its Node exists: `registerWithAPIServer` (pkg/kubelet/
+/// kubelet_node_status.go) logs `klog.InfoS("Successfully registered node", "node",
+/// klog.KObj(node))` once the create succeeded, or once an existing Node of its name was read
+/// and reconciled (a reboot), and never otherwise: `I… kubelet_node_status.go:78]
+/// "Successfully registered node" node="NAME"`.
+pub const REGISTERED: &str = "Successfully registered node";
+
+/// The node name in kubelet's registered line (`node="NAME"`), if the line is one.
+pub fn registered_node(line: &str) -> Option<&str> {
+    let rest = &line[line.find(REGISTERED)? + REGISTERED.len()..];
+    Some(
+        rest.split_once("node=\"")
+            .and_then(|(_, n)| n.split('"').next())
+            .unwrap_or(""),
+    )
+}
+
+/// The failures a running kubelet retries forever instead of exiting (client-go's certificate
+/// manager retries the bootstrap CSR, `registerWithAPIServer` the Node): while kubelet keeps
+/// logging one of them it stays up and answers `/healthz`, so only its log says it is stuck.
+pub fn retried(reason: Reason) -> bool {
+    matches!(
+        reason,
+        Reason::ApiDns
+            | Reason::ApiX509
+            | Reason::ApiUnauthorized
+            | Reason::ApiUnreachable
+            | Reason::NodeRegistrationRefused
+    )
+}
 
 const fn sig(reason: Reason, needles: &'static [&'static str]) -> Signature {
     Signature { reason, needles }

@@ -73,7 +73,7 @@ pub fn start_unit(socket: &Path, unit: &str, deadline: Instant) -> Result<(), Bu
             return Err(BusError::Unavailable(format!(
                 "{}: no reply to StartUnit within {} ms",
                 socket.display(),
-                left.as_millis()
+                left.as_millis() as u64
             )));
         }
         let (header, body) = read_message(&mut s).map_err(|e| gone("reading the reply from", e))?;

@@ -173,10 +173,20 @@ fn a_crash_loop_after_join_is_reported_once_then_recovered() {
     assert_eq!(code, 0);
     assert_eq!(r.read("run/kiln/status.json"), failed);
 
-    // 5. Healthy, up long enough and joined: recorded as recovered.
+    // 5. Healthy, up long enough, its certificate back, but no Node: the failure stays.
     r.write(
         CERT,
         "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+    );
+    let (code, _) = node.report(&[], &["--quiet"]);
+    assert_eq!(code, 0);
+    assert_eq!(r.read("run/kiln/status.json"), failed);
+
+    // 6. kubelet then logs its registered line: joined, recorded as recovered.
+    let log = r.read("logs/kubelet.log");
+    r.write(
+        "logs/kubelet.log",
+        &format!("{log}{}\n", common::REGISTERED),
     );
     let (code, stdout) = node.report(&[], &["--quiet"]);
     assert_eq!(code, 0);
@@ -325,4 +335,63 @@ fn under_exec_stop_post_a_journal_that_lags_the_exit_is_read_again() {
     assert!(r
         .read("console.log")
         .contains("kiln-firstboot: report result=failure reason=KUBELET_CONFIG_INVALID"));
+}
+
+#[test]
+fn a_kubeadm_failure_stays_the_reason_when_the_timer_later_finds_kubelet_inactive() {
+    // The run ended KUBEADM_FAILED; kubeadm never got kubelet going, so the timer then finds
+    // kubelet.service inactive: that is added, not put in KUBEADM_FAILED's place.
+    let node = Node::joined();
+    let r = &node.root;
+    std::fs::remove_file(r.path("run/cluster-api/bootstrap-success.complete")).unwrap();
+    std::fs::remove_file(r.path(CERT)).unwrap();
+    let failed = JOINED_BOOT
+        .replace("\"result\":\"success\",\"phases\"", "\"result\":\"failure\",\"reason\":\"KUBEADM_FAILED\",\"message\":\"kubeadm join exited with status 1: error execution phase preflight: [ERROR SystemVerification]: missing required cgroups: cpu\",\"hint\":\"x\",\"phases\"");
+    r.write("run/kiln/status.json", &failed);
+    r.write("run/kiln/failure", "KUBEADM_FAILED\n");
+    r.write("firstboot.show", "ActiveState=failed\n");
+    node.kubelet("inactive", "success", 0, 0, 0);
+    let (code, stdout) = node.report(&[], &["--quiet"]);
+    assert_eq!(code, 6, "{stdout}");
+    let status = r.read("run/kiln/status.json");
+    let doc = kiln_firstboot::json::parse(&status).unwrap();
+    let text = |k: &str| {
+        doc.get(k)
+            .and_then(|v| v.as_text())
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(text("reason"), "KUBEADM_FAILED", "{status}");
+    assert!(
+        text("message").contains("[ERROR SystemVerification]"),
+        "{status}"
+    );
+    let later: Vec<String> = doc
+        .get("later")
+        .and_then(|v| v.as_array())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|v| v.as_text().map(str::to_string))
+        .collect();
+    assert_eq!(later.len(), 1, "{status}");
+    assert!(later[0].starts_with("KUBELET_EXITED: "), "{later:?}");
+    assert_eq!(
+        r.read("run/kiln/failure").lines().next(),
+        Some("KUBEADM_FAILED")
+    );
+    // The next tick sees the same: nothing more is written.
+    let (code, _) = node.report(&[], &["--quiet"]);
+    assert_eq!(code, 6);
+    assert_eq!(r.read("run/kiln/status.json"), status);
+    // `status` shows both.
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln-firstboot"))
+        .args(["status", "--root"])
+        .arg(&r.dir)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("failure (KUBEADM_FAILED)") && shown.contains("seen since: KUBELET_EXITED"),
+        "{shown}"
+    );
 }

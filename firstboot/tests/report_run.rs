@@ -30,14 +30,21 @@ fn imds() -> Server {
     })
 }
 
-/// `run` for AWS with `extra` flags; nothing is added behind the test's back.
+/// `run` for AWS with `extra` flags; the only thing added is a kubelet journal holding its
+/// registered line when the test names no `--journalctl`.
 fn run(root: &Root, url: &str, extra: &[&str]) -> Outcome {
+    let mut extra = extra.to_vec();
+    let journalctl;
+    if !extra.contains(&"--journalctl") {
+        journalctl = common::registered_journal(root);
+        extra.extend(["--journalctl", journalctl.as_str()]);
+    }
     Outcome::of(
         Command::new(env!("CARGO_BIN_EXE_kiln-firstboot"))
             .args(["run", "--provider", "aws", "--metadata-url", url])
             .arg("--root")
             .arg(&root.dir)
-            .args(extra),
+            .args(&extra),
     )
 }
 
@@ -457,7 +464,10 @@ fn a_config_kubelet_decoded_leniently_is_a_warning_in_the_status() {
     let systemctl = root.stub("systemctl", "exit 0");
     let journalctl = root.stub(
         "journalctl",
-        r#"case "$*" in *kubelet.service*) echo 'I0115 10:12:01.104223    1234 codec.go:82] "Using lenient decoding as strict decoding failed" err="strict decoding error: unknown field \"maxPod\""';; esac"#,
+        &format!(
+            r#"case "$*" in *kubelet.service*) echo 'I0115 10:12:01.104223    1234 codec.go:82] "Using lenient decoding as strict decoding failed" err="strict decoding error: unknown field \"maxPod\""'; echo '{}';; esac"#,
+            common::REGISTERED
+        ),
     );
     let out = common::firstboot(
         &root,
@@ -491,5 +501,129 @@ fn a_config_kubelet_decoded_leniently_is_a_warning_in_the_status() {
     assert!(
         root.read("console.log").contains("unknown field"),
         "the console lacks it"
+    );
+}
+
+/// A journalctl stand-in whose kubelet journal is `lines`.
+fn journal(root: &Root, lines: &[&str]) -> String {
+    root.write("logs/kubelet.log", &(lines.join("\n") + "\n"));
+    let log = root.path("logs/kubelet.log");
+    root.stub(
+        "journalctl",
+        &format!(
+            "case \"$*\" in *kubelet.service*) cat '{}';; esac",
+            log.display()
+        ),
+    )
+}
+
+/// `run` with a healthy kubelet (its `/healthz` ok, systemd's answers empty) and `journal`.
+fn run_healthy(root: &Root, journalctl: &str, deadline: &str) -> Outcome {
+    let srv = imds();
+    let healthz = Server::start(|_| ok("ok"));
+    let systemctl = root.stub("systemctl", "exit 0");
+    run(
+        root,
+        &srv.url,
+        &[
+            "--systemctl",
+            &systemctl,
+            "--journalctl",
+            journalctl,
+            "--healthz-url",
+            &format!("{}/healthz", healthz.url),
+            "--console",
+            root.path("console.log").to_str().unwrap(),
+            "--deadline",
+            deadline,
+        ],
+    )
+}
+
+const X509_RETRY: &str = "E0115 10:12:03.312008    1234 certificate_manager.go:562] kubernetes.io/kube-apiserver-client-kubelet: Failed while requesting a signed certificate from the control plane: cannot create certificate signing request: Post \"https://10.0.0.10:6443/apis/certificates.k8s.io/v1/certificatesigningrequests\": tls: failed to verify certificate: x509: certificate signed by unknown authority";
+
+#[test]
+fn a_running_kubelet_that_keeps_retrying_a_wrong_ca_is_diagnosed_within_the_bound() {
+    // kubelet 1.36 with a wrong CA stays up, answers /healthz and retries its CSR.
+    let root = Root::node("Amazon EC2");
+    let retry2 = X509_RETRY.replace("03.312008", "05.312011");
+    let journalctl = journal(&root, &[X509_RETRY, &retry2]);
+    let out = run_healthy(&root, &journalctl, "300");
+    assert_eq!(out.code, 7, "{out:#?}");
+    assert!(
+        out.elapsed < Duration::from_secs(35),
+        "diagnosed after {:?}, not within the bound",
+        out.elapsed
+    );
+    let json = root.read("run/kiln/status.json");
+    assert!(
+        json.contains("\"reason\":\"API_X509\",\"message\":\"kubelet is running and has retried this for 25 s: kubelet: E0115"),
+        "{json}"
+    );
+    assert!(json.contains("{\"name\":\"wait-healthy\""), "{json}");
+    assert!(
+        json.contains("\"name\":\"wait-joined\"") && json.contains("\"reason\":\"API_X509\"}]"),
+        "{json}"
+    );
+    assert!(!root.exists("run/cluster-api/bootstrap-success.complete"));
+}
+
+#[test]
+fn a_refused_node_registration_is_a_named_failure_without_the_sentinel() {
+    // The bootstrap worked (a certificate), but an admission policy refuses the Node.
+    let root = Root::node("Amazon EC2");
+    root.write(
+        CERT,
+        "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+    );
+    let refused = "E0115 10:12:09.100000    1234 kubelet_node_status.go:108] \"Unable to register node with API server\" err=\"nodes \\\"n1\\\" is forbidden: ValidatingAdmissionPolicy 'deny-nodes' with binding 'deny-nodes' denied request: failed expression: false\" node=\"n1\"";
+    let again = refused.replace("09.100000", "09.300000");
+    let journalctl = journal(&root, &[refused, &again]);
+    let out = run_healthy(&root, &journalctl, "300");
+    assert_eq!(out.code, 7, "{out:#?}");
+    assert!(out.elapsed < Duration::from_secs(35), "{:?}", out.elapsed);
+    let json = root.read("run/kiln/status.json");
+    assert!(
+        json.contains("\"result\":\"failure\",\"reason\":\"NODE_REGISTRATION_REFUSED\""),
+        "{json}"
+    );
+    assert!(
+        json.contains("is forbidden: ValidatingAdmissionPolicy"),
+        "{json}"
+    );
+    assert!(!root.exists("run/cluster-api/bootstrap-success.complete"));
+    assert_eq!(
+        root.read("run/kiln/failure").lines().next(),
+        Some("NODE_REGISTRATION_REFUSED")
+    );
+}
+
+#[test]
+fn a_client_certificate_without_a_registered_node_is_not_joined() {
+    let root = Root::node("Amazon EC2");
+    root.write(
+        CERT,
+        "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+    );
+    let journalctl = journal(&root, &["I0115 10:12:01.104223    1234 server.go:530] \"Kubelet version\" kubeletVersion=\"v1.36.2\""]);
+    let out = run_healthy(&root, &journalctl, "3");
+    assert_eq!(out.code, 7, "{out:#?}");
+    let json = root.read("run/kiln/status.json");
+    assert!(json.contains("\"reason\":\"JOIN_TIMEOUT\""), "{json}");
+    assert!(
+        json.contains("kubelet has not logged \\\"Successfully registered node\\\""),
+        "{json}"
+    );
+    assert!(!root.exists("run/cluster-api/bootstrap-success.complete"));
+    // Once kubelet logs it, the same node joins, and the console names the node.
+    let journalctl = journal(&root, &[common::REGISTERED]);
+    let out = run_healthy(&root, &journalctl, "10");
+    assert_eq!(out.code, 0, "{out:#?}");
+    assert!(root.exists("run/cluster-api/bootstrap-success.complete"));
+    assert!(
+        root.read("console.log")
+            .contains(" node=ip-10-0-3-7.eu-west-1.compute.internal\n"),
+        "{}",
+        root.read("console.log")
     );
 }

@@ -287,3 +287,72 @@ fn a_kubeadm_that_outlives_the_deadline_is_stopped() {
         out.elapsed
     );
 }
+
+#[test]
+fn kubeadm_errors_outlive_its_warnings_and_its_output_is_kept() {
+    // As real kubeadm v1.36 on a bookworm guest: warnings enough to fill the cap, then the
+    // preflight error.
+    let root = Root::node("Amazon EC2");
+    root.node_env("JOIN_MODE=kubeadm\n");
+    root.write_mode(
+        "etc/kiln/kubeadm-join.yaml",
+        "kind: JoinConfiguration\n",
+        0o600,
+    );
+    let warn = "W0115 10:00:00.000000    1234 checks.go:1] The fallback for runtimes without RuntimeConfig is deprecated and will be removed in 1.37. For more information see the kubelet docs";
+    let script = format!(
+        "echo '[preflight] Running pre-flight checks'; i=0; while [ $i -lt 6 ]; do echo '{warn}' >&2; i=$((i+1)); done; \
+         printf 'error execution phase preflight: [preflight] Some fatal errors occurred:\\n\\t[ERROR SystemVerification]: missing required cgroups: cpu\\n[preflight] If you know what you are doing, you can make a check non-fatal with `--ignore-preflight-errors=...`\\nTo see the stack trace of this error execute with --v=5 or higher\\n' >&2; exit 1"
+    );
+    let kubeadm = root.stub("kubeadm", &script);
+    let systemctl = root.stub("systemctl", "exit 0");
+    let srv = imdsv2();
+    let out = firstboot(
+        &root,
+        &[
+            "--metadata-url",
+            &srv.url,
+            "--systemctl",
+            &systemctl,
+            "--kubeadm",
+            &kubeadm,
+            "--deadline",
+            "10",
+        ],
+    );
+    assert_eq!(out.code, 6, "{out:#?}");
+    let status = json::parse(&root.read("run/kiln/status.json")).unwrap();
+    let text = |k: &str| {
+        status
+            .get(k)
+            .and_then(Value::as_text)
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(text("reason"), "KUBEADM_FAILED");
+    let m = text("message");
+    assert!(
+        m.starts_with("kubeadm join exited with status 1: error execution phase preflight: [preflight] Some fatal errors occurred: | [ERROR SystemVerification]: missing required cgroups: cpu"),
+        "{m}"
+    );
+    assert!(!m.contains("1.37"), "{m}");
+    assert!(
+        text("hint").contains("/run/kiln/kubeadm-join.log"),
+        "{}",
+        text("hint")
+    );
+    // The whole output, warnings too, readable by root alone.
+    use std::os::unix::fs::PermissionsExt;
+    let log = root.path("run/kiln/kubeadm-join.log");
+    assert_eq!(
+        std::fs::metadata(&log).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let saved = root.read("run/kiln/kubeadm-join.log");
+    assert_eq!(saved.matches("removed in 1.37").count(), 6, "{saved}");
+    assert!(
+        saved.contains("[ERROR SystemVerification]")
+            && saved.contains("[preflight] Running pre-flight checks"),
+        "{saved}"
+    );
+}

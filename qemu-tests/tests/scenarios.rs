@@ -40,6 +40,34 @@ fn assert_pod_ran(o: &kiln_qemu_tests::scenario::Outcome, image: &str) {
     }
 }
 
+/// kiln-firstboot counted the node as joined on kubelet's own evidence that its Node exists:
+/// the wait-joined phase's console line ends `node=NAME`, the name in kubelet's
+/// `"Successfully registered node"` journal line (docs/contract.md, "Joined"), which is the
+/// name kiln gave kubelet where it gave one (`--hostname-override`, lower-cased by kubelet).
+fn assert_registered(o: &kiln_qemu_tests::scenario::Outcome) {
+    let line = o
+        .phase_lines
+        .iter()
+        .find(|l| l.text.contains("phase=wait-joined result=success"))
+        .unwrap_or_else(|| panic!("no successful wait-joined phase: {:?}", o.phase_lines));
+    let node = line
+        .text
+        .rsplit_once(" node=")
+        .map_or("", |(_, n)| n.trim());
+    assert!(
+        !node.is_empty(),
+        "wait-joined names no registered node: {}",
+        line.text
+    );
+    let args = o.kubelet_args();
+    if let Some(given) = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--hostname-override="))
+    {
+        assert_eq!(node, given.to_lowercase(), "{}", line.text);
+    }
+}
+
 /// `kiln-firstboot doctor` ran on the joined node and its table reached the console: the
 /// node's own checks pass (the real containerd answered CRI Status, the stand-in kubelet holds
 /// a certificate signed by the node config's CA), and the API server, which the boot world
@@ -181,6 +209,7 @@ fn ubuntu_aws() {
     let o = &b.outcome;
     let i = test_instance();
     assert_eq!(o.result(), "success", "status: {}", o.status);
+    assert_registered(o);
     assert_pod_ran(o, "ubuntu");
     assert_eq!(o.status["provider"], "aws", "auto detection from DMI");
     // kubelet's start was queued over systemd's private socket, not by a systemctl process.
@@ -239,13 +268,18 @@ fn metadata_down() {
     assert!(o.kubelet_args().is_empty(), "kubelet must not have started");
 }
 
+/// A wrong CA: kubelet (here the stand-in, as kubelet 1.36 does) stays up with `/healthz` ok
+/// and retries its bootstrap request, logging the x509 error each time. kiln-firstboot must
+/// name it from kubelet's log within 25 s of the retries (plus slack), while kubelet still
+/// runs, not at the run's deadline, which is set far past that bound here.
 #[test]
 fn kubelet_x509() {
+    let deadline = 300;
     let b = expect_ok(boot_rootfs_node(&spec(
         "kubelet_x509",
         "x509",
         Metadata::Aws,
-        90,
+        deadline,
     )));
     eprintln!(
         "kubelet-x509 timeline ({}):\n{}",
@@ -266,6 +300,32 @@ fn kubelet_x509() {
         "{:?}",
         o.phase_lines
     );
+    // kubelet was healthy and still running: its log, not its exit, told.
+    let (_, _, healthy) = o.phase("wait-healthy").expect("a wait-healthy phase");
+    assert_eq!(healthy, "success", "status: {}", o.status);
+    let (_, failed_at, joined) = o.phase("wait-joined").expect("a wait-joined phase");
+    assert_eq!(joined, "failure", "status: {}", o.status);
+    let message = o.status["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("kubelet is running") && message.contains("x509"),
+        "{message}"
+    );
+    assert_eq!(
+        o.units.get("kubelet").map(String::as_str),
+        Some("active"),
+        "{:?}",
+        o.units
+    );
+    // Within kiln-firstboot's 25 s of retries after kubelet started (plus testkit's slack),
+    // far from the deadline.
+    let started = o.kubelet_started_ms().expect("kubelet's start time");
+    let took = Duration::from_millis(failed_at.saturating_sub(started));
+    eprintln!("API_X509 reported {took:?} after kubelet started");
+    deadline::bounded(took, 25);
+    assert!(
+        took < Duration::from_secs(deadline.into()),
+        "ended at the deadline: {took:?}"
+    );
     assert!(!o
         .files
         .contains_key("/run/cluster-api/bootstrap-success.complete"));
@@ -273,6 +333,44 @@ fn kubelet_x509() {
         o.units.get("containerd").map(String::as_str),
         Some("active")
     );
+}
+
+/// The API server refuses kubelet's Node (an admission policy; the stand-in's
+/// `register-forbidden` mode): kubelet holds its certificate and keeps retrying the create,
+/// so the node is not joined, and kiln-firstboot names the refusal from kubelet's log.
+#[test]
+fn node_registration_refused() {
+    let b = expect_ok(boot_rootfs_node(&spec(
+        "node_registration_refused",
+        "register-forbidden",
+        Metadata::Aws,
+        300,
+    )));
+    eprintln!(
+        "node-registration-refused timeline ({}):\n{}",
+        b.log.display(),
+        timeline(&b)
+    );
+    let o = &b.outcome;
+    assert_eq!(o.result(), "failure", "status: {}", o.status);
+    assert_eq!(
+        o.reason(),
+        "NODE_REGISTRATION_REFUSED",
+        "status: {}",
+        o.status
+    );
+    let message = o.status["message"].as_str().unwrap_or("");
+    assert!(message.contains("is forbidden"), "{message}");
+    assert!(!o
+        .files
+        .contains_key("/run/cluster-api/bootstrap-success.complete"));
+    assert_eq!(
+        o.files["/run/cluster-api/bootstrap-failure.reason"]
+            .first()
+            .map(String::as_str),
+        Some("NODE_REGISTRATION_REFUSED")
+    );
+    assert_eq!(o.units.get("kubelet").map(String::as_str), Some("active"));
 }
 
 #[test]
@@ -296,6 +394,7 @@ fn flatcar_sysext() {
     );
     let o = &b.outcome;
     assert_eq!(o.result(), "success", "status: {}", o.status);
+    assert_registered(o);
     assert_pod_ran(o, "flatcar");
     assert_eq!(
         o.status["provider"], "qemu",
@@ -405,6 +504,7 @@ fn cloud_init() {
     assert!(user_data.starts_with("#cloud-config"), "{user_data}");
     let o = &b.outcome;
     assert_eq!(o.result(), "success", "status: {}", o.status);
+    assert_registered(o);
     assert_pod_ran(o, "ubuntu");
     // cloud-init itself ran on this boot (its own console banner) and wrote /etc/kiln/.
     assert!(
@@ -534,6 +634,7 @@ fn kubelet_config_unknown_field() {
     );
     let o = &b.outcome;
     assert_eq!(o.result(), "success", "status: {}", o.status);
+    assert_registered(o);
     let warnings = o.status["warnings"].to_string();
     assert!(
         warnings.contains("unknown field")
@@ -563,6 +664,7 @@ fn kubeadm_join() {
     let o = &b.outcome;
     let i = test_instance();
     assert_eq!(o.result(), "success", "status: {}", o.status);
+    assert_registered(o);
     assert_pod_ran(o, "ubuntu");
     // kubeadm's drop-in command line: its kubeconfig, bootstrap kubeconfig, config file and
     // flags env file, then kiln's node flags.
@@ -679,6 +781,7 @@ fn image_boot() {
         })
         .expect("kiln image names the image id");
     assert_eq!(o.result(), "success", "status: {}", o.status);
+    assert_registered(o);
     assert_eq!(
         o.status["image_id"],
         image_id.as_str(),
@@ -726,6 +829,7 @@ fn image_boot_flatcar() {
         b.log.display()
     );
     assert_eq!(o.result(), "success", "status: {}", o.status);
+    assert_registered(o);
     assert_eq!(o.status["provider"], "qemu", "status: {}", o.status);
     assert_pod_ran(o, "flatcar");
     // Placed by kiln image as a file (no link), merged by the real systemd-sysext.

@@ -70,6 +70,9 @@ pub const RUN_BOOTSTRAP_KUBECONFIG: &str = "/run/kiln/bootstrap-kubeconfig";
 pub const STATUS_JSON: &str = "/run/kiln/status.json";
 /// On failure: reason code, message and hint, one per line.
 pub const FAILURE: &str = "/run/kiln/failure";
+/// Everything `kubeadm join` printed (stderr, then stdout), redacted, mode 0600: status.json's
+/// message keeps only its error lines.
+pub const KUBEADM_JOIN_LOG: &str = "/run/kiln/kubeadm-join.log";
 
 // Cluster API's files.
 
@@ -186,6 +189,8 @@ pub struct NodePaths {
     pub kubeadm_kubelet_conf: PathBuf,
     /// [`KUBEADM_KUBELET_PATCH`].
     pub kubeadm_kubelet_patch: PathBuf,
+    /// [`KUBEADM_JOIN_LOG`].
+    pub kubeadm_join_log: PathBuf,
 }
 
 impl NodePaths {
@@ -213,6 +218,7 @@ impl NodePaths {
             kubelet_pki_dir: at(KUBELET_PKI_DIR),
             kubeadm_kubelet_conf: at(KUBEADM_KUBELET_CONF),
             kubeadm_kubelet_patch: at(KUBEADM_KUBELET_PATCH),
+            kubeadm_join_log: at(KUBEADM_JOIN_LOG),
         }
     }
 }
@@ -263,6 +269,7 @@ mod tests {
             RUN_BOOTSTRAP_KUBECONFIG,
             STATUS_JSON,
             FAILURE,
+            KUBEADM_JOIN_LOG,
         ];
         for p in all {
             assert!(

@@ -23,6 +23,7 @@ pub enum Reason {
     ApiX509,
     ApiUnauthorized,
     ApiUnreachable,
+    NodeRegistrationRefused,
     DiskFull,
     RuntimeUnavailable,
     CgroupDriverMismatch,
@@ -33,7 +34,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in the order of the contract's table.
-    pub const ALL: [Reason; 25] = [
+    pub const ALL: [Reason; 26] = [
         Reason::Ok,
         Reason::Usage,
         Reason::ContractVersion,
@@ -53,6 +54,7 @@ impl Reason {
         Reason::ApiX509,
         Reason::ApiUnauthorized,
         Reason::ApiUnreachable,
+        Reason::NodeRegistrationRefused,
         Reason::DiskFull,
         Reason::RuntimeUnavailable,
         Reason::CgroupDriverMismatch,
@@ -83,6 +85,7 @@ impl Reason {
             Reason::ApiX509 => "API_X509",
             Reason::ApiUnauthorized => "API_UNAUTHORIZED",
             Reason::ApiUnreachable => "API_UNREACHABLE",
+            Reason::NodeRegistrationRefused => "NODE_REGISTRATION_REFUSED",
             Reason::DiskFull => "DISK_FULL",
             Reason::RuntimeUnavailable => "RUNTIME_UNAVAILABLE",
             Reason::CgroupDriverMismatch => "CGROUP_DRIVER_MISMATCH",
@@ -114,6 +117,7 @@ impl Reason {
             | Reason::ApiX509
             | Reason::ApiUnauthorized
             | Reason::ApiUnreachable
+            | Reason::NodeRegistrationRefused
             | Reason::DiskFull
             | Reason::RuntimeUnavailable
             | Reason::CgroupDriverMismatch
@@ -145,7 +149,9 @@ impl Reason {
             }
             Reason::WriteFailed => "check that /run is a writable tmpfs with free space",
             Reason::StartFailed => "run `systemctl status kubelet` on the node",
-            Reason::KubeadmFailed => "read the kubeadm output in /run/kiln/status.json",
+            Reason::KubeadmFailed => {
+                "kubeadm's whole output is in /run/kiln/kubeadm-join.log"
+            }
             Reason::KubeletExited => "read the kubelet log lines in /run/kiln/status.json",
             Reason::KubeletConfigInvalid => {
                 "kubelet refused its flags or config file: the log line names the flag or field; fix KUBELET_EXTRA_ARGS or /etc/kiln/kubelet-config.yaml"
@@ -155,6 +161,9 @@ impl Reason {
             Reason::ApiUnauthorized => "the bootstrap token is wrong or expired: issue a new one",
             Reason::ApiUnreachable => {
                 "connection to API_SERVER refused or timed out: check security groups, firewall and the endpoint"
+            }
+            Reason::NodeRegistrationRefused => {
+                "the API server refused kubelet's Node: the log line says which policy"
             }
             Reason::DiskFull => "free or grow the disk that holds /var/lib",
             Reason::RuntimeUnavailable => {

@@ -262,7 +262,7 @@ impl Client {
                 return Err(HttpError::Unreachable(format!(
                     "{method} {target}: {failure} ({attempts} attempt{} over {} ms, deadline reached)",
                     if attempts == 1 { "" } else { "s" },
-                    now.duration_since(started).as_millis()
+                    now.duration_since(started).as_millis() as u64
                 )));
             }
             std::thread::sleep(backoff);

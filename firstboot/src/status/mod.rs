@@ -25,12 +25,13 @@ use crate::redact::{self, Redactor, Secrets};
 use crate::text::push_capped;
 use crate::Reason;
 
+pub mod after;
 mod files;
 pub mod model;
 
 pub use files::{publish_outcome_files, write_atomic, WriteError};
-use model::MAX_WARNINGS;
 pub use model::{Outcome, Phase, PhaseRecord, PhaseResult};
+use model::{MAX_LATER, MAX_WARNINGS};
 
 /// Collects the phases of one run and publishes them.
 #[derive(Debug)]
@@ -310,105 +311,6 @@ impl Reporter {
                 );
             }
         }
-    }
-
-    /// Rebuilds a reporter from an existing status.json (for `report`), keeping its identity
-    /// and phases. Gives the console back when the text is not a status file.
-    pub fn resume(
-        paths: &NodePaths,
-        console: Console,
-        text: &str,
-    ) -> Result<Reporter, (json::ParseError, Console)> {
-        let v = match json::parse(text) {
-            Ok(v) => v,
-            Err(e) => return Err((e, console)),
-        };
-        let mut r = Reporter::with_console(paths, console);
-        let s = |key: &str| v.get(key).and_then(json::Value::as_text).unwrap_or("");
-        r.identity(s("provider"), s("node_name"), s("image_id"));
-        r.warnings = v
-            .get("warnings")
-            .and_then(json::Value::as_array)
-            .unwrap_or(&[])
-            .iter()
-            .filter_map(json::Value::as_text)
-            .map(str::to_string)
-            .collect();
-        let reason_of = |code: &str| Reason::ALL.into_iter().find(|r| r.code() == code);
-        for p in v
-            .get("phases")
-            .and_then(json::Value::as_array)
-            .unwrap_or(&[])
-        {
-            let name = p.get("name").and_then(json::Value::as_text).unwrap_or("");
-            let Some(phase) = Phase::ALL.into_iter().find(|ph| ph.name() == name) else {
-                continue;
-            };
-            let result = match p.get("result").and_then(json::Value::as_text) {
-                Some("success") => PhaseResult::Success,
-                Some("failure") => PhaseResult::Failure,
-                Some("skipped") => PhaseResult::Skipped,
-                _ => PhaseResult::Running,
-            };
-            r.phases.push(PhaseRecord {
-                phase,
-                start_ms: p.get("start_ms").and_then(json::Value::as_u64).unwrap_or(0),
-                end_ms: p.get("end_ms").and_then(json::Value::as_u64),
-                result,
-                reason: p
-                    .get("reason")
-                    .and_then(json::Value::as_text)
-                    .and_then(reason_of),
-            });
-        }
-        Ok(r)
-    }
-
-    /// Records a diagnosis made after the run (by `report`) as the run's outcome, replacing an
-    /// earlier one, and publishes it like [`Reporter::finish`].
-    pub fn conclude(&mut self, diagnosis: &Diagnosis) {
-        self.reason = Some(diagnosis.reason);
-        self.message.clear();
-        let message = self.redactor.redact(&diagnosis.message);
-        push_capped(&mut self.message, message.as_str(), MESSAGE_CAP);
-        self.set_log(&diagnosis.log);
-        self.units.clone_from(&diagnosis.units);
-        let mut line = String::with_capacity(96);
-        let _ = write!(
-            line,
-            "kiln-firstboot: report result=failure reason={}",
-            diagnosis.reason.code()
-        );
-        self.console.line(&self.redactor.redact(&line));
-        self.finish();
-    }
-
-    /// Records that kubelet is healthy and joined again after a failure `report` had
-    /// recorded (or the run's own): the outcome becomes `success`, the reason, message, log
-    /// and unit states of the failure are dropped, the failure files are removed and the
-    /// success sentinel is written. The boot's phases stay as they were.
-    pub fn recovered(&mut self, units: &[UnitState]) {
-        self.reason = None;
-        self.message.clear();
-        self.log.clear();
-        self.units = units.to_vec();
-        self.outcome = Outcome::Success;
-        self.console.line(
-            &self
-                .redactor
-                .redact("kiln-firstboot: report result=success recovered"),
-        );
-        self.write_status();
-        if let Err(e) = publish_outcome_files(
-            &self.paths,
-            Outcome::Success,
-            Reason::Ok,
-            "",
-            &self.redactor,
-        ) {
-            self.warn_write(&e);
-        }
-        self.publish_final();
     }
 
     fn set_log(&mut self, log: &[String]) {

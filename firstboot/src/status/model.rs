@@ -89,3 +89,5 @@ pub struct PhaseRecord {
 
 /// Most warnings status.json keeps.
 pub(crate) const MAX_WARNINGS: usize = 8;
+/// The most observations `report` adds after a kept failure (`later` in status.json).
+pub(crate) const MAX_LATER: usize = 8;

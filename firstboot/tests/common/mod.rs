@@ -180,8 +180,15 @@ impl Outcome {
 /// the run away from the machine's real console. kubelet is played by a stand-in that is
 /// already healthy (a loopback `/healthz` answering `ok`) and joined (its client certificate
 /// in place), so runs that start kubelet get through the wait phases; the reporting tests
-/// (`report_*.rs`) act out the failures.
+/// (`report_*.rs`) act out the failures. Its journal (unless the test passes `--journalctl`)
+/// holds kubelet's registered line, as a real kubelet's does once its Node exists.
 pub fn firstboot(root: &Root, args: &[&str]) -> Outcome {
+    let journalctl;
+    let mut args = args.to_vec();
+    if !args.contains(&"--journalctl") {
+        journalctl = registered_journal(root);
+        args.extend(["--journalctl", journalctl.as_str()]);
+    }
     let console = root.path("console.log");
     let healthz = Server::start(|_| ok("ok"));
     let cert = "var/lib/kubelet/pki/kubelet-client-current.pem";
@@ -201,6 +208,17 @@ pub fn firstboot(root: &Root, args: &[&str]) -> Outcome {
             .arg("--healthz-url")
             .arg(format!("{}/healthz", healthz.url))
             .args(args),
+    )
+}
+
+/// kubelet's line once its Node exists (pkg/kubelet/kubelet_node_status.go).
+pub const REGISTERED: &str = "I0115 10:12:09.000001    1234 kubelet_node_status.go:78] \"Successfully registered node\" node=\"ip-10-0-3-7.eu-west-1.compute.internal\"";
+
+/// A `journalctl` stand-in whose kubelet journal is `REGISTERED` (and nothing for other units).
+pub fn registered_journal(root: &Root) -> String {
+    root.stub(
+        "journalctl",
+        &format!("case \"$*\" in *kubelet*) echo '{REGISTERED}';; esac"),
     )
 }
 

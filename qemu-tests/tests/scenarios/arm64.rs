@@ -6,7 +6,7 @@ use std::time::Duration;
 use kiln_qemu_tests::expect_ok;
 use kiln_qemu_tests::node::{timeline, Metadata};
 
-use super::{assert_aws_node, assert_doctor, assert_pod_ran, spec};
+use super::{assert_aws_node, assert_doctor, assert_pod_ran, assert_registered, spec};
 
 /// The ubuntu node on arm64 (issue 23): baked with `--arch arm64` from the fixture mirror,
 /// installed into the debootstrapped arm64 base, booted under `qemu-system-aarch64 -machine
@@ -38,6 +38,7 @@ fn ubuntu_aws_arm64() {
     );
     let o = &b.outcome;
     assert_eq!(o.result(), "success", "status: {}", o.status);
+    assert_registered(o);
     // The guest is an aarch64 machine and what kiln installed is aarch64 code.
     assert_eq!(
         o.facts.get("uname-m").map(String::as_str),

@@ -10,7 +10,7 @@ use kiln_qemu_tests::after_join::{self, lines_with, statuses, step, step_files, 
 use kiln_qemu_tests::expect_ok;
 use kiln_qemu_tests::node::{boot_rootfs_node_edited, timeline, Metadata};
 
-use super::{assert_pod_ran, deadline, spec};
+use super::{assert_pod_ran, assert_registered, deadline, spec};
 
 /// The files that say how the node is doing, printed at each step.
 const NODE_FILES: &str = "$status /run/kiln/failure /run/cluster-api/bootstrap-failure.reason \
@@ -97,6 +97,7 @@ fn kubelet_crash_loop() {
         b.outcome.kubelet_args()
     );
     let joined = need(&st, "joined");
+    assert_registered(&b.outcome);
 
     // 2. The crash: reported on the console, in status.json and the failure files, with
     // kubelet's own words, within the contract's bound (the report runs as kubelet's
@@ -252,6 +253,7 @@ fn proxy_set() {
     );
     let o = &b.outcome;
     assert_eq!(o.result(), "success", "status: {}", o.status);
+    assert_registered(o);
     assert_pod_ran(o, "ubuntu");
     let want = [
         ("HTTP_PROXY", PROXY),

@@ -34,6 +34,8 @@ enum Mode {
     Cgroup,
     DiskFull,
     Exit,
+    /// The bootstrap succeeds; the API server refuses the Node (an admission policy).
+    RegisterForbidden,
 }
 
 impl Mode {
@@ -49,6 +51,7 @@ impl Mode {
             "cgroup" => Mode::Cgroup,
             "disk-full" => Mode::DiskFull,
             "exit" => Mode::Exit,
+            "register-forbidden" => Mode::RegisterForbidden,
             _ => return None,
         })
     }
@@ -243,8 +246,12 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return command_failed(&format!("failed to run Kubelet: {e}")),
     };
-    if let Some(e) = mode_failure(mode, &client, &flags) {
-        return command_failed(&e);
+    // A failure kubelet retries is logged by a running kubelet (below); the rest end it.
+    let retried = retried_failure(mode, &client);
+    if retried.is_none() {
+        if let Some(e) = mode_failure(mode, &client, &flags) {
+            return command_failed(&e);
+        }
     }
 
     let bind = kc
@@ -268,6 +275,9 @@ fn main() -> ExitCode {
             "server.go:180",
             &format!("\"Starting to listen\" address=\"{bind}\" port={port}"),
         );
+    }
+    if let Some(err) = retried {
+        retry_bootstrap(&err);
     }
     let cluster = match client {
         Client::Standalone => {
@@ -333,7 +343,110 @@ fn main() -> ExitCode {
         "certificate_manager.go:356",
         "\"kubernetes.io/kube-apiserver-client-kubelet: Certificate rotation is enabled\"",
     );
-    park()
+    register(&node_name(&flags), mode == Mode::RegisterForbidden)
+}
+
+/// The name kubelet registers: `--hostname-override`, else the host name, lower-cased
+/// (`pkg/util/node` `GetHostname`).
+fn node_name(flags: &flags::Parsed) -> String {
+    flags
+        .get("hostname-override")
+        .map(str::to_string)
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .unwrap_or_else(|| "localhost".into())
+        .trim()
+        .to_lowercase()
+}
+
+/// kubelet's Node registration, `registerWithAPIServer` and `tryRegisterWithAPIServer` in
+/// kubernetes `pkg/kubelet/kubelet_node_status.go`: "Attempting to register node", then
+/// "Successfully registered node" once the create succeeds; a refused create is logged as
+/// "Unable to register node with API server" with the API server's error and retried with a
+/// backoff from 100 ms doubling to 7 s, forever, while kubelet keeps running.
+fn register(node: &str, forbidden: bool) -> ! {
+    let mut step = Duration::from_millis(100);
+    loop {
+        std::thread::sleep(step);
+        step = (step * 2).min(Duration::from_secs(7));
+        klog(
+            'I',
+            "kubelet_node_status.go:75",
+            &format!("\"Attempting to register node\" node=\"{node}\""),
+        );
+        if !forbidden {
+            klog(
+                'I',
+                "kubelet_node_status.go:78",
+                &format!("\"Successfully registered node\" node=\"{node}\""),
+            );
+            park();
+        }
+        // The API server's words for a ValidatingAdmissionPolicy that denies the create
+        // (apiserver `validatingadmissionpolicy` dispatcher), inside `nodes "x" is forbidden:`.
+        let err = format!("nodes \"{node}\" is forbidden: ValidatingAdmissionPolicy 'kiln-standin-deny-nodes' with binding 'kiln-standin-deny-nodes' denied request: failed expression: false");
+        klog(
+            'E',
+            "kubelet_node_status.go:108",
+            &format!(
+                "\"Unable to register node with API server\" err=\"{}\" node=\"{node}\"",
+                quote(&err)
+            ),
+        );
+    }
+}
+
+/// The bootstrap CSR error a running kubelet retries, for the API-server modes with an API
+/// client. kubelet does not exit on it: with client rotation on ("Client rotation is on, will
+/// bootstrap in background", `cmd/kubelet/app/server.go` `buildKubeletClientConfig`) the
+/// request is client-go's certificate manager's (`k8s.io/client-go/util/certificate/
+/// certificate_manager.go`, `rotateCerts`), which logs the failure and tries again.
+fn retried_failure(mode: Mode, client: &Client) -> Option<String> {
+    match client {
+        Client::Bootstrap(c) => csr_failure(mode, &c.server),
+        _ => None,
+    }
+}
+
+/// The words of the CSR request's failure in the API-server modes (`x509` … `timeout`),
+/// against `server`.
+fn csr_failure(mode: Mode, server: &str) -> Option<String> {
+    let (host, authority) = host_and_authority(server);
+    let csr = format!(
+        "cannot create certificate signing request: Post \"{server}/apis/certificates.k8s.io/v1/certificatesigningrequests\""
+    );
+    Some(match mode {
+        Mode::X509 => format!(
+            "{csr}: tls: failed to verify certificate: x509: certificate signed by unknown authority"
+        ),
+        Mode::Unauthorized => "cannot create certificate signing request: Unauthorized".into(),
+        Mode::Dns => format!("{csr}: dial tcp: lookup {host} on 127.0.0.53:53: no such host"),
+        Mode::Refused => format!("{csr}: dial tcp {authority}: connect: connection refused"),
+        Mode::Timeout => format!("{csr}: dial tcp {authority}: i/o timeout"),
+        _ => return None,
+    })
+}
+
+/// The certificate manager's retries, as kubelet 1.28–1.36 logs them (a captured line: `E0911
+/// 10:57:09.514471 9919 certificate_manager.go:562] kubernetes.io/kube-apiserver-client-kubelet:
+/// Failed while requesting a signed certificate from the control plane: cannot create
+/// certificate signing request: …`), with its exponential backoff from 2 s doubling (capped
+/// at 32 s here). `/healthz` keeps answering ok all along, as kubelet's does.
+fn retry_bootstrap(err: &str) -> ! {
+    klog(
+        'I',
+        "server.go:895",
+        "\"Client rotation is on, will bootstrap in background\"",
+    );
+    let mut step = Duration::from_secs(2);
+    loop {
+        klog(
+            'E',
+            "certificate_manager.go:562",
+            &format!("kubernetes.io/kube-apiserver-client-kubelet: Failed while requesting a signed certificate from the control plane: {err}"),
+        );
+        std::thread::sleep(step);
+        step = (step * 2).min(Duration::from_secs(32));
+    }
 }
 
 fn park() -> ! {
@@ -346,22 +459,15 @@ fn park() -> ! {
 /// a standalone kubelet never makes the request that would fail.
 fn mode_failure(mode: Mode, client: &Client, flags: &flags::Parsed) -> Option<String> {
     let server = match client {
-        Client::Bootstrap(c) => c.server.clone(),
-        Client::Existing { server } => server.clone(),
-        Client::Standalone => String::new(),
+        Client::Bootstrap(c) => c.server.as_str(),
+        Client::Existing { server } => server.as_str(),
+        Client::Standalone => "",
     };
     let api = !matches!(client, Client::Standalone);
-    let (host, authority) = host_and_authority(&server);
-    let csr = format!(
-        "failed to run Kubelet: cannot create certificate signing request: Post \"{server}/apis/certificates.k8s.io/v1/certificatesigningrequests\""
-    );
+    if let Some(e) = csr_failure(mode, server).filter(|_| api) {
+        return Some(format!("failed to run Kubelet: {e}"));
+    }
     Some(match mode {
-        Mode::Success => return None,
-        Mode::X509 if api => format!("{csr}: tls: failed to verify certificate: x509: certificate signed by unknown authority"),
-        Mode::Unauthorized if api => "failed to run Kubelet: cannot create certificate signing request: Unauthorized".into(),
-        Mode::Dns if api => format!("{csr}: dial tcp: lookup {host} on 127.0.0.53:53: no such host"),
-        Mode::Refused if api => format!("{csr}: dial tcp {authority}: connect: connection refused"),
-        Mode::Timeout if api => format!("{csr}: dial tcp {authority}: i/o timeout"),
         Mode::DiskFull if api => format!(
             "failed to run Kubelet: write {}/kubelet-client.key.tmp: no space left on device",
             flags.get("cert-dir").unwrap_or("/var/lib/kubelet/pki")

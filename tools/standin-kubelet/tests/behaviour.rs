@@ -101,15 +101,79 @@ fn success_serves_healthz_and_writes_the_client_cert() {
     assert!(env.lines().any(|l| l == "KILN_TEST_MARKER=yes"), "{env}");
 }
 
+/// Runs the stand-in with stderr in a file until `done(stderr)` or 20 s, then reads
+/// `/healthz` and stops it: (still running, healthz answer, stderr).
+fn run_until(dir: &Path, mode: &str, done: impl Fn(&str) -> bool) -> (bool, String, String) {
+    let (sock, _listener) = setup(dir, mode);
+    let port = free_port();
+    let log = dir.join("stderr.log");
+    let mut child = kubelet(dir, &sock, port)
+        .arg("--hostname-override=Node-1")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    while !done(&read()) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let running = child.try_wait().unwrap().is_none();
+    let mut resp = String::new();
+    if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        s.read_to_string(&mut resp).unwrap();
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    (running, resp, read())
+}
+
 #[test]
-fn x509_mode_prints_kubelets_wording_and_exits_1() {
+fn a_wrong_ca_is_retried_by_a_running_healthy_kubelet() {
+    // As kubelet 1.36 with a wrong CA: up, /healthz ok, the CSR retried and logged each time.
     let dir = tempdir("x509");
-    let (sock, _listener) = setup(&dir, "x509");
-    let out = kubelet(&dir, &sock, free_port()).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("\"command failed\" err=\"failed to run Kubelet: cannot create certificate signing request: Post \\\"https://api.test.invalid:6443/apis/certificates.k8s.io/v1/certificatesigningrequests\\\": tls: failed to verify certificate: x509: certificate signed by unknown authority\""), "{err}");
+    let line = "kubernetes.io/kube-apiserver-client-kubelet: Failed while requesting a signed certificate from the control plane: cannot create certificate signing request: Post \"https://api.test.invalid:6443/apis/certificates.k8s.io/v1/certificatesigningrequests\": tls: failed to verify certificate: x509: certificate signed by unknown authority";
+    let (running, resp, err) = run_until(&dir, "x509", |e| e.matches(line).count() >= 2);
+    assert!(running, "it exited: {err}");
+    assert!(resp.ends_with("\r\n\r\nok"), "{resp}");
+    assert!(err.matches(line).count() >= 2, "{err}");
+    assert!(
+        err.contains("certificate_manager.go:562] kubernetes.io/"),
+        "{err}"
+    );
+    assert!(!err.contains("command failed"), "{err}");
     assert!(!dir
+        .join("var-lib-kubelet/pki/kubelet-client-current.pem")
+        .exists());
+}
+
+#[test]
+fn a_joined_kubelet_logs_its_registered_node_after_the_certificate() {
+    let dir = tempdir("registered");
+    let registered = "kubelet_node_status.go:78] \"Successfully registered node\" node=\"node-1\"";
+    let (running, _, err) = run_until(&dir, "success", |e| e.contains(registered));
+    assert!(running && err.contains(registered), "{err}");
+    assert!(dir
+        .join("var-lib-kubelet/pki/kubelet-client-current.pem")
+        .exists());
+    let attempt = err
+        .find("\"Attempting to register node\" node=\"node-1\"")
+        .unwrap();
+    assert!(attempt < err.find(registered).unwrap(), "{err}");
+}
+
+#[test]
+fn a_refused_node_is_retried_and_never_registered() {
+    let dir = tempdir("forbidden");
+    let refused = "kubelet_node_status.go:108] \"Unable to register node with API server\" err=\"nodes \\\"node-1\\\" is forbidden: ValidatingAdmissionPolicy";
+    let (running, resp, err) = run_until(&dir, "register-forbidden", |e| {
+        e.matches(refused).count() >= 3
+    });
+    assert!(running && resp.ends_with("ok"), "{err}");
+    assert!(err.matches(refused).count() >= 3, "{err}");
+    assert!(!err.contains("Successfully registered node"), "{err}");
+    assert!(dir
         .join("var-lib-kubelet/pki/kubelet-client-current.pem")
         .exists());
 }
