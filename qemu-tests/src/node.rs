@@ -127,8 +127,9 @@ pub fn rootfs_root(tools: &Tools, assets: &Assets, work: &Path, node: &NodeConfi
 }
 
 /// Adds the stand-in kubelet's mode and the report unit (on `arch`'s serial console) to a
-/// root.
+/// root, trimmed as every scenario's guest is ([`Root::trim_for_tests`]).
 pub fn finish_root(root: &Root, kubelet_mode: &str, arch: Arch) -> Result<()> {
+    root.trim_for_tests()?;
     root.write(
         "etc/kubernetes/standin-kubelet.env",
         format!("STANDIN_MODE={kubelet_mode}\n"),
