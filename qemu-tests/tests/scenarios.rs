@@ -64,7 +64,8 @@ fn assert_doctor(o: &kiln_qemu_tests::scenario::Outcome) {
     }
     let (verdict, detail) = &o.doctor["api-server"];
     assert_eq!(verdict, "fail", "{detail}");
-    assert!(detail.starts_with("https://10.0.0.10:6443: "), "{detail}");
+    let api = format!("https://{}: ", kiln_qemu_tests::scenario::API_SERVER);
+    assert!(detail.starts_with(&api), "{detail}");
     assert_eq!(o.doctor_exit, Some(9), "{:?}", o.doctor);
 }
 

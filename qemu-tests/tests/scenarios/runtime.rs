@@ -214,9 +214,10 @@ fn kubelet_crash_loop() {
 /// The proxy of the scenario's node.toml (`[proxy]`, rendered into node.env by
 /// `kiln render`). Nothing listens there: the guest's network reaches only the metadata
 /// forward, so anything that really went through the proxy would fail. `NO_PROXY` covers the
-/// API server and the metadata address, as doctor's `proxy` check asks.
+/// API server (`scenario::API_SERVER`, the guest's loopback) and the metadata address, as
+/// doctor's `proxy` check asks.
 const PROXY: &str = "http://proxy.kiln.invalid:3128";
-const NO_PROXY: &str = "10.0.0.10,169.254.169.254,.cluster.local";
+const NO_PROXY: &str = "127.0.0.1,169.254.169.254,.cluster.local";
 
 /// The guest side of `proxy_set`: containerd's real process environment and the timeline of
 /// the processes that matter, once the node joined.
