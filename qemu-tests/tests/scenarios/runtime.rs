@@ -10,7 +10,9 @@ use kiln_qemu_tests::after_join::{self, lines_with, statuses, step, step_files, 
 use kiln_qemu_tests::expect_ok;
 use kiln_qemu_tests::node::{boot_rootfs_node_edited, timeline, Metadata};
 
-use super::{assert_pod_ran, deadline, spec};
+use super::{
+    assert_pod_ran, assert_unknown_field_warned, deadline, spec, with_kubelet_config, UNKNOWN_FIELD,
+};
 
 /// The files that say how the node is doing, printed at each step.
 const NODE_FILES: &str = "$status /run/kiln/failure /run/cluster-api/bootstrap-failure.reason \
@@ -232,6 +234,11 @@ show proxy /run/kiln-test-containerd.environ /run/kiln/containerd.env /var/lib/k
 /// started before kubelet did and has not been replaced since, kubelet's environment holds
 /// them too, and the pod still runs (its images are local; nothing is pulled through the
 /// proxy).
+///
+/// The same boot carries the unknown-field scenario (formerly `kubelet_config_unknown_field`,
+/// its own boot): the operator's `/etc/kiln/kubelet-config.yaml` is the baked config plus
+/// [`UNKNOWN_FIELD`]. Both are successes on the ubuntu layer and neither assertion reads
+/// what the other changes (docs/boot-tests.md, "Shared boots").
 #[test]
 fn proxy_set() {
     let mut s = spec("proxy_set", "success", Metadata::Aws, 240);
@@ -244,6 +251,7 @@ fn proxy_set() {
             .join(", ")
     );
     let b = expect_ok(boot_rootfs_node_edited(&s, |root| {
+        with_kubelet_config(UNKNOWN_FIELD)(root)?;
         after_join::install(root, &format!("{}{PROXY_SCRIPT}", after_join::PRELUDE))
     }));
     eprintln!(
@@ -311,4 +319,7 @@ fn proxy_set() {
         .get("proxy")
         .unwrap_or_else(|| panic!("no proxy row in {:?}", o.doctor));
     assert_eq!(verdict, "ok", "{detail}");
+
+    // From kubelet_config_unknown_field: the lenient decode joined and was warned about.
+    assert_unknown_field_warned(o);
 }
