@@ -420,14 +420,28 @@ fn cloud_init() {
         .contains_key("/run/cluster-api/bootstrap-success.complete"));
 }
 
+/// node.toml's `deadline` for `cgroup_driver_mismatch`: the first refused sandbox comes
+/// about 40 s after kiln-firstboot starts on a loaded machine (the pod waits for the test
+/// image's import), so 80 s leaves it room and ends the boot 40 s sooner than 120 s did.
+const MISMATCH_DEADLINE: u32 = 80;
+
 /// A node whose kubelet config says `cgroupfs` while kiln's containerd config says
 /// `SystemdCgroup = true` (an image build or an operator changed one and not the other).
 /// Nothing fails until the first pod: kubelet hands containerd a cgroupfs parent, and runc
 /// refuses it. The real runc error must reach kiln-firstboot's diagnosis.
+///
+/// kiln-firstboot keeps waiting for the join while kubelet retries the pod, and diagnoses
+/// when its deadline passes, so the boot lasts as long as the deadline: a test setting of
+/// [`MISMATCH_DEADLINE`] s (docs/boot-tests.md, "Test settings").
 #[test]
 fn cgroup_driver_mismatch() {
     let b = expect_ok(boot_rootfs_node_edited(
-        &spec("cgroup_driver_mismatch", "success", Metadata::Aws, 120),
+        &spec(
+            "cgroup_driver_mismatch",
+            "success",
+            Metadata::Aws,
+            MISMATCH_DEADLINE,
+        ),
         |root| {
             let path = root.dir.join("usr/lib/kiln/kubelet-config.yaml");
             let text = std::fs::read_to_string(&path).expect("the baked kubelet config");
