@@ -193,10 +193,10 @@ pub fn fixture_image_def(
     Ok(out)
 }
 
-/// Bakes `images/<image>.toml` (minus what the fixture lacks) from the fixture mirror into
-/// `out` for amd64, returning the files kiln reports.
-pub fn bake(tools: &Tools, image: &str, format: &str, out: &Path) -> Result<Vec<PathBuf>> {
-    bake_for(tools, image, format, out, Arch::Amd64, &tools.firstboot)
+/// Bakes `images/<image>.toml` (minus what the fixture lacks) from the fixture mirror for
+/// amd64, returning the files kiln reports (kept in the bake cache, shared read-only).
+pub fn bake(tools: &Tools, image: &str, format: &str) -> Result<Vec<PathBuf>> {
+    bake_for(tools, image, format, Arch::Amd64, &tools.firstboot)
 }
 
 /// The static kiln-firstboot for `arch`: [`Tools::firstboot`] for amd64; for arm64
@@ -212,8 +212,34 @@ pub fn firstboot_for(tools: &Tools, arch: Arch) -> Result<PathBuf> {
     }
 }
 
-/// [`bake`] for `arch`, with that architecture's kiln-firstboot.
+/// [`bake`] for `arch`, with that architecture's kiln-firstboot: once per set of inputs
+/// ([`crate::bakecache`]), however many scenarios boot the layer.
 pub fn bake_for(
+    tools: &Tools,
+    image: &str,
+    format: &str,
+    arch: Arch,
+    firstboot: &Path,
+) -> Result<Vec<PathBuf>> {
+    let sandbox = crate::pod::sandbox_image(image)?;
+    let mut inputs = crate::bakecache::Inputs::default();
+    inputs
+        .value((image, format, arch.name()))
+        .binary(&tools.kiln)?
+        .binary(firstboot)?
+        .binary(&std::env::current_exe().map_err(io_err("/proc/self/exe"))?)?
+        .file(&tools.fixture.join("artifacts.lock"))?
+        .tree(&workspace().join("images"))?
+        .value(crate::pod::images_archive(&sandbox, arch)?);
+    crate::bakecache::cached(
+        &format!("{image}-{format}-{}", arch.name()),
+        &inputs,
+        |out| bake_uncached(tools, image, format, out, arch, firstboot),
+    )
+}
+
+/// `kiln bake` into `out`, as [`bake_for`] describes.
+fn bake_uncached(
     tools: &Tools,
     image: &str,
     format: &str,
