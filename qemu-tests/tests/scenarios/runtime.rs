@@ -81,7 +81,9 @@ fn kubelet_crash_loop() {
         // report it runs is the product's.
         root.write(
             "etc/systemd/system/kiln-report.timer.d/kiln-test-tick.conf",
-            format!("[Timer]\nOnUnitActiveSec=\nOnUnitActiveSec={REPORT_TICK}s\n"),
+            // Added to the baked 30 s (an empty assignment would reset every timer of the
+            // unit, OnActiveSec= too); the earliest of the two elapses.
+            format!("[Timer]\nOnUnitActiveSec={REPORT_TICK}s\n"),
             0o644,
         )?;
         after_join::install(
