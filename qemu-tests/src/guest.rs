@@ -83,12 +83,23 @@ impl Root {
         symlink("/dev/null", &link).map_err(io_err(&link))
     }
 
-    /// What every kiln scenario's guest is trimmed by (docs/boot-tests.md, "Test settings"),
-    /// none of it on kiln's path: [`IDLE_UNITS`] masked, [`IDLE_MODULES`] not autoloaded,
-    /// virtio_net loaded by systemd-modules-load before udev starts (not whenever udev's
-    /// coldplug reaches it) and the NIC's address set statically ([`STATIC_NETWORK`], ahead
-    /// of the base's DHCP file), so network-online.target is reached as soon as the link is.
+    /// What every kiln scenario's guest is trimmed by (docs/boot-tests.md, "Shared boots and
+    /// test settings"), none of it on kiln's path: [`Root::trim_idle`], and the NIC's address
+    /// set statically ([`STATIC_NETWORK`], ahead of the base's DHCP file).
     pub fn trim_for_tests(&self) -> Result<()> {
+        self.trim_idle()?;
+        self.write(
+            "etc/systemd/network/40-kiln-test-static.network",
+            STATIC_NETWORK,
+            0o644,
+        )?;
+        Ok(())
+    }
+
+    /// [`IDLE_UNITS`] masked, [`IDLE_MODULES`] not autoloaded, and virtio_net loaded by
+    /// systemd-modules-load before udev starts (not whenever udev's coldplug reaches it).
+    /// The harness's own base boot gets this too, so `bench/boot.sh` compares like with like.
+    pub fn trim_idle(&self) -> Result<()> {
         for unit in IDLE_UNITS {
             self.mask(unit)?;
         }
@@ -100,11 +111,6 @@ impl Root {
         self.write(
             "etc/modules-load.d/kiln-test-nic.conf",
             "virtio_net\n",
-            0o644,
-        )?;
-        self.write(
-            "etc/systemd/network/40-kiln-test-static.network",
-            STATIC_NETWORK,
             0o644,
         )?;
         Ok(())
