@@ -83,12 +83,73 @@ impl Root {
         symlink("/dev/null", &link).map_err(io_err(&link))
     }
 
+    /// What every kiln scenario's guest is trimmed by (docs/boot-tests.md, "Shared boots and
+    /// test settings"), none of it on kiln's path: [`Root::trim_idle`], and the NIC's address
+    /// set statically ([`STATIC_NETWORK`], ahead of the base's DHCP file).
+    pub fn trim_for_tests(&self) -> Result<()> {
+        self.trim_idle()?;
+        self.write(
+            "etc/systemd/network/40-kiln-test-static.network",
+            STATIC_NETWORK,
+            0o644,
+        )?;
+        Ok(())
+    }
+
+    /// [`IDLE_UNITS`] masked, [`IDLE_MODULES`] not autoloaded, and virtio_net loaded by
+    /// systemd-modules-load before udev starts (not whenever udev's coldplug reaches it).
+    /// The harness's own base boot gets this too, so `bench/boot.sh` compares like with like.
+    pub fn trim_idle(&self) -> Result<()> {
+        for unit in IDLE_UNITS {
+            self.mask(unit)?;
+        }
+        let blacklist: String = IDLE_MODULES
+            .iter()
+            .map(|m| format!("blacklist {m}\n"))
+            .collect();
+        self.write("etc/modprobe.d/kiln-test-idle.conf", blacklist, 0o644)?;
+        self.write(
+            "etc/modules-load.d/kiln-test-nic.conf",
+            "virtio_net\n",
+            0o644,
+        )?;
+        Ok(())
+    }
+
     /// Builds the ext4 root disk with `free_mib` spare.
     pub fn into_disk(self, image: &Path, free_mib: u64) -> Result<PathBuf> {
         disk::make_ext4(&self.dir, image, "root", free_mib)?;
         Ok(image.to_path_buf())
     }
 }
+
+/// Units of the Debian base that no boot test reads and that cost a one-vCPU TCG guest CPU
+/// while it boots (timers of maintenance jobs, a filesystem scrub's reaper, logins). None of
+/// them is kiln's or a dependency of kiln's units; [`Root::trim_for_tests`] masks them.
+pub const IDLE_UNITS: &[&str] = &[
+    "apt-daily.timer",
+    "apt-daily-upgrade.timer",
+    "dpkg-db-backup.timer",
+    "e2scrub_all.timer",
+    "e2scrub_reap.service",
+    "fstrim.timer",
+    "systemd-logind.service",
+    "systemd-user-sessions.service",
+];
+
+/// Kernel modules udev would load for features of the emulated CPU (KVM, AES-NI, CLMUL)
+/// that nothing in a boot test uses.
+pub const IDLE_MODULES: &[&str] = &["kvm_amd", "kvm_intel", "aesni_intel", "ghash_clmulni_intel"];
+
+/// The guest's address on QEMU's restricted user network, set statically: the one QEMU's
+/// DHCP server hands out first (`dhcpstart`, vm.rs), with its gateway and DNS. A boot test's
+/// node reads its IP from metadata; only the harness's own test (`tests/boot.rs`) asserts
+/// the DHCP lease, and its base keeps DHCP. No address conflict detection: networkd probes an
+/// address in 169.254.0.0/16 for seconds by default (RFC 5227), and QEMU's user network has
+/// no other host.
+pub const STATIC_NETWORK: &str = "[Match]\nName=en* eth*\n\n\
+    [Network]\nLinkLocalAddressing=no\nIPv6AcceptRA=no\nGateway=169.254.169.2\nDNS=169.254.169.3\n\n\
+    [Address]\nAddress=169.254.169.15/24\nScope=global\nDuplicateAddressDetection=none\n";
 
 /// A oneshot unit that runs a bash script with its output on the serial console (`ttyS0`),
 /// then powers the guest off.

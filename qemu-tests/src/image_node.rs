@@ -44,9 +44,9 @@ pub fn make_image(work: &Path, spec: &NodeBoot, vendor: Vendor) -> Result<Imaged
     let assets = crate::assets::ensure()?;
     let tools = scenario::tools()?;
     let layer = match vendor {
-        Vendor::Ubuntu => crate::node::ubuntu_layer(tools, assets, work)?,
+        Vendor::Ubuntu => crate::node::ubuntu_layer(tools, assets)?,
         Vendor::Flatcar => {
-            let baked = scenario::bake(tools, "flatcar", "sysext", &work.join("bake"))?;
+            let baked = scenario::bake(tools, "flatcar", "sysext")?;
             scenario::pick(&baked, ".raw")?
         }
     };

@@ -42,7 +42,7 @@ pub const REPORTED_FILES: &[&str] = &[
 ];
 
 /// Places the stand-in cluster the baked kubeadm double discovers: the API server
-/// `10.0.0.10:6443` of the scenarios' node.toml, its CA (the one `kiln render` pinned), the
+/// [`crate::scenario::API_SERVER`] of the scenarios' node.toml, its CA (the one `kiln render` pinned), the
 /// node.toml's bootstrap token, the kubelet-config above.
 pub fn install(root: &Root) -> Result<()> {
     let ca = root.dir.join("etc/kiln/ca.crt");
@@ -55,11 +55,14 @@ pub fn install(root: &Root) -> Result<()> {
     )?;
     root.write(
         "etc/kubernetes/standin-cluster.env",
-        "API_SERVER=10.0.0.10:6443\n\
-         CA_FILE=/etc/kubernetes/standin-cluster/ca.crt\n\
-         TOKENS=07401b.f395accd246ae52d\n\
-         KUBELET_CONFIG=/etc/kubernetes/standin-cluster/kubelet-config.yaml\n\
-         PAUSE_IMAGE=registry.k8s.io/pause:3.10.2\n",
+        format!(
+            "API_SERVER={}\n\
+             CA_FILE=/etc/kubernetes/standin-cluster/ca.crt\n\
+             TOKENS=07401b.f395accd246ae52d\n\
+             KUBELET_CONFIG=/etc/kubernetes/standin-cluster/kubelet-config.yaml\n\
+             PAUSE_IMAGE=registry.k8s.io/pause:3.10.2\n",
+            crate::scenario::API_SERVER
+        ),
         0o644,
     )?;
     Ok(())

@@ -7,6 +7,7 @@ pub mod after_join;
 pub mod arch;
 pub mod arm64;
 pub mod assets;
+pub mod bakecache;
 pub mod bootdisk;
 pub mod console;
 pub mod disk;

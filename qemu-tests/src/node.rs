@@ -95,25 +95,18 @@ pub struct Booted {
     pub log: PathBuf,
 }
 
-/// The ubuntu rootfs layer baked under `work/bake` for the assets' architecture, with that
-/// architecture's kiln-firstboot.
-pub fn ubuntu_layer(tools: &Tools, assets: &Assets, work: &Path) -> Result<PathBuf> {
+/// The ubuntu rootfs layer baked for the assets' architecture, with that architecture's
+/// kiln-firstboot.
+pub fn ubuntu_layer(tools: &Tools, assets: &Assets) -> Result<PathBuf> {
     let firstboot = scenario::firstboot_for(tools, assets.arch)?;
-    let baked = scenario::bake_for(
-        tools,
-        "ubuntu",
-        "rootfs",
-        &work.join("bake"),
-        assets.arch,
-        &firstboot,
-    )?;
+    let baked = scenario::bake_for(tools, "ubuntu", "rootfs", assets.arch, &firstboot)?;
     scenario::pick(&baked, ".tar.zst")
 }
 
 /// Prepares the root of a rootfs-layer node: base + `kiln install` + rendered files. The
 /// layer is baked for the assets' architecture with that architecture's kiln-firstboot.
 pub fn rootfs_root(tools: &Tools, assets: &Assets, work: &Path, node: &NodeConfig) -> Result<Root> {
-    let layer = ubuntu_layer(tools, assets, work)?;
+    let layer = ubuntu_layer(tools, assets)?;
     let root = Root::from_base(&assets.base, work)?;
     scenario::install(tools, &layer, &root.dir)?;
     let node_toml = scenario::node_toml(&work.join("node"), node)?;
@@ -127,8 +120,9 @@ pub fn rootfs_root(tools: &Tools, assets: &Assets, work: &Path, node: &NodeConfi
 }
 
 /// Adds the stand-in kubelet's mode and the report unit (on `arch`'s serial console) to a
-/// root.
+/// root, trimmed as every scenario's guest is ([`Root::trim_for_tests`]).
 pub fn finish_root(root: &Root, kubelet_mode: &str, arch: Arch) -> Result<()> {
+    root.trim_for_tests()?;
     root.write(
         "etc/kubernetes/standin-kubelet.env",
         format!("STANDIN_MODE={kubelet_mode}\n"),
@@ -386,7 +380,7 @@ pub fn boot_sysext_node(spec: &NodeBoot) -> Result<(Booted, crate::sysupdate::Mi
     let assets = crate::assets::ensure()?;
     let tools = scenario::tools()?;
     let work = tempfile::tempdir()?;
-    let baked = scenario::bake(tools, "flatcar", "sysext", &work.path().join("bake"))?;
+    let baked = scenario::bake(tools, "flatcar", "sysext")?;
     let raw = scenario::pick(&baked, ".raw")?;
     let root = Root::from_base(&assets.base, work.path())?;
     make_flatcar_like(&root)?;
@@ -463,7 +457,7 @@ pub fn boot_cloudinit_node(spec: &NodeBoot) -> Result<(Booted, String)> {
     let assets = crate::assets::ensure_cloudinit()?;
     let tools = scenario::tools()?;
     let work = tempfile::tempdir()?;
-    let baked = scenario::bake(tools, "ubuntu", "rootfs", &work.path().join("bake"))?;
+    let baked = scenario::bake(tools, "ubuntu", "rootfs")?;
     let layer = scenario::pick(&baked, ".tar.zst")?;
     let root = Root::from_base(&assets.base_cloudinit, work.path())?;
     scenario::install(tools, &layer, &root.dir)?;

@@ -254,7 +254,7 @@ mod tests {
             "KILN-TEST-DOCTOR-EXIT 9",
             "KILN-TEST-DOCTOR CHECK                 VERDICT DETAIL",
             "KILN-TEST-DOCTOR swap                  ok      no swap in /proc/swaps",
-            "KILN-TEST-DOCTOR api-server            fail    https://10.0.0.10:6443: cannot connect",
+            "KILN-TEST-DOCTOR api-server            fail    https://127.0.0.1:6443: cannot connect",
             "KILN-TEST-DOCTOR                               remedy: check the route",
             "KILN-TEST-DOCTOR doctor: 1 ok, 0 warn, 1 fail, 0 skipped",
             "KILN-TEST-FACT uname-m aarch64",

@@ -193,10 +193,10 @@ pub fn fixture_image_def(
     Ok(out)
 }
 
-/// Bakes `images/<image>.toml` (minus what the fixture lacks) from the fixture mirror into
-/// `out` for amd64, returning the files kiln reports.
-pub fn bake(tools: &Tools, image: &str, format: &str, out: &Path) -> Result<Vec<PathBuf>> {
-    bake_for(tools, image, format, out, Arch::Amd64, &tools.firstboot)
+/// Bakes `images/<image>.toml` (minus what the fixture lacks) from the fixture mirror for
+/// amd64, returning the files kiln reports (kept in the bake cache, shared read-only).
+pub fn bake(tools: &Tools, image: &str, format: &str) -> Result<Vec<PathBuf>> {
+    bake_for(tools, image, format, Arch::Amd64, &tools.firstboot)
 }
 
 /// The static kiln-firstboot for `arch`: [`Tools::firstboot`] for amd64; for arm64
@@ -212,8 +212,34 @@ pub fn firstboot_for(tools: &Tools, arch: Arch) -> Result<PathBuf> {
     }
 }
 
-/// [`bake`] for `arch`, with that architecture's kiln-firstboot.
+/// [`bake`] for `arch`, with that architecture's kiln-firstboot: once per set of inputs
+/// ([`crate::bakecache`]), however many scenarios boot the layer.
 pub fn bake_for(
+    tools: &Tools,
+    image: &str,
+    format: &str,
+    arch: Arch,
+    firstboot: &Path,
+) -> Result<Vec<PathBuf>> {
+    let sandbox = crate::pod::sandbox_image(image)?;
+    let mut inputs = crate::bakecache::Inputs::default();
+    inputs
+        .value((image, format, arch.name()))
+        .binary(&tools.kiln)?
+        .binary(firstboot)?
+        .binary(&std::env::current_exe().map_err(io_err("/proc/self/exe"))?)?
+        .file(&tools.fixture.join("artifacts.lock"))?
+        .tree(&workspace().join("images"))?
+        .value(crate::pod::images_archive(&sandbox, arch)?);
+    crate::bakecache::cached(
+        &format!("{image}-{format}-{}", arch.name()),
+        &inputs,
+        |out| bake_uncached(tools, image, format, out, arch, firstboot),
+    )
+}
+
+/// `kiln bake` into `out`, as [`bake_for`] describes.
+fn bake_uncached(
     tools: &Tools,
     image: &str,
     format: &str,
@@ -400,12 +426,18 @@ pub fn signed_client(dir: &Path) -> Result<String> {
 /// Where the stand-in kubelet finds the certificate "the cluster signed" for it.
 pub const SIGNED_CLIENT: &str = "etc/kubernetes/standin-signed-client.pem";
 
+/// The API server every scenario's node.toml names (`host:port`): a loopback address of the
+/// guest, where nothing listens, so no node ever dials out of the guest for it (the project's
+/// rule for a test's node.env; the guest's network reaches only the metadata forward anyway).
+/// kiln-firstboot's doctor reports it unreachable by this name.
+pub const API_SERVER: &str = "127.0.0.1:6443";
+
 /// Writes `node.toml` (and its CA) into `dir` and returns its path.
 pub fn node_toml(dir: &Path, cfg: &NodeConfig) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     make_ca(dir)?;
     let text = format!(
-        "api_server = \"https://10.0.0.10:6443\"\ncluster_name = \"boot-test\"\n\
+        "api_server = \"https://{API_SERVER}\"\ncluster_name = \"boot-test\"\n\
          join_mode = \"{}\"\nprovider = \"{}\"\ndeadline = {}\n\n\
          [ca]\nfile = \"ca.crt\"\n\n[bootstrap]\ntoken = \"07401b.f395accd246ae52d\"\n\n\
          [node]\nlabels = {{ \"node.kubernetes.io/role\" = \"worker\" }}\n{}",

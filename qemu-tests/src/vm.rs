@@ -185,7 +185,9 @@ impl VmConfig {
                 "-netdev".into(),
                 netdev(&path(relay), &forwards),
                 "-device".into(),
-                "virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56".into(),
+                // No option ROM: nothing boots from the network, and SeaBIOS would load and
+                // run iPXE's ROM on every boot.
+                "virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56,romfile=".into(),
             ]);
         }
         for (name, file) in &self.fw_cfg {
@@ -509,7 +511,8 @@ mod tests {
         assert!(args[netdev + 1].contains("restrict=on"), "{args:?}");
         assert!(args[netdev + 1].contains("127.0.0.1 4242"), "{args:?}");
         assert!(
-            args.iter().any(|a| a.starts_with("virtio-net-pci,")),
+            args.iter()
+                .any(|a| a.starts_with("virtio-net-pci,") && a.ends_with(",romfile=")),
             "{args:?}"
         );
     }

@@ -23,6 +23,8 @@ fn base_boot() -> Result<()> {
     })?;
     let work = tempfile::tempdir()?;
     let root = Root::from_base(&assets.base, work.path())?;
+    // Trimmed as the scenarios' guests are, but with the base's DHCP (this test's lease).
+    root.trim_idle()?;
     // The host side of the user network (169.254.169.2) maps to the host's loopback; with
     // restrict=on the guest must not get through to the server's port that way.
     let script = format!(
