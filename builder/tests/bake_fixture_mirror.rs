@@ -16,6 +16,10 @@ use bake_support::fixture_mirror::*;
 use bake_support::*;
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario from its setup to its last assertion, each step depending on the one before; its helpers are in support/"
+)]
 fn flatcar_ubuntu_and_windows_bake_from_the_fixture_mirror() {
     let d = tempfile::tempdir().unwrap();
     let fx = d.path().join("fx");
@@ -255,6 +259,10 @@ fn flatcar_ubuntu_and_windows_bake_from_the_fixture_mirror() {
 /// fetch filled, and says so; `bake --fetch --mirror` fills an empty store itself, fetching
 /// only what the definition needs; `--fetch` with no source is refused before any work.
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario from its setup to its last assertion, each step depending on the one before; its helpers are in support/"
+)]
 fn fetch_then_bake_share_the_default_store_and_bake_fetch_fills_it() {
     let d = tempfile::tempdir().unwrap();
     let fx = d.path().join("fx");

@@ -125,6 +125,10 @@ fn blobs_of(dir: &Path) -> Vec<String> {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario from its setup to its last assertion, each step depending on the one before; its helpers are in support/"
+)]
 fn the_layer_carries_the_platforms_image_and_tools_read_it() {
     if !registry::tools_or_skip("bake-images-tools") {
         return;

@@ -137,6 +137,10 @@ struct Case {
     flags: &'static [&'static str],
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario from its setup to its last assertion, each step depending on the one before; its helpers are in support/"
+)]
 fn corpus() -> Vec<Case> {
     let both = |entry, rule| ((entry), (rule));
     let c = |id,

@@ -46,6 +46,10 @@ fn to_raw(p: &Path, fmt: &str, raw: &Path) {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario from its setup to its last assertion, each step depending on the one before; its helpers are in support/"
+)]
 fn qcow2_gpt_base_becomes_a_node_in_every_format() {
     if !require(TOOLS, true) {
         return;

@@ -68,6 +68,10 @@ fn dump(disk: &Path, at: u64, path: &str, to: &Path) -> Option<Vec<u8>> {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario from its setup to its last assertion, each step depending on the one before; its helpers are in support/"
+)]
 fn the_sysext_lands_in_etc_extensions_of_the_root_partition() {
     if !require(TOOLS, true) {
         return;

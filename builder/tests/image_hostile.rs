@@ -147,6 +147,10 @@ fn refused(base: &Path, layer: &Path, extra: &[&str], code: i32, needles: &[&str
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario from its setup to its last assertion, each step depending on the one before; its helpers are in support/"
+)]
 fn partition_tables_that_lie_are_refused_by_name() {
     if !require(&["sgdisk", "sfdisk", "qemu-img"], false) {
         return;

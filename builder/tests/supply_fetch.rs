@@ -420,6 +420,7 @@ fn planted_partial_names_are_never_followed() {
     std::os::unix::fs::symlink(&prefix, partial(1)).unwrap();
     // 2: a FIFO.
     let c = std::ffi::CString::new(partial(2).to_str().unwrap()).unwrap();
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     // 3: a hard link to an outside file holding the blob's prefix.
     let linked = outside.join("linked");

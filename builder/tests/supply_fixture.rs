@@ -35,6 +35,10 @@ fn build_fixture(out: &Path) {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario from its setup to its last assertion, each step depending on the one before; its helpers are in support/"
+)]
 fn fixture_mirror_holds_real_binaries_that_pass_the_gate() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("fx");

@@ -130,6 +130,10 @@ fn skopeo_tls(reg: &Registry, args: &[&str]) -> Output {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario from its setup to its last assertion, each step depending on the one before; its helpers are in support/"
+)]
 fn push_then_skopeo_reads_it_then_sync_back_and_verify() {
     if !registry::tools_or_skip("oci-registry") {
         return;

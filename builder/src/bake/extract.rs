@@ -228,6 +228,10 @@ pub fn extract_members_with(
 /// [`extract_members_with`] from an archive already open as `file` (named `archive` in
 /// messages): a caller that checked the file's digest through this descriptor extracts the
 /// very bytes it checked, whatever is renamed over the name meanwhile.
+#[allow(
+    clippy::too_many_lines,
+    reason = "one pass over the archive's entries; every entry's checks (archive rules, member map, size caps) must run in that pass, before its bytes are written"
+)]
 pub fn extract_members_from(
     file: &File,
     archive: &Path,

@@ -110,6 +110,7 @@ fn a_base_that_names_a_host_file_is_refused_and_nothing_of_it_is_read() {
     secret.resize(1024, b'x');
     secret[510..512].copy_from_slice(b"ZQ");
     std::fs::write(&shadow, &secret).unwrap();
+    // SAFETY: geteuid has no preconditions and cannot fail.
     let vias: &[&str] = if unsafe { libc::geteuid() } == 0 {
         &["debugfs", "loop"]
     } else {

@@ -153,6 +153,10 @@ fn go_dur(ns: i128) -> String {
 
 /// `ValidateKubeletConfiguration` on the defaulted configuration: every error, in
 /// kubelet's order and words.
+#[allow(
+    clippy::too_many_lines,
+    reason = "kubelet's ValidateKubeletConfiguration is one flat list of field checks; kept in its order, one check per field, so it can be compared with the upstream function line by line"
+)]
 pub fn validate(kc: &KubeletConfiguration) -> Vec<String> {
     let mut e = Vec::new();
     let inv = "invalid configuration:";
