@@ -7,7 +7,7 @@
 // Unix sockets, openssl, containerd and mount: the Windows build does not run these.
 #![cfg(unix)]
 
-mod common;
+use crate::common;
 #[path = "../../testkit/optout.rs"]
 mod optout;
 

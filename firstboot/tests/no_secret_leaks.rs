@@ -10,7 +10,7 @@
 // Stand-ins are /bin/sh scripts and secrets need Unix modes.
 #![cfg(unix)]
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::{Path, PathBuf};

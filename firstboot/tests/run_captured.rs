@@ -8,7 +8,7 @@
 
 #[path = "common/captured.rs"]
 mod captured;
-mod common;
+use crate::common;
 
 use captured::*;
 use common::*;

@@ -6,7 +6,7 @@
 // modes; the Windows build is tested under Wine by tests/windows.rs (make test-windows).
 #![cfg(unix)]
 
-mod common;
+use crate::common;
 #[path = "../../testkit/deadline.rs"]
 mod deadline;
 #[path = "../../testkit/optout.rs"]

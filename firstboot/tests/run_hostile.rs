@@ -6,7 +6,7 @@
 // The stand-ins are /bin/sh scripts and the checks use Unix process groups and symlinks.
 #![cfg(unix)]
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::net::TcpListener;

@@ -7,7 +7,7 @@
 // double, run in the `kubeadm_join` boot test).
 #![cfg(unix)]
 
-mod common;
+use crate::common;
 
 use common::*;
 use kiln_firstboot::json::{self, Value};

@@ -4,7 +4,7 @@
 // The published-number tables run everywhere, under Wine too; the runs of the real binary
 // need a faked /proc and /sys and sh stubs, so they are Unix-only (scripts/wine-not-run.tsv).
 #[cfg(unix)]
-mod common;
+use crate::common;
 
 use kiln_firstboot::contract::sizing::Formula;
 use kiln_firstboot::sizing::{

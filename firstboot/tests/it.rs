@@ -1,0 +1,58 @@
+//! kiln-firstboot's integration tests, in one binary: each `tests/<name>.rs` is a module of
+//! it (issue 35: one test binary per crate; under Wine, `make test-windows` starts one
+//! executable instead of one per file). Run one file's tests with a name filter, e.g.
+//! `cargo test -p kiln-firstboot --test it run_faults::` or
+//! `cargo nextest run -p kiln-firstboot --test it -E 'test(/^run_faults::/)'`.
+//!
+//! A new `tests/<name>.rs` must be declared below; `every_test_file_is_a_module_here` fails
+//! until it is (Cargo.toml sets `autotests = false`, so nothing else would run it). Linux-only
+//! files say `#![cfg(unix)]` at their top, the Windows one `#![cfg(windows)]`.
+
+// The testkit helpers are included by several test files each, as they were when every file
+// was its own binary.
+#![allow(clippy::duplicate_mod)]
+
+// The shared Root/Server/firstboot helpers drive the Linux binary with Unix stand-ins; only
+// the Linux-only files use them.
+#[cfg(unix)]
+mod common;
+
+mod doctor;
+mod no_dependencies;
+mod no_secret_leaks;
+mod prop_parsers;
+mod report_after_boot;
+mod report_channels;
+mod report_contract;
+mod report_diagnose;
+mod report_run;
+mod run_captured;
+mod run_faults;
+mod run_hostile;
+mod run_kubeadm;
+mod run_providers;
+mod run_proxy;
+mod sizing;
+mod windows;
+mod windows_eventlog;
+mod windows_task;
+
+/// Every `tests/*.rs` is declared above: with `autotests = false`, an undeclared file would
+/// silently never run.
+#[test]
+fn every_test_file_is_a_module_here() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let me = std::fs::read_to_string(dir.join("it.rs")).unwrap();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        let Some(stem) = p.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        if p.extension().is_some_and(|x| x == "rs") && stem != "it" {
+            assert!(
+                me.contains(&format!("\nmod {stem};\n")),
+                "tests/{stem}.rs is not declared in tests/it.rs"
+            );
+        }
+    }
+}
