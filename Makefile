@@ -16,7 +16,7 @@ FIRSTBOOT_BUDGET_KIB := 400
 FIRSTBOOT_EXE := target/firstboot/kiln-firstboot.exe
 FIRSTBOOT_EXE_BUDGET_KIB := 600
 
-.PHONY: opt-out-reset lock-audit binary-gate help all build firstboot test check lint fmt fmt-check clippy doc unit size-check \
+.PHONY: opt-out-reset lock-audit binary-gate build-tests fixture help all build firstboot test check lint fmt fmt-check clippy doc unit size-check \
 	bench demo clean man deps deps-qemu deps-windows fuzz windows test-windows golden render-examples cli-docs qemu-assets qemu-test
 
 help: ## list the targets
@@ -51,6 +51,8 @@ firstboot: ## build the static, size-optimised kiln-firstboot (amd64 and arm64) 
 OPT_OUT_LOG := target/opted-out-checks.log
 export KILN_OPT_OUT_LOG := $(CURDIR)/$(OPT_OUT_LOG)
 
+FIXTURE_MIRROR := target/fixture-mirror
+
 # Each stage of `make test` is timed (scripts/stage.sh); the table is printed at the end, or
 # as soon as a stage fails.
 STAGE_LOG := target/stage-times.tsv
@@ -66,7 +68,9 @@ test: ## the README's test command: every gate and every test
 	@$(STAGE) deps $(SUBMAKE) deps
 	@scripts/prefetch.sh start $(PREFETCH_LOG)
 	@$(STAGE) lint $(SUBMAKE) lint
-	@$(STAGE) lock-audit $(SUBMAKE) lock-audit
+	@$(STAGE) build-tests $(SUBMAKE) build-tests
+	@$(STAGE) lock-audit $(SUBMAKE) lock-audit KILN_RUN=target/debug/kiln
+	@$(STAGE) fixture $(SUBMAKE) fixture
 	@$(STAGE) unit $(SUBMAKE) unit
 	@$(STAGE) size-check $(SUBMAKE) size-check
 	@$(STAGE) binary-gate $(SUBMAKE) binary-gate
@@ -81,8 +85,12 @@ opt-out-reset:
 
 check: lint lock-audit unit size-check binary-gate test-windows
 
+# How lock-audit runs kiln: alone it builds it; `make test` passes the kiln its build-tests
+# stage made (KILN_RUN=target/debug/kiln), so the dev build is not paid twice.
+KILN_RUN ?= $(CARGO) run --locked -q -p kiln --
+
 lock-audit: ## the committed lock against images/advisories.toml: fails on any unwaived advisory
-	$(CARGO) run --locked -q -p kiln -- lock audit images/artifacts.lock --advisories images/advisories.toml
+	$(KILN_RUN) lock audit images/artifacts.lock --advisories images/advisories.toml
 
 lint: fmt-check clippy doc ## rustfmt, clippy -D warnings, rustdoc -D warnings
 
@@ -98,13 +106,29 @@ clippy:
 doc:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked
 
-unit: ## the test suites (nextest) and doctests; the boot tests run in qemu-test
+# Every dev/test build of `make test` selects the same packages and targets (filters pick the
+# tests), so cargo unifies the dependencies' features once and compiles each crate once:
+# `cargo run -p kiln`, `nextest -p kiln` and `build -p kiln -p cri-smoke` each unified
+# differently (serde_core, hyper, idna, …) and rebuilt kiln's whole dependency tree.
+NEXTEST_ARGS := --workspace --all-targets --locked
+NOT_BOOT := -E 'not package(kiln-qemu-tests)'
+
+build-tests: ## compile every test suite, target/debug/kiln and the other binaries, running none
+	$(CARGO) nextest run $(NEXTEST_ARGS) --no-run
+
+# The offline fixture mirror (scripts/fixture-mirror.sh), made once and shared: `make unit`
+# names it to the tests in KILN_FIXTURE_MIRROR (each copies it) and qemu-test boots from it.
+# qemu-tests/assets/fixture.sh remakes it only when its inputs changed.
+fixture: build-tests ## the fixture mirror the tests share -> target/fixture-mirror
+	KILN_BIN=$(CURDIR)/target/debug/kiln qemu-tests/assets/fixture.sh $(FIXTURE_MIRROR)
+
+unit: fixture ## the test suites (nextest) and doctests; the boot tests run in qemu-test
 	@if ! scripts/sysupdate-tools.sh target/sysupdate >/dev/null; then \
 	  case ",$${KILN_TEST_OPT_OUT:-}," in *,sysupdate,*) \
 	    echo "make unit: no systemd-sysupdate; KILN_TEST_OPT_OUT=sysupdate, so bake_sysupdate_real records it" >&2;; \
 	  *) echo "make unit: scripts/sysupdate-tools.sh failed: bake_sysupdate_real needs systemd-sysupdate (set KILN_TEST_OPT_OUT=sysupdate to skip it knowingly)" >&2; exit 1;; esac; \
 	fi
-	$(CARGO) nextest run --workspace --exclude kiln-qemu-tests --all-targets --locked --no-fail-fast
+	KILN_FIXTURE_MIRROR=$(CURDIR)/$(FIXTURE_MIRROR) $(CARGO) nextest run $(NEXTEST_ARGS) $(NOT_BOOT) --no-fail-fast
 	$(CARGO) test --workspace --doc --locked
 
 size-check: firstboot windows ## fail if kiln-firstboot (Linux, Windows) is over its size budget
@@ -112,11 +136,10 @@ size-check: firstboot windows ## fail if kiln-firstboot (Linux, Windows) is over
 	scripts/check-size.sh $(FIRSTBOOT_ARM64_BIN) $(FIRSTBOOT_BUDGET_KIB)
 	scripts/check-size.sh $(FIRSTBOOT_EXE) $(FIRSTBOOT_EXE_BUDGET_KIB)
 
-binary-gate: firstboot windows ## kiln's own goblin gate on the shipped firstboot binaries
-	$(CARGO) build --locked -q -p kiln
+binary-gate: firstboot windows build-tests ## kiln's own goblin gate on the shipped firstboot binaries
 	scripts/binary-gate.sh target/debug/kiln $(FIRSTBOOT_BIN) $(FIRSTBOOT_EXE) $(FIRSTBOOT_ARM64_BIN)
 	KILN_FIRSTBOOT_EXE=$(CURDIR)/$(FIRSTBOOT_EXE) \
-	  $(CARGO) nextest run --locked -p kiln --test it -E 'test(/^windows_layer::/)'
+	  $(CARGO) nextest run $(NEXTEST_ARGS) -E 'binary_id(kiln::it) & test(/^windows_layer::/)'
 
 windows: ## build kiln-firstboot.exe for x86_64-pc-windows-gnu (docs/windows.md)
 	scripts/build-windows.sh $(FIRSTBOOT_EXE)
@@ -143,16 +166,14 @@ QEMU_ASSETS := qemu-tests/assets/assets.sh
 qemu-assets: deps-qemu ## build (once) and cache the boot tests' kernels, initramfs and Debian bases (amd64, arm64)
 	$(QEMU_ASSETS) all arm64
 
-FIXTURE_MIRROR := target/fixture-mirror
-
-qemu-test: deps-qemu firstboot ## boot tests: QEMU boots what kiln baked (docs/boot-tests.md)
-	$(CARGO) build --locked -p kiln -p cri-smoke
+qemu-test: deps-qemu firstboot fixture ## boot tests: QEMU boots what kiln baked (docs/boot-tests.md)
+	$(CARGO) build $(NEXTEST_ARGS)  # target/debug/cri-smoke: the only binary build-tests left out
 	scripts/build-cri-smoke-arm64.sh target/cri-smoke/arm64/cri-smoke
 	qemu-tests/assets/fixture.sh $(FIXTURE_MIRROR)
 	scripts/sysupdate-tools.sh target/sysupdate >/dev/null  # the Flatcar guest's systemd-sysupdate
 	assets=$$($(QEMU_ASSETS) all arm64); set -a; eval "$$assets"; set +a; \
 	  KILN_FIXTURE_MIRROR=$(CURDIR)/$(FIXTURE_MIRROR) \
-	  $(CARGO) nextest run -p kiln-qemu-tests --all-targets --locked --no-fail-fast
+	  $(CARGO) nextest run $(NEXTEST_ARGS) -E 'package(kiln-qemu-tests)' --no-fail-fast
 
 fuzz: ## run each fuzz target for a short while (cargo-fuzz, nightly)
 	scripts/fuzz.sh

@@ -5,34 +5,13 @@
 //! lock's matrix, and a mirror filled by `kiln mirror sync`. Then the binary gate on every
 //! member of every entry, including cross-architecture refusals.
 
+use crate::bake_support::fixture_mirror::build_fixture;
 use crate::support;
 
 use std::path::Path;
 use std::process::Command;
 
 use support::*;
-
-fn build_fixture(out: &Path) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    // Any real ELF stands in for kubelet here; the script builds the real stand-in by default.
-    let kubelet = root.join("target/release/kubelet");
-    let kubelet = if kubelet.is_file() {
-        kubelet
-    } else {
-        "/bin/true".into()
-    };
-    let o = Command::new(root.join("scripts/fixture-mirror.sh"))
-        .arg(out)
-        .env("KILN_BIN", env!("CARGO_BIN_EXE_kiln"))
-        .env("KUBELET_BIN", kubelet)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "fixture-mirror.sh failed: {}",
-        out_text(&o)
-    );
-}
 
 #[test]
 #[allow(
@@ -211,4 +190,60 @@ fn fixture_mirror_holds_real_binaries_that_pass_the_gate() {
         .arg("--cache")
         .arg(&cache));
     assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
+}
+
+/// `make test` builds the fixture mirror once and names it in `KILN_FIXTURE_MIRROR`; each test
+/// then works on its own copy: the same bytes and modes, a change to the copy leaves the
+/// shared mirror alone, and a directory that is not a fixture mirror is refused, naming the
+/// variable and the part it lacks.
+#[test]
+fn a_shared_fixture_mirror_is_copied_and_an_incomplete_one_refused() {
+    use crate::bake_support::fixture_mirror::copy_fixture;
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::tempdir().unwrap();
+    let shared = d.path().join("shared");
+    let files = [
+        ("artifacts.lock", "version = 1\n"),
+        ("artifacts.lock.minisig", "sig\n"),
+        ("keys/fixture.pub", "pub\n"),
+        ("keys/fixture.key", "key\n"),
+        ("mirror/artifacts.lock", "version = 1\n"),
+        ("mirror/blobs/sha256/ab", "blob\n"),
+    ];
+    for (p, text) in files {
+        let p = shared.join(p);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap();
+    }
+    std::fs::set_permissions(
+        shared.join("keys/fixture.key"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    std::fs::write(shared.join("unrelated"), "not copied").unwrap();
+    let copy = d.path().join("copy");
+    copy_fixture(&shared, &copy);
+    for (p, text) in files {
+        assert_eq!(std::fs::read_to_string(copy.join(p)).unwrap(), text, "{p}");
+    }
+    let mode = std::fs::metadata(copy.join("keys/fixture.key"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert!(!copy.join("unrelated").exists());
+    std::fs::write(copy.join("mirror/blobs/sha256/ab"), "changed").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(shared.join("mirror/blobs/sha256/ab")).unwrap(),
+        "blob\n"
+    );
+
+    std::fs::remove_dir_all(shared.join("mirror")).unwrap();
+    let err = std::panic::catch_unwind(|| copy_fixture(&shared, &d.path().join("copy2")))
+        .expect_err("a fixture mirror without mirror/ was copied");
+    let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        msg.contains("KILN_FIXTURE_MIRROR=") && msg.contains("no mirror there"),
+        "{msg}"
+    );
 }

@@ -6,8 +6,23 @@ use std::process::Command;
 
 use super::{kube_version, ok, repo};
 
-/// Builds the fixture mirror into `out` (a signed lock, its key and a mirror).
+/// Names a fixture mirror already built by `qemu-tests/assets/fixture.sh DIR` (`make test`
+/// builds `target/fixture-mirror` once, before the test suites, and sets this): the tests then
+/// copy it instead of each building its own (docs/building.md, "What make test costs").
+pub const SHARED_FIXTURE: &str = "KILN_FIXTURE_MIRROR";
+
+/// What a test takes from a fixture mirror: the signed lock, its signature, the key pair and
+/// the mirror. (`upstream/` is only the loopback server's input.)
+const PARTS: [&str; 4] = ["artifacts.lock", "artifacts.lock.minisig", "keys", "mirror"];
+
+/// Makes the fixture mirror in `out` (a signed lock, its key and a mirror): a copy of the one
+/// [`SHARED_FIXTURE`] names when it is set, so a test may change its copy; otherwise built
+/// here by `scripts/fixture-mirror.sh`, as `cargo nextest run` alone does.
 pub fn build_fixture(out: &Path) {
+    if let Some(shared) = std::env::var_os(SHARED_FIXTURE).filter(|v| !v.is_empty()) {
+        copy_fixture(Path::new(&shared), out);
+        return;
+    }
     let root = repo();
     let kubelet = root.join("target/release/kubelet");
     let kubelet = if kubelet.is_file() {
@@ -22,6 +37,45 @@ pub fn build_fixture(out: &Path) {
         .output()
         .unwrap();
     ok(&o, "scripts/fixture-mirror.sh");
+}
+
+/// Copies the parts of the fixture mirror in `shared` that tests use into `out`.
+pub fn copy_fixture(shared: &Path, out: &Path) {
+    for part in PARTS {
+        let from = shared.join(part);
+        assert!(
+            from.exists(),
+            "{SHARED_FIXTURE}={}: no {part} there; expected a fixture mirror made by \
+             qemu-tests/assets/fixture.sh DIR (make test makes target/fixture-mirror), \
+             or unset {SHARED_FIXTURE} to build one per test",
+            shared.display()
+        );
+        copy_tree(&from, &out.join(part));
+    }
+}
+
+/// A recursive copy of regular files and directories, with their permissions; anything else
+/// (a symlink, a device) fails the test, naming it.
+fn copy_tree(from: &Path, to: &Path) {
+    let meta = std::fs::symlink_metadata(from).unwrap();
+    if meta.is_dir() {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            copy_tree(&e.path(), &to.join(e.file_name()));
+        }
+    } else if meta.is_file() {
+        if let Some(dir) = to.parent() {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::copy(from, to).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+    } else {
+        panic!(
+            "{}: expected a file or directory in the shared fixture mirror, found {:?}",
+            from.display(),
+            meta.file_type()
+        );
+    }
 }
 
 /// The stand-in kubelet's version in the fixture lock (scripts/fixture-mirror.sh derives it
