@@ -108,7 +108,7 @@ impl Reporter {
 
 /// Adds what `report` saw after the failure status.json keeps (`later`: `CODE: message`) to
 /// the file's `text` as written, whose `later` entries are `later`, unless the newest of them
-/// already says the same or [`MAX_LATER`] are there. Everything else stays as the run wrote
+/// already says the same or `MAX_LATER` are there. Everything else stays as the run wrote
 /// it: the first cause, `kept`, is the one to fix. Says whether it added one.
 pub fn note_later(
     paths: &NodePaths,
