@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha512};
 
+use crate::image_def::Arch;
 use crate::render::model::RenderError;
 
 /// Everything Ignition needs to place one baked sysext.
@@ -57,24 +58,38 @@ impl Sysext {
             .and_then(|f| f.to_str())
             .ok_or_else(|| err(raw, "expected a file name".into()))?
             .to_string();
-        // `<name>-v<version>-<arch>.raw`: the name is what comes before `-v<digit>`.
+        // What `kiln bake` writes (bake::render::sysext_file_name): `<name>-<kubernetes
+        // version>-<systemd arch>.raw`, with its transfer file `<name>.conf` beside it. The
+        // version may hold `-` (`1.36.4-standin`) and so may the name, so the name is the
+        // shortest prefix whose transfer file is there, with a version and a known
+        // architecture after it.
+        let arch_after = |rest: &str| {
+            [Arch::Amd64, Arch::Arm64].iter().any(|a| {
+                rest.strip_suffix(a.systemd_name())
+                    .and_then(|v| v.strip_suffix('-'))
+                    .is_some_and(|v| !v.is_empty())
+            })
+        };
         let name = file
             .strip_suffix(".raw")
             .and_then(|stem| {
-                stem.match_indices("-v")
-                    .find(|(i, _)| stem[i + 2..].starts_with(|c: char| c.is_ascii_digit()))
-                    .map(|(i, _)| &stem[..i])
+                stem.match_indices('-')
+                    .map(|(i, _)| (&stem[..i], &stem[i + 1..]))
+                    .find(|(n, rest)| {
+                        valid_name(n)
+                            && arch_after(rest)
+                            && raw.with_file_name(format!("{n}.conf")).exists()
+                    })
+                    .map(|(n, _)| n.to_string())
             })
-            .filter(|n| valid_name(n))
             .ok_or_else(|| {
                 err(
                     raw,
                     format!(
-                        "expected a baked sysext named <name>-v<kubernetes version>-<arch>.raw, found {file:?}"
+                        "expected a baked sysext named <name>-<kubernetes version>-<arch>.raw with the transfer file <name>.conf kiln bake --format sysext writes beside it, found {file:?} without one"
                     ),
                 )
-            })?
-            .to_string();
+            })?;
         if !valid_name(&file) {
             return Err(err(
                 raw,
@@ -293,6 +308,37 @@ mod tests {
         assert_eq!(s.url, "http://127.0.0.1:1/x.raw");
     }
 
+    /// Issue 38: `render --sysext` takes any name `kiln bake` writes, a version without `v`
+    /// or with `-` in it included (the fixture's `1.36.4-standin` was refused), and a name
+    /// with `-` in it.
+    #[test]
+    fn takes_every_name_bake_writes() {
+        for (file, conf, name) in [
+            (
+                "kubernetes-1.36.4-standin-x86-64.raw",
+                "kubernetes.conf",
+                "kubernetes",
+            ),
+            (
+                "kubernetes-v1.36.4-arm64.raw",
+                "kubernetes.conf",
+                "kubernetes",
+            ),
+            (
+                "k8s-node-v1.36.4-rc.1-x86-64.raw",
+                "k8s-node.conf",
+                "k8s-node",
+            ),
+        ] {
+            let d = tempfile::tempdir().unwrap();
+            let raw = d.path().join(file);
+            std::fs::write(&raw, b"sqsh-stand-in").unwrap();
+            std::fs::write(d.path().join(conf), CONF).unwrap();
+            let s = Sysext::from_bake(&raw, None).unwrap_or_else(|e| panic!("{file}: {e}"));
+            assert_eq!(s.name, name, "{file}");
+        }
+    }
+
     #[test]
     fn refuses_what_bake_does_not_write() {
         let d = tempfile::tempdir().unwrap();
@@ -327,6 +373,8 @@ mod tests {
         let e = Sysext::from_bake(&raw, None).unwrap_err().to_string();
         assert!(e.contains("at most 65536 bytes"), "{e}");
         std::fs::remove_file(&conf).unwrap();
+        // A FIFO named like an image, its transfer file beside it: refused as no file.
+        std::fs::write(&conf, CONF).unwrap();
         let fifo = d.path().join("kubernetes-v1.36.2-x86-64.raw");
         let made = std::process::Command::new("mkfifo")
             .arg(&fifo)
