@@ -287,6 +287,16 @@ fn trusted_key_requires_a_valid_signature_and_names_the_key() {
     assert_eq!(o.status.code(), Some(3), "{e}");
     assert!(e.contains("SHA256SUMS.minisig does not exist"), "{e}");
     assert!(e.contains(&format!("trusting minisign key {id}")), "{e}");
+    // Issue 38: the hint is the checksum file's, not the lock's (`kiln lock sign` fails on a
+    // SHA256SUMS; --allow-unsigned is no flag of install).
+    assert!(
+        e.contains("minisign -Sm") && e.contains("without --trusted-key"),
+        "{e}"
+    );
+    assert!(
+        !e.contains("kiln lock sign") && !e.contains("--allow-unsigned"),
+        "{e}"
+    );
     // Signed by another key.
     sign(&other);
     let o = run();

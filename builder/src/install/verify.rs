@@ -129,7 +129,15 @@ pub enum VerifyError {
         /// The names listed.
         listed: String,
     },
-    /// The signature over the checksum file is missing or bad.
+    /// `--trusted-key` asked for a signature over the checksum file and there is none.
+    #[error("{sums} is not signed: {sig} does not exist (sign it with `minisign -Sm {sums}` and the key whose public half you pass, or install without --trusted-key to check {sums} alone)")]
+    SumsUnsigned {
+        /// The checksum file.
+        sums: PathBuf,
+        /// The signature file looked for.
+        sig: PathBuf,
+    },
+    /// The signature over the checksum file is bad.
     #[error(transparent)]
     Signature(#[from] sign::SignError),
 }
@@ -200,7 +208,17 @@ pub fn verify_layer(
     // The signature covers exactly the bytes parsed below.
     let signed_by = match trust {
         LayerTrust::Signed { key, .. } => {
-            match sign::verify_file_bytes(&sums_path, &bytes, &Trust::Key(key.clone()))? {
+            // The lock's hint (`kiln lock sign`, --allow-unsigned) does not apply to a
+            // checksum file: say what does.
+            let checked = sign::verify_file_bytes(&sums_path, &bytes, &Trust::Key(key.clone()))
+                .map_err(|e| match e {
+                    sign::SignError::Missing { sig, .. } => VerifyError::SumsUnsigned {
+                        sums: sums_path.clone(),
+                        sig,
+                    },
+                    e => VerifyError::Signature(e),
+                })?;
+            match checked {
                 sign::Verified::Signed { key_id, .. } => Some(key_id),
                 sign::Verified::Unsigned => None,
             }
