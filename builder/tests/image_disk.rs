@@ -396,6 +396,44 @@ fn mbr_base_with_one_linux_partition() {
     assert!(t.iter().any(|l| l.contains(" usr/bin/kubelet ")), "{t:#?}");
 }
 
+/// Issue 38: an amd64 layer into a base whose root partition has the arm64 GPT root type is
+/// refused naming both architectures, before anything is written to --out (it exited 0 and
+/// made a node whose kubelet could not run).
+#[test]
+fn a_layer_for_another_architecture_than_the_root_partition_is_refused() {
+    if !require(TOOLS, true) {
+        return;
+    }
+    let fx = fixture(Bins::Tiny);
+    let d = fx.dir.path();
+    let layer = layer(&fx, "3.10", &d.join("out"));
+    let tree = base_tree(d);
+    let fs = ext4(d, &tree, 48, "root");
+    let disk = d.join("arm64.raw");
+    gpt_disk(
+        &disk,
+        64,
+        &[Part {
+            start: 8,
+            mib: 48,
+            kind: ROOT_ARM64,
+            name: "root",
+            fs: Some(&fs),
+        }],
+    );
+    let out = d.join("node.qcow2");
+    let o = image(&[&"--base", &disk, &"--layer", &layer, &"--out", &out]);
+    let err = stderr(&o);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("partition 1")
+            && err.contains("is the arm64 root")
+            && err.contains("baked for amd64"),
+        "{err}"
+    );
+    assert!(!out.exists(), "an output was written");
+}
+
 /// `--node`: the node config's files land in the image's /etc/kiln with the contract's modes
 /// (the token 0600), the token never reaches kiln's output, and a node config that does not
 /// validate stops the run before the base is copied.

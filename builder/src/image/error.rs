@@ -51,6 +51,24 @@ pub enum ImageError {
         /// Why.
         source: PickError,
     },
+    /// The layer is built for another architecture than the base's root partition type says.
+    #[error(
+        "base image {base}, partition {partition}: its GPT type {kind} is the {part_arch} root, but the layer {layer} was baked for {layer_arch}; bake the layer with --arch {part_arch} or use a {layer_arch} base"
+    )]
+    Arch {
+        /// The base image.
+        base: PathBuf,
+        /// The root partition's number.
+        partition: u32,
+        /// Its GPT type GUID.
+        kind: String,
+        /// The architecture that type names.
+        part_arch: &'static str,
+        /// The layer.
+        layer: PathBuf,
+        /// The layer's `KILN_ARCH`.
+        layer_arch: String,
+    },
     /// The root partition holds no filesystem kiln can write.
     #[error(
         "base image {base}, partition {partition}: expected a root filesystem kiln can write (ext4, xfs, btrfs), found {found}"

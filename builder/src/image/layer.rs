@@ -19,6 +19,8 @@ pub struct LayerFacts {
     pub entries: u64,
     /// `KILN_IMAGE_ID` of the layer's `image.env`, when it has one.
     pub image_id: Option<String>,
+    /// `KILN_ARCH` of the layer's `image.env` (`amd64`, `arm64`), when it has one.
+    pub arch: Option<String>,
     /// The layer's install manifest (`usr/lib/kiln/install.manifest`), when it has one.
     pub manifest: Option<String>,
     /// Each entry's size, by path (relative, as the install manifest names it).
@@ -80,6 +82,7 @@ fn measure<R: Read>(
                 .map_err(|e| bad(format!("{want}: {e}")))?;
             let env = envfile::parse(&text).map_err(|e| bad(format!("{want}: {e}")))?;
             facts.image_id = env.get(image_env::KILN_IMAGE_ID).map(str::to_string);
+            facts.arch = env.get(image_env::KILN_ARCH).map(str::to_string);
         } else if name.trim_start_matches("./") == crate::layer_contract::INSTALL_MANIFEST {
             let mut text = String::new();
             e.by_ref()

@@ -163,6 +163,25 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
         base: o.base.clone(),
         source,
     })?;
+    // A GPT root type names its architecture (the Discoverable Partitions Specification):
+    // an arm64 layer in an x86-64 root would boot to a kubelet that cannot run.
+    let part_arch = match part.kind.as_str() {
+        partition::guid::ROOT_X86_64 => Some("amd64"),
+        partition::guid::ROOT_ARM64 => Some("arm64"),
+        _ => None,
+    };
+    if let (Some(part_arch), Some(layer_arch)) = (part_arch, facts.arch.as_deref()) {
+        if part_arch != layer_arch {
+            return Err(ImageError::Arch {
+                base: o.base.clone(),
+                partition: part.number,
+                kind: part.kind.clone(),
+                part_arch,
+                layer: o.layer.clone(),
+                layer_arch: layer_arch.to_string(),
+            });
+        }
+    }
     let probe = (partition::ReadAt::size(&file) - part.offset)
         .min(part.size)
         .min(fs::PROBE_BYTES as u64) as usize;

@@ -10,6 +10,7 @@ pub use crate::bake_support::*;
 
 /// GPT type GUIDs used by the tests (Discoverable Partitions Specification).
 pub const ROOT_X86_64: &str = "4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709";
+pub const ROOT_ARM64: &str = "B921B045-1DF0-41C3-AF44-4C6F280D3FAE";
 pub const LINUX_DATA: &str = "0FC63DAF-8483-4772-8E79-3D69D8477DE4";
 pub const ESP: &str = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B";
 
