@@ -265,6 +265,10 @@ pub fn cmd_report(opts: &ReportOptions) -> u8 {
         return 0;
     }
     let path = &paths.status_json;
+    // kubelet's ExecStopPost= and kiln-report.service (its OnFailure= or the timer) can run
+    // at the same moment; each reads status.json, then writes it and the console. One at a
+    // time, so the second sees what the first recorded and does not report it again.
+    let _one_at_a_time = report_lock(path, opts);
     let prior_text = std::fs::read_to_string(path).ok();
     let prior = prior_text
         .as_deref()
@@ -456,6 +460,33 @@ pub fn cmd_report(opts: &ReportOptions) -> u8 {
         .unwrap_or_default();
     say(summary);
     reporter.exit_code()
+}
+
+/// Holds an exclusive lock on `report.lock` beside status.json until dropped (waiting for
+/// another `report` to finish). Without the directory (nothing has run yet) or the lock, the
+/// report goes on unlocked, after a warning: a duplicate line is better than no report.
+fn report_lock(status_json: &Path, opts: &ReportOptions) -> Option<std::fs::File> {
+    let dir = status_json.parent()?;
+    if !dir.is_dir() {
+        return None;
+    }
+    let lock = dir.join("report.lock");
+    let taken = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock)
+        .and_then(|f| f.lock().map(|()| f));
+    match taken {
+        Ok(f) => Some(f),
+        Err(e) => {
+            redact::eprint(&opts.redactor.redact(&format!(
+                "kiln-firstboot: warning: cannot lock {}: {e}; reporting without it",
+                lock.display()
+            )));
+            None
+        }
+    }
 }
 
 /// A reason that names no cause, only what was seen: a later, specific diagnosis may take its

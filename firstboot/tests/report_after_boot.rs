@@ -395,3 +395,37 @@ fn a_kubeadm_failure_stays_the_reason_when_the_timer_later_finds_kubelet_inactiv
         "{shown}"
     );
 }
+
+#[test]
+fn two_reports_at_once_record_and_print_the_failure_once() {
+    // kubelet's ExecStopPost= and kiln-report.service (OnFailure=, or a timer tick) start
+    // together when kubelet exits. A boot test saw both print the same failure 5 ms apart:
+    // each had read status.json before the other wrote it. The journal read here takes a
+    // second, so without one-at-a-time both would read the joined status first.
+    let node = Node::joined();
+    let r = &node.root;
+    let d = r.dir.display().to_string();
+    let journalctl = r.stub(
+        "journalctl-slow",
+        &format!("case \"$*\" in\n*kubelet.service*) sleep 1; cat '{d}/logs/kubelet.log';;\nesac\nexit 0"),
+    );
+    let node = Node { journalctl, ..node };
+    node.kubelet("failed", "exit-code", 1, 1, 1);
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| node.report(CRASH, &[]));
+        let b = s.spawn(|| node.report(&[], &["--quiet"]));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert_eq!((a.0, b.0), (7, 7), "{a:?} {b:?}");
+    let console = node.root.read("console.log");
+    assert_eq!(
+        console
+            .matches("kiln-firstboot: report result=failure reason=KUBELET_EXITED")
+            .count(),
+        1,
+        "{console}"
+    );
+    let status = node.root.read("run/kiln/status.json");
+    assert!(status.contains("\"reason\":\"KUBELET_EXITED\""), "{status}");
+    assert!(node.root.exists("run/kiln/report.lock"));
+}
