@@ -251,6 +251,24 @@ impl BakePlan {
         })
     }
 
+    /// Looks into `store` again after a fetch filled it: which pinned blobs are there now (and
+    /// the size of those the lock gives none for). Every other decision stays as planned.
+    pub fn restat(&mut self, store: &Store) {
+        let mut added = 0;
+        for need in &mut self.artifacts {
+            let Some(pin) = need.pin.as_mut() else {
+                continue;
+            };
+            let blob = store.lookup(&pin.entry);
+            need.in_store = blob.is_some();
+            if pin.bytes.is_none() {
+                pin.bytes = blob_size(blob.as_deref());
+                added += pin.bytes.unwrap_or(0);
+            }
+        }
+        self.input_bytes += added;
+    }
+
     /// Whether the lock pins every artifact this target needs (an optional one it does
     /// not pin is left out, not needed) in versions that can run together.
     pub fn covered(&self) -> bool {

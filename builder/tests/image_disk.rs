@@ -465,7 +465,7 @@ fn node_config_goes_into_the_image() {
     std::fs::write(
         &toml,
         format!(
-            "api_server = \"https://10.0.0.10:6443\"\ncluster_name = \"image-test\"\n\
+            "api_server = \"https://127.0.0.1:6443\"\ncluster_name = \"image-test\"\n\
              join_mode = \"kubelet\"\nprovider = \"aws\"\n\n[ca]\nfile = \"ca.crt\"\n\n\
              [bootstrap]\ntoken = \"{token}\"\n"
         ),

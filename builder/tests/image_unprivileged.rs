@@ -281,7 +281,7 @@ fn unprivileged_node_config_replaces_the_old_credential() {
     let toml = node.join("node.toml");
     std::fs::write(
         &toml,
-        "api_server = \"https://10.0.0.10:6443\"\ncluster_name = \"image-test\"\n\
+        "api_server = \"https://127.0.0.1:6443\"\ncluster_name = \"image-test\"\n\
          join_mode = \"kubelet\"\nprovider = \"aws\"\n\n[ca]\nfile = \"ca.crt\"\n\n\
          [bootstrap]\nkubeconfig_file = \"bootstrap.kubeconfig\"\n",
     )

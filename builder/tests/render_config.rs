@@ -38,7 +38,7 @@ fn kubelet_mode_writes_the_contract_files() {
         String::from_utf8(file(&files, "node.env").contents.clone()).unwrap(),
         "# kiln node contract v1: written by `kiln render` from node.toml.\n\
          KILN_CONTRACT=1\n\
-         API_SERVER=https://10.0.0.10:6443\n\
+         API_SERVER=https://127.0.0.1:6443\n\
          CLUSTER_NAME=prod-eu1\n\
          JOIN_MODE=kubelet\n\
          PROVIDER=aws\n\
@@ -123,9 +123,9 @@ fn errors_name_the_file_the_key_and_what_was_found() {
     let cases: Vec<(String, &str)> = vec![
         (format!("{base}\nsurprise = 1\n"), "unknown field `surprise`"),
         (base.replace("max_pods = 58", "max_pods = 58\nmaxpods = 3"), "unknown field `maxpods`"),
-        (base.replace("https://10.0.0.10:6443", "http://10.0.0.10:6443"), "key `api_server`: expected an https://host[:port] URL"),
-        (base.replace("10.0.0.10:6443", "10.0.0.10:99999"), "key `api_server`"),
-        (base.replace("https://10.0.0.10:6443", "https://10.0.0.10:6443/api"), "key `api_server`"),
+        (base.replace("https://127.0.0.1:6443", "http://127.0.0.1:6443"), "key `api_server`: expected an https://host[:port] URL"),
+        (base.replace("127.0.0.1:6443", "127.0.0.1:99999"), "key `api_server`"),
+        (base.replace("https://127.0.0.1:6443", "https://127.0.0.1:6443/api"), "key `api_server`"),
         (base.replace("prod-eu1", "prod eu1"), "key `cluster_name`"),
         (base.replace("join_mode = \"kubelet\"", "join_mode = \"magic\""), "unknown variant `magic`"),
         (base.replace("provider = \"aws\"", "provider = \"ibm\""), "unknown variant `ibm`"),
@@ -198,7 +198,7 @@ fn kubeadm_mode_writes_a_v1beta4_join_configuration() {
     assert_eq!(s(&["kind"]).as_str(), Some("JoinConfiguration"));
     assert_eq!(
         s(&["discovery", "bootstrapToken", "apiServerEndpoint"]).as_str(),
-        Some("10.0.0.10:6443")
+        Some("127.0.0.1:6443")
     );
     assert_eq!(
         s(&["discovery", "bootstrapToken", "token"]).as_str(),

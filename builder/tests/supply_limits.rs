@@ -272,3 +272,44 @@ fn an_unreachable_http_mirror_exits_4_naming_the_cause() {
         "{text}"
     );
 }
+
+/// Credentials in a mirror URL (`http://user:password@host/`, a token before `@`) are never
+/// printed: not in the error that names the URL, not in a `--json` event. Both ways in: the
+/// lock `mirror sync` fetches first, and the blobs `kiln fetch` downloads.
+#[test]
+fn credentials_in_a_mirror_url_never_reach_the_output() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://kiln:s3cret-pass@127.0.0.1:{port}/mirror/");
+    let t = tempfile::tempdir().unwrap();
+    let sync = run(kiln()
+        .args(["mirror", "sync", "--backoff-ms", "10", "--from"])
+        .arg(&url)
+        .arg("--to")
+        .arg(t.path().join("m")));
+    let fetch = run(kiln()
+        .args(["fetch", "--json", "--attempts", "2", "--backoff-ms", "10"])
+        .args(["--name", "runc", "--arch", "amd64", "--mirror"])
+        .arg(&url)
+        .arg("--cache")
+        .arg(t.path().join("cache"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../images/artifacts.lock"
+        )));
+    for (what, o) in [("mirror sync", &sync), ("fetch", &fetch)] {
+        let text = out_text(o);
+        assert_eq!(o.status.code(), Some(4), "{what}: {text}");
+        assert!(!text.contains("s3cret"), "{what}: {text}");
+        assert!(
+            text.contains(&format!("http://***@127.0.0.1:{port}/mirror/")),
+            "{what}: {text}"
+        );
+    }
+    // The retry and source-failed events name the masked URL too.
+    let events = String::from_utf8_lossy(&fetch.stdout);
+    assert!(events.contains("\"event\":\"retry\""), "{events}");
+}

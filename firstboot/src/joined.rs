@@ -199,7 +199,11 @@ pub fn wait(
     // wait past it.
     let mut alive = || {
         polls += 1;
-        let Some(o) = (polls % 5 == 0).then(|| within(&ropts, deadline)).flatten() else {
+        let Some(o) = polls
+            .is_multiple_of(5)
+            .then(|| within(&ropts, deadline))
+            .flatten()
+        else {
             return true;
         };
         match diagnose::kubelet_state(&o) {

@@ -120,7 +120,7 @@ struct Marshal(Vec<u8>);
 
 impl Marshal {
     fn pad(&mut self, align: usize) {
-        while self.0.len() % align != 0 {
+        while !self.0.len().is_multiple_of(align) {
             self.0.push(0);
         }
     }

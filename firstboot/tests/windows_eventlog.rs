@@ -33,7 +33,7 @@ fn record(
     }
     let data_off = 56 + body.len();
     body.extend_from_slice(data);
-    while (56 + body.len() + 4) % 4 != 0 {
+    while !(56 + body.len() + 4).is_multiple_of(4) {
         body.push(0);
     }
     let len = (56 + body.len() + 4) as u32;

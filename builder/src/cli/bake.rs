@@ -160,15 +160,7 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
     }
     if a.fetch {
         fetch_missing(&a, &plan, &store, &store_dir, global)?;
-        plan = BakePlan::new(
-            &a.image,
-            &def,
-            &lock,
-            Some(&store),
-            format,
-            arch,
-            firstboot.clone(),
-        )?;
+        plan.restat(&store);
     }
     if !global.quiet {
         for n in plan.left_out() {

@@ -134,7 +134,10 @@ fn fetch_remote_lock(base: &str, dir: &Path, net: &NetArgs) -> anyhow::Result<Pa
             match crate::supply::fetch::get_small(&client, &url, cap, &opts).await? {
                 Some(b) => std::fs::write(&path, &b)
                     .with_context(|| format!("writing {}", path.display()))?,
-                None if required => anyhow::bail!("fetching {url}: HTTP 404 Not Found"),
+                None if required => anyhow::bail!(
+                    "fetching {}: HTTP 404 Not Found",
+                    crate::supply::fetch::shown(&url)
+                ),
                 None => {}
             }
         }

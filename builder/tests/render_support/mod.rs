@@ -79,7 +79,7 @@ pub fn openssl_spki_pin(cert: &Path) -> String {
 pub fn full_node_toml(join_mode: &str) -> String {
     format!(
         r#"# a worker in prod-eu1
-api_server = "https://10.0.0.10:6443"
+api_server = "https://127.0.0.1:6443"
 cluster_name = "prod-eu1"
 join_mode = "{join_mode}"
 provider = "aws"
@@ -140,7 +140,7 @@ pub fn firstboot_accepts(root: &Path, join_mode: &str) {
         None,
     )
     .unwrap_or_else(|e| panic!("kiln-firstboot refused what kiln render wrote: {e}"));
-    assert_eq!(config.node.api_server, "https://10.0.0.10:6443");
+    assert_eq!(config.node.api_server, "https://127.0.0.1:6443");
     assert_eq!(
         config.node.node_labels,
         "node.kubernetes.io/role=worker,tier=web"

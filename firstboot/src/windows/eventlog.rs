@@ -79,7 +79,7 @@ pub fn parse_records(buf: &[u8]) -> Result<Vec<EventRecord>, String> {
             return Err(bad("truncated header"));
         }
         let len = u32_at(rest, 0) as usize;
-        if len < HEADER + 4 || len > rest.len() || len % 4 != 0 {
+        if len < HEADER + 4 || len > rest.len() || !len.is_multiple_of(4) {
             return Err(bad(&format!("length {len} does not fit")));
         }
         let rec = &rest[..len];

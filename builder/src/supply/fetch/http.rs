@@ -8,6 +8,7 @@ use futures_util::StreamExt;
 use super::error::{msg, AttemptError, FetchError};
 use super::partial::{claim, commit_off_thread, write_error};
 use super::report::{Event, Reporter};
+use super::shown::{causes, shown};
 use super::source::{backoff, FetchOptions};
 use crate::supply::store::{Claim, Expect, Partial, Store};
 
@@ -24,6 +25,7 @@ pub(crate) async fn fetch_url(
     reporter: &dyn Reporter,
     transferred: &AtomicU64,
 ) -> Result<u64, AttemptError> {
+    let shown = shown(url);
     let mut attempt = 0;
     // Bytes left by an earlier, interrupted run (not by this run's own retries).
     let mut resumed: Option<u64> = None;
@@ -36,12 +38,12 @@ pub(crate) async fn fetch_url(
         };
         let resumed = *resumed.get_or_insert(partial.len());
         let result = match request(client, &mut partial, url, headers, opts).await {
-            Ok(None) => commit_off_thread(partial, url.to_string()).await,
+            Ok(None) => commit_off_thread(partial, shown.clone()).await,
             Ok(Some(resp)) => {
                 let (partial, r) =
-                    stream_body(partial, resp, url, opts, reporter, transferred).await;
+                    stream_body(partial, resp, &shown, opts, reporter, transferred).await;
                 match r {
-                    Ok(()) => commit_off_thread(partial, url.to_string()).await,
+                    Ok(()) => commit_off_thread(partial, shown.clone()).await,
                     Err(e) => Err(e),
                 }
             }
@@ -50,7 +52,7 @@ pub(crate) async fn fetch_url(
         match result {
             Ok(()) => return Ok(resumed),
             Err(AttemptError::Transient(e)) if attempt < opts.attempts_per_url => {
-                retry_wait(expect, url, attempt, e, opts, reporter).await;
+                retry_wait(expect, &shown, attempt, e, opts, reporter).await;
             }
             Err(e) => return Err(e),
         }
@@ -117,6 +119,7 @@ async fn request(
     if partial.expect().exact && partial.len() == size {
         return Ok(None);
     }
+    let shown = shown(url);
     let mut req = client.get(url).headers(headers.clone());
     if !partial.is_empty() {
         req = req.header(reqwest::header::RANGE, format!("bytes={}-", partial.len()));
@@ -124,7 +127,10 @@ async fn request(
     let resp = tokio::time::timeout(opts.idle_timeout, req.send())
         .await
         .map_err(|_| {
-            AttemptError::Transient(format!("{url}: no response within {:?}", opts.idle_timeout))
+            AttemptError::Transient(format!(
+                "{shown}: no response within {:?}",
+                opts.idle_timeout
+            ))
         })?
         .map_err(|e| classify_reqwest(url, e))?;
     let status = resp.status();
@@ -144,7 +150,7 @@ async fn request(
             if start != Some(partial.len()) {
                 partial.restart().map_err(AttemptError::Store)?;
                 return Err(AttemptError::Transient(format!(
-                    "{url}: asked for bytes from {}, the server answered with range {start:?}; starting over",
+                    "{shown}: asked for bytes from {}, the server answered with range {start:?}; starting over",
                     partial.len()
                 )));
             }
@@ -153,16 +159,16 @@ async fn request(
             // Our partial is not a prefix the server recognises; start over.
             partial.restart().map_err(AttemptError::Store)?;
             return Err(AttemptError::Transient(format!(
-                "{url}: HTTP 416 to a resume request; starting over"
+                "{shown}: HTTP 416 to a resume request; starting over"
             )));
         }
         _ if transient_status(status) => {
-            return Err(AttemptError::Transient(format!("{url}: HTTP {status}")));
+            return Err(AttemptError::Transient(format!("{shown}: HTTP {status}")));
         }
-        401 | 403 => return Err(AttemptError::Denied(format!("{url}: HTTP {status}"))),
+        401 | 403 => return Err(AttemptError::Denied(format!("{shown}: HTTP {status}"))),
         _ => {
             return Err(AttemptError::Fatal(format!(
-                "{url}: HTTP {status} (expected 200 or 206)"
+                "{shown}: HTTP {status} (expected 200 or 206)"
             )));
         }
     }
@@ -180,7 +186,7 @@ const PIPE_DEPTH: usize = 4;
 async fn stream_body(
     mut partial: Partial,
     resp: reqwest::Response,
-    url: &str,
+    shown: &str,
     opts: &FetchOptions,
     reporter: &dyn Reporter,
     transferred: &AtomicU64,
@@ -205,7 +211,7 @@ async fn stream_body(
             Ok(next) => next,
             Err(_) => {
                 break Err(AttemptError::Transient(format!(
-                    "{url}: no data for {:?} after {} bytes",
+                    "{shown}: no data for {:?} after {} bytes",
                     opts.idle_timeout,
                     start + got
                 )))
@@ -226,7 +232,7 @@ async fn stream_body(
                     bytes: start + got,
                 });
             }
-            Some(Err(e)) => break Err(classify_reqwest(url, e)),
+            Some(Err(e)) => break Err(classify_reqwest(shown, e)),
         }
     };
     drop(tx);
@@ -234,7 +240,7 @@ async fn stream_body(
         .await
         .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
     if let Err(e) = written {
-        return (partial, Err(write_error(e, url)));
+        return (partial, Err(write_error(e, shown)));
     }
     if let Err(e) = net {
         return (partial, Err(e));
@@ -244,7 +250,7 @@ async fn stream_body(
         return (
             partial,
             Err(AttemptError::Transient(format!(
-                "{url}: the response ended after {n} of {size} bytes"
+                "{shown}: the response ended after {n} of {size} bytes"
             ))),
         );
     }
@@ -252,20 +258,14 @@ async fn stream_body(
 }
 
 pub(crate) fn classify_reqwest(url: &str, e: reqwest::Error) -> AttemptError {
-    // The message names the URL once, in front; reqwest's own text would repeat it.
+    // The message names the URL once, in front and masked; reqwest's own text would repeat it.
     let e = e.without_url();
-    let mut text = e.to_string();
-    let mut cause = std::error::Error::source(&e);
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
+    let text = format!("{}: {}", shown(url), causes(&e));
     if e.is_builder() || e.is_redirect() {
-        AttemptError::Fatal(format!("{url}: {text}"))
+        AttemptError::Fatal(text)
     } else {
         // Connect errors, resets, timeouts and broken bodies are all worth another try.
-        AttemptError::Transient(format!("{url}: {text}"))
+        AttemptError::Transient(text)
     }
 }
 
@@ -278,6 +278,7 @@ pub async fn hash_url(
     opts: &FetchOptions,
 ) -> Result<(String, u64), FetchError> {
     use sha2::Digest as _;
+    let shown = shown(url);
     let client = reqwest::Client::builder()
         .connect_timeout(opts.connect_timeout)
         .no_gzip()
@@ -295,11 +296,11 @@ pub async fn hash_url(
                     .map_err(|e| classify_reqwest(url, e))?;
                 let status = resp.status();
                 if transient_status(status) {
-                    return Err(AttemptError::Transient(format!("{url}: HTTP {status}")));
+                    return Err(AttemptError::Transient(format!("{shown}: HTTP {status}")));
                 }
                 if !status.is_success() {
                     return Err(AttemptError::Fatal(format!(
-                        "{url}: HTTP {status} (expected 200)"
+                        "{shown}: HTTP {status} (expected 200)"
                     )));
                 }
                 let mut h = sha2::Sha256::new();
@@ -308,13 +309,13 @@ pub async fn hash_url(
                 while let Some(chunk) = tokio::time::timeout(opts.idle_timeout, body.next())
                     .await
                     .map_err(|_| {
-                    AttemptError::Transient(format!("{url}: no data for {:?}", opts.idle_timeout))
+                    AttemptError::Transient(format!("{shown}: no data for {:?}", opts.idle_timeout))
                 })? {
                     let chunk = chunk.map_err(|e| classify_reqwest(url, e))?;
                     n += chunk.len() as u64;
                     if n > limit {
                         return Err(AttemptError::Fatal(format!(
-                            "{url}: larger than {limit} bytes"
+                            "{shown}: larger than {limit} bytes"
                         )));
                     }
                     h.update(&chunk);
@@ -331,7 +332,7 @@ pub async fn hash_url(
                 Err(e) => {
                     return Err(FetchError::Failed {
                         total: 1,
-                        failures: vec![(url.to_string(), msg(&e))],
+                        failures: vec![(shown.clone(), msg(&e))],
                         wrong_bytes: false,
                     })
                 }

@@ -10,6 +10,7 @@ mod error;
 mod http;
 mod partial;
 mod report;
+mod shown;
 mod small;
 mod source;
 
@@ -23,6 +24,7 @@ pub(crate) use error::{msg, AttemptError};
 pub(crate) use http::fetch_url;
 pub use http::{content_range_start, hash_url};
 pub use report::{Event, Reporter, Silent, Summary};
+pub use shown::{causes, shown};
 pub use small::{client, get_small};
 pub(crate) use source::backoff;
 pub use source::{FetchOptions, Source};
@@ -142,7 +144,7 @@ async fn fetch_one(
             Source::MirrorUrl(_) | Source::MirrorDir(_) => vec![None],
         };
         for url in urls {
-            let label = url.clone().unwrap_or_else(|| source.label());
+            let label = url.as_deref().map_or_else(|| source.label(), shown);
             let r = if let Some(url) = url {
                 let none = reqwest::header::HeaderMap::new();
                 let r = fetch_url(
@@ -156,7 +158,7 @@ async fn fetch_one(
                     transferred,
                 )
                 .await;
-                r.map(|resumed| (url, resumed))
+                r.map(|resumed| (shown(&url), resumed))
             } else {
                 from_mirror(client, store, &expect, source, opts, reporter, transferred).await
             };
@@ -218,7 +220,7 @@ pub(crate) async fn from_mirror(
                 transferred,
             )
             .await?;
-            Ok((url, resumed))
+            Ok((shown(&url), resumed))
         }
         Source::MirrorDir(dir) => {
             let path = dir.join("blobs").join("sha256").join(&expect.sha256);

@@ -3,6 +3,7 @@
 //! timeouts, 408, 429, 5xx), and a size cap that holds with or without a Content-Length.
 
 use super::error::FetchError;
+use super::shown::{causes, shown};
 use super::source::{backoff, FetchOptions};
 
 /// The HTTP client kiln fetches with: the connect timeout of `opts`, kiln's user agent, no
@@ -36,12 +37,12 @@ pub async fn get_small(
             Ok(b) => return Ok(b),
             Err(Attempt::Transient(e)) if attempt < opts.attempts_per_url => {
                 let wait = backoff(opts, attempt);
-                tracing::debug!("{url}: {e}; retrying in {wait:?}");
+                tracing::debug!("{}: {e}; retrying in {wait:?}", shown(url));
                 tokio::time::sleep(wait).await;
             }
             Err(Attempt::Transient(reason) | Attempt::Fatal(reason)) => {
                 return Err(FetchError::Get {
-                    url: url.to_string(),
+                    url: shown(url),
                     reason,
                     attempts: attempt,
                 })
@@ -57,17 +58,7 @@ async fn once(
     opts: &FetchOptions,
 ) -> Result<Option<Vec<u8>>, Attempt> {
     // reqwest's Display omits the cause ("error sending request"); the chain names it.
-    let net_err = |e: reqwest::Error| {
-        let e = e.without_url();
-        let mut text = e.to_string();
-        let mut cause = std::error::Error::source(&e);
-        while let Some(c) = cause {
-            text.push_str(": ");
-            text.push_str(&c.to_string());
-            cause = c.source();
-        }
-        Attempt::Transient(text)
-    };
+    let net_err = |e: reqwest::Error| Attempt::Transient(causes(&e.without_url()));
     let resp = tokio::time::timeout(opts.idle_timeout, client.get(url).send())
         .await
         .map_err(|_| Attempt::Transient(format!("no response within {:?}", opts.idle_timeout)))?

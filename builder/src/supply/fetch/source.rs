@@ -26,7 +26,7 @@ impl Source {
 
     pub(crate) fn label(&self) -> String {
         match self {
-            Source::MirrorUrl(u) => u.clone(),
+            Source::MirrorUrl(u) => super::shown(u),
             Source::MirrorDir(d) => d.display().to_string(),
             Source::Upstream => "upstream".into(),
         }
