@@ -75,13 +75,21 @@ pub fn spdx_json(layer: &Layer) -> Result<String, BakeError> {
             "SPDXID": id,
             "name": a.name,
             "versionInfo": a.version,
-            "downloadLocation": a.url,
+            "downloadLocation": download_location(&a.url),
             "filesAnalyzed": false,
             "checksums": [{"algorithm": "SHA256", "checksumValue": a.sha256}],
             "licenseConcluded": "NOASSERTION",
             "licenseDeclared": "NOASSERTION",
             "copyrightText": "NOASSERTION",
         }));
+        if download_location(&a.url) == NOASSERTION {
+            if let Some(p) = packages.last_mut() {
+                p["comment"] = json!(format!(
+                    "downloaded from {} (SPDX tools accept only a host name as downloadLocation)",
+                    crate::supply::fetch::shown(&a.url)
+                ));
+            }
+        }
         rels.push(json!({
             "spdxElementId": layer_id,
             "relationshipType": "DEPENDS_ON",
@@ -217,4 +225,57 @@ pub fn spdx_json(layer: &Layer) -> Result<String, BakeError> {
     })?;
     s.push('\n');
     Ok(s)
+}
+
+const NOASSERTION: &str = "NOASSERTION";
+
+/// An artifact's lock URL as SPDX's `downloadLocation`, or `NOASSERTION` where the reference
+/// validator (spdx-tools, `validate_url`) would refuse it: a host that is an IP address,
+/// `localhost` or any name without a dot (a loopback or in-house mirror), or a URL carrying
+/// credentials. The URL then goes into the package's comment, credentials masked.
+fn download_location(url: &str) -> String {
+    let host = url
+        .split_once("://")
+        .map(|(_, rest)| rest.split(['/', '?', '#']).next().unwrap_or(""))
+        .unwrap_or("");
+    let (creds, hostport) = match host.rsplit_once('@') {
+        Some((_, h)) => (true, h),
+        None => (false, host),
+    };
+    let name = match hostport.strip_prefix('[') {
+        Some(_) => "",
+        None => hostport.split(':').next().unwrap_or(""),
+    };
+    let dns = name.contains('.')
+        && name.parse::<std::net::Ipv4Addr>().is_err()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+    if dns && !creds {
+        url.to_string()
+    } else {
+        NOASSERTION.to_string()
+    }
+}
+
+#[cfg(test)]
+mod download_location_tests {
+    use super::*;
+
+    #[test]
+    fn only_urls_with_a_host_name_are_kept() {
+        for (url, kept) in [
+            ("https://dl.k8s.io/v1.36.1/bin/linux/amd64/kubelet", true),
+            ("https://github.com:443/a/b.tar.gz", true),
+            ("http://127.0.0.1:8080/containerd.tar.gz", false),
+            ("http://[::1]:8080/x", false),
+            ("http://localhost/x", false),
+            ("http://mirror/x", false),
+            ("https://u:p@dl.example.org/x", false),
+            ("not a url", false),
+        ] {
+            let want = if kept { url } else { NOASSERTION };
+            assert_eq!(download_location(url), want, "{url}");
+        }
+    }
 }
