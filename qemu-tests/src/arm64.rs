@@ -38,7 +38,9 @@ pub fn boot_rootfs_node_arm64(spec: &NodeBoot) -> Result<Booted> {
     let work = tempfile::tempdir()?;
     let root = rootfs_root(tools, assets, work.path(), &spec.node)?;
     finish_root(&root, &spec.kubelet_mode, Arch::Arm64)?;
-    crate::pod::install_for(&root, "ubuntu", Arch::Arm64)?;
+    if spec.pod {
+        crate::pod::install_for(&root, "ubuntu", Arch::Arm64)?;
+    }
     let disk = root.into_disk(&work.path().join("root.ext4"), 512)?;
     boot(
         assets,

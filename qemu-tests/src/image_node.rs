@@ -70,7 +70,9 @@ pub fn make_image(work: &Path, spec: &NodeBoot, vendor: Vendor) -> Result<Imaged
         }
     };
     finish_root(&root, &spec.kubelet_mode, Arch::Amd64)?;
-    crate::pod::install(&root, image_name)?;
+    if spec.pod {
+        crate::pod::install(&root, image_name)?;
+    }
     let base = bootdisk::vendor_disk(root, assets, layout, &work.join("vendor.raw"), 1024)?;
     let _ = std::fs::remove_dir_all(work.join("root"));
 

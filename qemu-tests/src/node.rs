@@ -62,6 +62,11 @@ pub struct NodeBoot {
     pub metadata: Metadata,
     /// How long to wait for the report before failing.
     pub timeout: Duration,
+    /// Whether the stand-in kubelet runs the real pod after its bootstrap (the test images
+    /// imported, a sandbox and a container run through containerd, runc and CNI). Only the
+    /// scenarios that assert it: it costs about 55 s of emulated CPU per boot (docs/boot-tests.md,
+    /// "A real pod").
+    pub pod: bool,
 }
 
 /// Host-side timings of one boot, in milliseconds.
@@ -243,7 +248,9 @@ pub fn boot_rootfs_node_edited(
     let work = tempfile::tempdir()?;
     let root = rootfs_root(tools, assets, work.path(), &spec.node)?;
     finish_root(&root, &spec.kubelet_mode, Arch::Amd64)?;
-    crate::pod::install(&root, "ubuntu")?;
+    if spec.pod {
+        crate::pod::install(&root, "ubuntu")?;
+    }
     edit(&root)?;
     let disk = root.into_disk(&work.path().join("root.ext4"), 512)?;
     boot(
@@ -405,7 +412,9 @@ pub fn boot_sysext_node(spec: &NodeBoot) -> Result<(Booted, crate::sysupdate::Mi
         &work.path().join("ignition"),
     )?;
     finish_root(&root, &spec.kubelet_mode, Arch::Amd64)?;
-    crate::pod::install(&root, "flatcar")?;
+    if spec.pod {
+        crate::pod::install(&root, "flatcar")?;
+    }
     // After the join, a patch update from the mirror the transfer file names.
     crate::sysupdate::install_tools(&root)?;
     crate::after_join::install(&root, &crate::sysupdate::after_join_script())?;
@@ -468,7 +477,9 @@ pub fn boot_cloudinit_node(spec: &NodeBoot) -> Result<(Booted, String)> {
         0o644,
     )?;
     finish_root(&root, &spec.kubelet_mode, Arch::Amd64)?;
-    crate::pod::install(&root, "ubuntu")?;
+    if spec.pod {
+        crate::pod::install(&root, "ubuntu")?;
+    }
     let node_toml = scenario::node_toml(&work.path().join("node"), &spec.node)?;
     root.write(
         scenario::SIGNED_CLIENT,

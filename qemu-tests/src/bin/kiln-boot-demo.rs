@@ -20,6 +20,7 @@ fn main() -> ExitCode {
         },
         metadata: Metadata::Aws,
         timeout: Duration::from_secs(600),
+        pod: true,
     };
     println!("demo: bake images/ubuntu.toml (rootfs) from the fixture mirror, kiln install --root into a Debian base,");
     println!("      kiln render the /etc/kiln files, boot under QEMU with an IMDSv2 stand-in (this takes a minute or two)");

@@ -6,7 +6,7 @@ use std::time::Duration;
 use kiln_qemu_tests::expect_ok;
 use kiln_qemu_tests::node::{timeline, Metadata};
 
-use super::{assert_aws_node, assert_doctor, assert_pod_ran, assert_registered, spec};
+use super::{assert_aws_node, assert_doctor, assert_pod_ran, assert_registered, spec_with_pod};
 
 /// The ubuntu node on arm64 (issue 23): baked with `--arch arm64` from the fixture mirror,
 /// installed into the debootstrapped arm64 base, booted under `qemu-system-aarch64 -machine
@@ -18,7 +18,7 @@ use super::{assert_aws_node, assert_doctor, assert_pod_ran, assert_registered, s
 fn ubuntu_aws_arm64() {
     use kiln_qemu_tests::arm64::{boot_rootfs_node_arm64, graviton_instance, EM_AARCH64};
     let i = graviton_instance();
-    let mut s = spec(
+    let mut s = spec_with_pod(
         "ubuntu_aws_arm64",
         "success",
         Metadata::AwsAs(i.clone()),
