@@ -55,6 +55,6 @@ set -e
   die "$bin --help under qemu-aarch64-static exited $status without its usage: $usage"
 # Stripped: every boot copies it into its disk.
 mkdir -p "$(dirname "$out")"
-aarch64-linux-gnu-strip -o "$out.tmp" "$bin"
-if cmp -s "$out.tmp" "$out"; then rm "$out.tmp"; else mv "$out.tmp" "$out"; fi
+aarch64-linux-gnu-strip -o "$out.tmp.$$" "$bin"
+if cmp -s "$out.tmp.$$" "$out"; then rm "$out.tmp.$$"; else mv "$out.tmp.$$" "$out"; fi
 echo "build-cri-smoke-arm64: $out ($(stat -c %s "$out") bytes)"

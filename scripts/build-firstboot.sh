@@ -76,9 +76,9 @@ case "$variant" in
         die "aarch64-linux-gnu-gcc is missing: run \`make deps\` (installs gcc-aarch64-linux-gnu)"
       [ -f "$specs" ] || die "$specs is missing: run \`make deps\` (installs musl-dev:arm64)"
       cc=$link_dir/musl-gcc
-      printf '#!/bin/sh\nexec aarch64-linux-gnu-gcc "$@" -specs %s\n' "$specs" >"$cc.tmp"
-      chmod +x "$cc.tmp"
-      mv "$cc.tmp" "$cc"
+      printf '#!/bin/sh\nexec aarch64-linux-gnu-gcc "$@" -specs %s\n' "$specs" >"$cc.tmp.$$"
+      chmod +x "$cc.tmp.$$"
+      mv "$cc.tmp.$$" "$cc"
       gcc=aarch64-linux-gnu-gcc
     fi
 
@@ -88,14 +88,15 @@ case "$variant" in
     # _Unwind_* (a panic=abort binary does, to print a backtrace).
     libgcc_eh=$("$gcc" -print-file-name=libgcc_eh.a)
     [ -f "$libgcc_eh" ] || die "$gcc has no libgcc_eh.a (looked at '$libgcc_eh'): run \`make deps\`"
-    cp "$libgcc_eh" "$link_dir/libunwind.a.tmp"
-    "$cc" -O2 -c scripts/musl/dl_find_object.c -o "$link_dir/dl_find_object.o"
-    ar rsD "$link_dir/libunwind.a.tmp" "$link_dir/dl_find_object.o"
+    cp "$libgcc_eh" "$link_dir/libunwind.a.tmp.$$"
+    "$cc" -O2 -c scripts/musl/dl_find_object.c -o "$link_dir/dl_find_object.$$.o"
+    ar rsD "$link_dir/libunwind.a.tmp.$$" "$link_dir/dl_find_object.$$.o"
+    rm -f "$link_dir/dl_find_object.$$.o"
     # Replaced only when it changed, so cargo does not relink for nothing.
-    if cmp -s "$link_dir/libunwind.a.tmp" "$link_dir/libunwind.a"; then
-      rm "$link_dir/libunwind.a.tmp"
+    if cmp -s "$link_dir/libunwind.a.tmp.$$" "$link_dir/libunwind.a"; then
+      rm "$link_dir/libunwind.a.tmp.$$"
     else
-      mv "$link_dir/libunwind.a.tmp" "$link_dir/libunwind.a"
+      mv "$link_dir/libunwind.a.tmp.$$" "$link_dir/libunwind.a"
     fi
 
     # immediate-abort: a panic is one trap instruction, with no message, formatting or
@@ -132,6 +133,7 @@ fi
 "${run[@]}" "$bin" --version | grep -q '^kiln-firstboot ' ||
   die "$bin --version did not print 'kiln-firstboot <version>'${run:+ (run under ${run[*]})}"
 mkdir -p "$(dirname "$out")"
-cp "$bin" "$out.tmp"
-mv "$out.tmp" "$out"
+# A name of its own: qemu-test (in the background) and size-check may both run this.
+cp "$bin" "$out.tmp.$$"
+if cmp -s "$out.tmp.$$" "$out"; then rm "$out.tmp.$$"; else mv "$out.tmp.$$" "$out"; fi
 echo "build-firstboot: $out ($variant, $arch, $(stat -c %s "$out") bytes)"

@@ -22,6 +22,7 @@ bin="$target_dir/$win_target/firstboot/kiln-firstboot.exe"
 file -b "$bin" | grep -q '^PE32+ executable (console) x86-64' ||
   win_die "$bin is not a PE32+ x86-64 console executable: $(file -b "$bin")"
 mkdir -p "$(dirname "$out")"
-cp "$bin" "$out.tmp"
-mv "$out.tmp" "$out"
+# A name of its own: qemu-test (in the background) and size-check may both run this.
+cp "$bin" "$out.tmp.$$"
+if cmp -s "$out.tmp.$$" "$out"; then rm "$out.tmp.$$"; else mv "$out.tmp.$$" "$out"; fi
 echo "build-windows: $out ($(stat -c %s "$out") bytes)"
