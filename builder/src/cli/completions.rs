@@ -77,6 +77,7 @@ fn write_pages(
     clap_mangen::Man::new(page)
         .render(&mut roff)
         .with_context(|| format!("rendering the man page of {name}"))?;
+    roff.extend_from_slice(crate::cli::man_sections::roff(&name.replace('-', " ")).as_bytes());
     let file = format!("{name}.1");
     let path = dir.join(&file);
     crate::atomic_file::write(&path, ".kiln-man-", &roff, 0o644)

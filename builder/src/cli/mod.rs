@@ -16,6 +16,7 @@ pub mod inspect;
 pub mod install;
 pub mod lock;
 pub mod lock_move;
+pub mod man_sections;
 pub mod mirror;
 pub mod mirror_oci;
 pub mod outdated;
