@@ -106,9 +106,11 @@ case "$variant" in
     else
       panic=""
     fi
-    # One target dir per variant (cargo keeps one subdirectory per target triple in it): each
-    # keeps its own prebuilt std warm.
+    # One target dir per variant and architecture: each keeps its own prebuilt std warm, and
+    # the two architectures build at once (`make -j2 firstboot`) without waiting on one
+    # directory's lock.
     target_dir=target/firstboot/$variant
+    [ "$arch" = amd64 ] || target_dir=$target_dir-$arch
     # relocation-model=static: musl-gcc's specs cannot link a static-pie (no rcrt1.o, always
     # a dynamic loader), so the binary is a classic static executable.
     RUSTC="$debian_rustc" RUSTDOC="${debian_rustc%rustc}rustdoc" RUSTC_BOOTSTRAP=1 \

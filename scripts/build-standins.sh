@@ -5,19 +5,22 @@
 #
 #   scripts/build-standins.sh OUTDIR
 #
-# OUTDIR/linux-amd64/{kubelet,crictl}      tools/standin-kubelet, rustup's stable toolchain
+# OUTDIR/linux-amd64/{kubelet,crictl}      tools/standin-kubelet, rustup's stable toolchain (release),
+#                                          or the programs in $KILN_STANDINS_AMD64 when it names a
+#                                          directory holding them (`make test` names target/debug,
+#                                          which its build-tests stage has just built)
 # OUTDIR/linux-amd64/kubeadm               tools/standin-kubeadm (the kubeadm join double), the same
-# OUTDIR/linux-arm64/{kubelet,crictl,kubeadm} the same sources for aarch64-unknown-linux-gnu:
-#                                          Debian's rustc rebuilds std (-Z build-std), linked
-#                                          by Debian's aarch64-linux-gnu-gcc
+# OUTDIR/linux-arm64/{kubelet,crictl,kubeadm} the same sources for aarch64-unknown-linux-gnu,
+#                                          built by scripts/cross-arm64.sh (Debian's rustc and its
+#                                          prebuilt arm64 std, Debian's aarch64-linux-gnu-gcc)
 # OUTDIR/windows-amd64/{kubelet,crictl}.exe the same source for x86_64-pc-windows-gnu (mingw,
 #                                          as scripts/build-windows.sh builds kiln-firstboot.exe)
 # OUTDIR/windows-amd64/tool.exe            a tiny C program (mingw) that names itself and says
 #                                          it is a stand-in: containerd.exe, ctr.exe, the
 #                                          runhcs shim and the Windows CNI plugins are copies
 #
-# Needs (make deps): rustc-web, cargo-web, rust-web-src, gcc-aarch64-linux-gnu,
-# libc6-dev-arm64-cross, gcc-mingw-w64-x86-64. Outputs are replaced only when their bytes
+# Needs (make deps): rustc-web, cargo-web, rust-web-src, gcc-mingw-w64-x86-64, and what
+# scripts/cross-arm64.sh needs. Outputs are replaced only when their bytes
 # changed, so a rebuild that changed nothing leaves the files (and their mtimes) alone.
 set -euo pipefail
 
@@ -40,12 +43,24 @@ put() { # SRC DEST: copy when different
 }
 
 # linux/amd64: the workspace's own toolchain (the stand-in kubelet the boot tests run).
-(unset RUSTC RUSTDOC RUSTC_BOOTSTRAP && cargo build -q --locked --release -p standin-kubelet -p standin-kubeadm)
-for b in kubelet crictl kubeadm; do put "target/release/$b" "$out/linux-amd64/$b"; done
+if [ -n "${KILN_STANDINS_AMD64:-}" ]; then
+  for b in kubelet crictl kubeadm; do
+    [ -x "$KILN_STANDINS_AMD64/$b" ] || die "KILN_STANDINS_AMD64=$KILN_STANDINS_AMD64 holds no $b program"
+  done
+  amd64=$KILN_STANDINS_AMD64
+else
+  (unset RUSTC RUSTDOC RUSTC_BOOTSTRAP && cargo build -q --locked --release -p standin-kubelet -p standin-kubeadm)
+  amd64=target/release
+fi
+for b in kubelet crictl kubeadm; do put "$amd64/$b" "$out/linux-amd64/$b"; done
 
-# linux/arm64 and windows/amd64: Debian's compiler with std rebuilt for the target, the
-# firstboot profile (small, panic=abort) and the same build-std flags as kiln-firstboot, so
-# the Windows std build is shared with scripts/build-windows.sh.
+# linux/arm64: one cross build with the arm64 cri-smoke (scripts/cross-arm64.sh).
+arm64=$(scripts/cross-arm64.sh)
+for b in kubelet crictl kubeadm; do put "$arm64/$b" "$out/linux-arm64/$b"; done
+
+# windows/amd64: Debian's compiler with std rebuilt for the target, the firstboot profile
+# (small, panic=abort) and the same build-std flags as kiln-firstboot, so the Windows std build
+# is shared with scripts/build-windows.sh.
 cross() { # TARGET TARGET_DIR PACKAGE...
   local target=$1 dir=$2 pkgs=() p
   shift 2
@@ -54,11 +69,6 @@ cross() { # TARGET TARGET_DIR PACKAGE...
     --target "$target" --target-dir "$dir" \
     -Z build-std=std,panic_abort -Z build-std-features=optimize_for_size
 }
-CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
-  cross aarch64-unknown-linux-gnu target/standins/arm64 standin-kubelet standin-kubeadm
-for b in kubelet crictl kubeadm; do
-  put "target/standins/arm64/aarch64-unknown-linux-gnu/firstboot/$b" "$out/linux-arm64/$b"
-done
 # Windows: the stand-in kubelet only (the kubeadm double is unix-only; kiln runs no kubeadm
 # on Windows, and the fixture mirror ships the stand-in kubelet as kubeadm.exe).
 cross "$win_target" target/firstboot/windows standin-kubelet

@@ -2,7 +2,7 @@
 # Builds the boot tests' slow, cacheable inputs in the background while `make test` runs its
 # other stages: QEMU's packages, the guest assets (kernels, initramfs, the amd64 and arm64
 # Debian bases; the arm64 one runs debootstrap's second stage under qemu-user) and the arm64
-# cri-smoke cross build. Each of those takes its own lock and is idempotent, so qemu-test's
+# cross build (cri-smoke and the stand-ins, scripts/cross-arm64.sh). Each of those takes its own lock and is idempotent, so qemu-test's
 # own calls wait for a running prefetch and redo anything it did not finish; a failed
 # prefetch costs nothing but its time.
 #
@@ -18,10 +18,11 @@ start)
   : >"$log"
   setsid bash -c '
     start=$(date +%s)
-    scripts/deps.sh qemu &&
-      qemu-tests/assets/assets.sh all arm64 >/dev/null &&
-      scripts/build-cri-smoke-arm64.sh target/cri-smoke/arm64/cri-smoke
-    rc=$?
+    rc=0
+    # The arm64 cross build first: the fixture stage needs its stand-ins sooner than qemu-test
+    # needs the guest assets.
+    scripts/build-cri-smoke-arm64.sh target/cri-smoke/arm64/cri-smoke || rc=$?
+    { scripts/deps.sh qemu && qemu-tests/assets/assets.sh all arm64 >/dev/null; } || rc=$?
     echo "prefetch: done in $(( $(date +%s) - start )) s, exit $rc"
   ' >>"$log" 2>&1 </dev/null &
   echo "make test: building the boot tests' assets in the background (log: $log)"
