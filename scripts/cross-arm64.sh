@@ -44,7 +44,9 @@ flock 9
 
 # The std of the installed compiler, for the target: the same source package and version.
 std_pkg=libstd-rust-web-dev
-version=$(dpkg-query -W -f='${Version}' "$std_pkg" 2>/dev/null) ||
+# The host's own architecture by name: with the arm64 package installed too, the bare name
+# would print both versions.
+version=$(dpkg-query -W -f='${Version}' "$std_pkg:$(dpkg --print-architecture)" 2>/dev/null) ||
   die "$std_pkg (amd64) is not installed: run \`make deps\` (rustc-web brings it)"
 [ -n "$version" ] || die "$std_pkg (amd64) is not installed: run \`make deps\`"
 cache=${KILN_RUST_STD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/rust-std}

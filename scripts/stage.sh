@@ -8,7 +8,9 @@
 #                                              "NAME<TAB>SECONDS<TAB>STATUS<TAB>CPU%"
 #   scripts/stage.sh LOG --start NAME COMMAND…  the same in the background, in a process group
 #                                              of its own, its output kept in
-#                                              DIR/stage-NAME.out (DIR: LOG's directory)
+#                                              DIR/stage-NAME.out (DIR: LOG's directory);
+#                                              it ends itself if the make that started it
+#                                              is gone
 #   scripts/stage.sh LOG --join NAME           wait for a background stage, print its output,
 #                                              exit with its status
 #   scripts/stage.sh LOG --stop NAME           end a background stage (a stage beside it failed)
@@ -50,9 +52,26 @@ case "${1:-}" in
   shift 2
   mkdir -p "$dir"
   rm -f "$dir/stage-$name.rc" "$dir/stage-$name.pid"
+  # The make that runs this recipe: when it is gone (Ctrl-C, a kill), nothing will --join or
+  # --stop the stage, so the stage ends itself.
+  watch=$PPID
+  while [ "$watch" -gt 1 ] && [ "$(cat "/proc/$watch/comm" 2>/dev/null)" != make ]; do
+    watch=$(awk '{ print $4 }' "/proc/$watch/stat" 2>/dev/null || echo 1)
+  done
+  [ "$watch" -gt 1 ] || watch=
   # setsid: its own process group, so --stop ends QEMU, nextest and every test with it.
-  setsid bash -c 'out=$1 rc=$2; shift 2; "$@" >"$out" 2>&1 </dev/null; echo $? >"$rc.tmp" && mv "$rc.tmp" "$rc"' \
-    bash "$dir/stage-$name.out" "$dir/stage-$name.rc" "$0" "$log" "$name (beside)" "$@" &
+  setsid bash -c '
+    out=$1 rc=$2 watch=$3 watcher=
+    shift 3
+    if [ -n "$watch" ]; then
+      ( while kill -0 "$watch" 2>/dev/null; do sleep 2; done; kill -TERM -- "-$$" ) &
+      watcher=$!
+    fi
+    "$@" >"$out" 2>&1 </dev/null
+    status=$?
+    [ -z "$watcher" ] || kill "$watcher" 2>/dev/null
+    echo "$status" >"$rc.tmp" && mv "$rc.tmp" "$rc"' \
+    bash "$dir/stage-$name.out" "$dir/stage-$name.rc" "$watch" "$0" "$log" "$name (beside)" "$@" &
   echo $! >"$dir/stage-$name.pid"
   echo "make test: $name runs in the background beside the next stages (output: $dir/stage-$name.out)"
   exit 0

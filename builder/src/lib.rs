@@ -16,6 +16,7 @@ pub mod image_def;
 pub mod install;
 pub mod layer_contract;
 pub mod plan;
+pub mod proxy_url;
 pub mod render;
 pub mod sizing;
 pub mod supply;

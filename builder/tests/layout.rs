@@ -396,3 +396,91 @@ fn no_source_file_over_600_lines() {
         "files over {MAX_LINES} lines (a file that long usually holds two concepts): {long:?}"
     );
 }
+
+/// The builder's top-level modules by layer: a module imports only from its own layer or a
+/// lower one (issue 35: "no import up a layer"); cycles within a layer are the cycle test's.
+/// `lib.rs` and `main.rs` declare and dispatch and sit above all of them.
+const BUILDER_LAYERS: &[&[&str]] = &[
+    // leaves: one job each, no kiln imports
+    &[
+        "archive_rules",
+        "atomic_file",
+        "bounded_read",
+        "digest",
+        "exit",
+        "firstboot_man",
+        "proxy_url",
+        "sizing",
+    ],
+    // what the others exchange: the signed supply chain, the layer's own files
+    &["supply", "layer_contract"],
+    // an image definition read, a layer installed
+    &["image_def", "install"],
+    // a layer baked, a node's files rendered
+    &["bake", "render"],
+    // decided once from all of the above: the bake plan; a disk image built from a layer
+    &["plan", "image"],
+    // arguments and printing
+    &["cli"],
+];
+
+fn layer_of(layers: &[&[&str]], module: &str) -> Option<usize> {
+    layers.iter().position(|l| l.contains(&module))
+}
+
+/// Each edge between top-level modules that goes up a layer, as `from -> to (file -> file)`.
+fn upward_imports(src: &Path, layers: &[&[&str]]) -> Vec<String> {
+    let g = graph_of(src);
+    let top = |f: &str| {
+        f.split('/')
+            .next()
+            .unwrap_or(f)
+            .trim_end_matches(".rs")
+            .to_string()
+    };
+    let mut up = Vec::new();
+    for (from, targets) in &g.edges {
+        for to in targets {
+            let (a, b) = (top(from), top(to));
+            if a == b || a == "lib" {
+                continue;
+            }
+            match (layer_of(layers, &a), layer_of(layers, &b)) {
+                (Some(la), Some(lb)) if lb <= la => {}
+                (la, lb) => up.push(format!(
+                    "{a} (layer {la:?}) -> {b} (layer {lb:?}): {from} -> {to}"
+                )),
+            }
+        }
+    }
+    up
+}
+
+#[test]
+fn no_builder_import_goes_up_a_layer() {
+    let up = upward_imports(&src_dir(), BUILDER_LAYERS);
+    assert!(
+        up.is_empty(),
+        "imports up a layer (or from a module not in BUILDER_LAYERS):\n{}",
+        up.join("\n")
+    );
+    // Every top-level module has a layer, so a new one cannot slip past the rule.
+    for e in std::fs::read_dir(src_dir()).unwrap() {
+        let name = e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_string();
+        if name != "lib" && name != "main" {
+            assert!(
+                layer_of(BUILDER_LAYERS, &name).is_some(),
+                "{name} has no layer in BUILDER_LAYERS"
+            );
+        }
+    }
+    // And the check sees an upward import when there is one: supply may not know the CLI.
+    let mut swapped: Vec<&[&str]> = BUILDER_LAYERS.to_vec();
+    swapped.swap(1, 5);
+    assert!(!upward_imports(&src_dir(), &swapped).is_empty());
+}

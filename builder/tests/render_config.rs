@@ -118,6 +118,33 @@ fn minimal_config_and_optional_files() {
 }
 
 #[test]
+fn server_tls_bootstrap_reaches_node_env_only_when_on() {
+    let with = |v: &str| {
+        let dir = node_dir(&format!(
+            "api_server = \"https://127.0.0.1:6443\"\ncluster_name = \"c1\"\n\
+             [ca]\nfile = \"ca.crt\"\n[bootstrap]\ntoken = \"{TOKEN}\"\n\
+             [kubelet]\nextra_args = [\"--v=2\"]\n{v}"
+        ));
+        load(dir.path())
+            .map(|n| String::from_utf8(file(&n.files(), "node.env").contents.clone()).unwrap())
+    };
+    let on = with("server_tls_bootstrap = true\n").unwrap();
+    assert!(
+        on.ends_with("KUBELET_EXTRA_ARGS=--v=2\nKUBELET_SERVER_TLS_BOOTSTRAP=true\n"),
+        "{on}"
+    );
+    for off in ["server_tls_bootstrap = false\n", ""] {
+        let env = with(off).unwrap();
+        assert!(!env.contains("KUBELET_SERVER_TLS_BOOTSTRAP"), "{env}");
+    }
+    let err = with("server_tls_bootstrap = \"yes\"\n").unwrap_err();
+    assert!(
+        err.contains("server_tls_bootstrap") && err.contains("expected a boolean"),
+        "{err}"
+    );
+}
+
+#[test]
 fn errors_name_the_file_the_key_and_what_was_found() {
     let base = full_node_toml("kubelet");
     let cases: Vec<(String, &str)> = vec![

@@ -380,12 +380,21 @@ fn killed_download_resumes_without_refetching() {
         out_text(&o)
     );
     let total = fx.server.bytes_sent();
-    assert!(
-        total as f64 <= size as f64 * 1.05,
-        "killed at {first} bytes; {total} bytes sent in all for {size} (> 1.05x)"
-    );
     let log = fx.server.log();
-    assert!(log.last().unwrap().range_start.unwrap() > 0, "{log:?}");
+    let resumed_from = log.last().unwrap().range_start.unwrap();
+    // The resumed request asked for the rest of what kiln had kept, and got only that: nothing
+    // kiln had written was fetched again. (What the server sent but kiln had not yet written
+    // when it was killed, in socket buffers, is gone with the process; on a busy machine that
+    // can be a megabyte, so it is not counted against the resume.)
+    assert!(
+        resumed_from >= size as u64 / 4,
+        "killed at {first} bytes sent, but resumed from {resumed_from}: {log:?}"
+    );
+    assert!(
+        total - first <= size as u64 - resumed_from + 64 * 1024,
+        "resumed from {resumed_from}, yet {} bytes were sent after the kill for {size}",
+        total - first
+    );
     assert_eq!(std::fs::read(&blob).unwrap(), fx.arts[0].bytes);
 }
 

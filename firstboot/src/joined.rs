@@ -4,7 +4,7 @@
 //! kubelet that stays up while it retries a failure forever (a wrong CA, a refused Node):
 //! that is diagnosed once kubelet has logged it for [`RETRIED_FOR`], not at the deadline.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::cli::Options;
@@ -262,7 +262,42 @@ pub fn wait(
     if let Some(w) = warning {
         rep.warn(&w);
     }
+    if cfg.node.server_tls_bootstrap {
+        if let Some(w) = serving_certificate_pending(&paths.kubelet_pki_dir, deadline) {
+            rep.warn(&w);
+        }
+    }
     Ok(())
+}
+
+/// How long after the join kiln waits for the cluster to sign kubelet's serving certificate
+/// before it says the CSR is pending: an approver answers within seconds, a cluster without
+/// one never does.
+const SERVING_CERT_WAIT: Duration = Duration::from_secs(10);
+
+/// With `KUBELET_SERVER_TLS_BOOTSTRAP=true`, kubelet asks the cluster for its serving
+/// certificate and serves nothing on port 10250 until a `kubernetes.io/kubelet-serving` CSR is
+/// approved; its certificate manager then writes `kubelet-server-current.pem`
+/// (pkg/kubelet/certificate/kubelet.go: the `kubelet-server` file store in kubelet's
+/// certificate directory). The node has joined either way, so a pending one is a warning for
+/// status.json, with the doctor's `kubelet-serving-cert` check saying the same later.
+fn serving_certificate_pending(pki_dir: &Path, deadline: Instant) -> Option<String> {
+    let current = pki_dir.join("kubelet-server-current.pem");
+    let until = deadline.min(Instant::now() + SERVING_CERT_WAIT);
+    loop {
+        if current.exists() {
+            return None;
+        }
+        if Instant::now() >= until {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    Some(format!(
+        "kubelet's serving certificate is not issued yet: KUBELET_SERVER_TLS_BOOTSTRAP=true has kubelet ask the cluster for it, and no kubernetes.io/kubelet-serving CSR of this node was approved within {} s of the join ({} does not exist); until one is, kubectl logs, exec and port-forward and metrics scraping fail for this node: approve it (kubectl get csr; kubectl certificate approve NAME) or run an approver",
+        SERVING_CERT_WAIT.as_secs(),
+        current.display()
+    ))
 }
 
 /// What kubelet logged about its config file without refusing it: a config with fields it

@@ -155,6 +155,12 @@ pub fn kubelet_args(cfg: &Config, node: &Node, sizing: &Sizing) -> String {
     if !n.cluster_dns.is_empty() {
         flag("cluster-dns", &n.cluster_dns);
     }
+    if n.server_tls_bootstrap {
+        // The config file's `serverTLSBootstrap` as a flag (kubelet's flags win over its
+        // file): the baked file leaves it unset, and an operator's own may too. kubelet 1.36
+        // still takes the flag (cmd/kubelet/app/options/options.go), marked deprecated.
+        flag("rotate-server-certificates", "true");
+    }
     push_extra(&mut a, &n.kubelet_extra_args);
     a
 }
@@ -208,7 +214,9 @@ pub fn kubeadm_kubelet_args(cfg: &Config, node: &Node) -> String {
 /// before writing `/var/lib/kubelet/config.yaml` (`patches.directory` of kiln's
 /// JoinConfiguration; kubeadm's `kubeletconfiguration+strategic` target). Holds the node facts
 /// that are KubeletConfiguration fields: the image's runtime endpoint, provider ID, max pods,
-/// reservations, eviction thresholds and cluster DNS.
+/// reservations, eviction thresholds and cluster DNS, and `serverTLSBootstrap: true` when
+/// node.env asks for it (unset, the cluster's kubelet-config decides, as in kubelet mode the
+/// config file does).
 pub fn kubeadm_kubelet_patch(cfg: &Config, node: &Node, sizing: &Sizing) -> String {
     let mut o = String::with_capacity(512);
     o.push_str(
@@ -265,6 +273,10 @@ pub fn kubeadm_kubelet_patch(cfg: &Config, node: &Node, sizing: &Sizing) -> Stri
             json::write_str(&mut o, d);
         }
         o.push(']');
+    }
+    if cfg.node.server_tls_bootstrap {
+        field(&mut o, "serverTLSBootstrap");
+        o.push_str("true");
     }
     o.push_str("}\n");
     o

@@ -704,3 +704,45 @@ fn an_unreadable_client_certificate_is_named_not_called_missing() {
     );
     assert!(remedy.contains("restart kubelet"), "{remedy}");
 }
+
+#[test]
+fn the_serving_certificate_is_checked_only_when_the_cluster_signs_it() {
+    const CLIENT: &str = "var/lib/kubelet/pki/kubelet-client-current.pem";
+    const SERVING: &str = "var/lib/kubelet/pki/kubelet-server-current.pem";
+    let root = Root::node("");
+    let pki = Pki::new_named(&root, "cluster");
+    let (client, _) = pki.leaf("kubelet", "system:node:n1", "DNS:n1", "365");
+    let verdict = |root: &Root| {
+        let (_, v) = doctor(root, "http://127.0.0.1:1");
+        check(&v, "kubelet-serving-cert")
+    };
+    // Switch off: kubelet's own configuration decides, there is nothing to expect.
+    root.node_env("");
+    root.write(CLIENT, &std::fs::read_to_string(&client).unwrap());
+    let (v, detail, _) = verdict(&root);
+    assert_eq!(v, "skip", "{detail}");
+    assert!(detail.contains("KUBELET_SERVER_TLS_BOOTSTRAP"), "{detail}");
+    // On, joined, nothing signed yet: the pending CSR, and how to approve it.
+    root.node_env("KUBELET_SERVER_TLS_BOOTSTRAP=true\n");
+    let (v, detail, remedy) = verdict(&root);
+    assert_eq!(v, "warn", "{detail}");
+    assert!(detail.contains("kubelet-server-current.pem"), "{detail}");
+    assert!(remedy.contains("kubectl certificate approve"), "{remedy}");
+    // Signed: ok, with its expiry.
+    let (serving, _) = pki.leaf("serving", "system:node:n1", "DNS:n1,IP:10.0.3.7", "30");
+    root.write(SERVING, &std::fs::read_to_string(&serving).unwrap());
+    let (v, detail, _) = verdict(&root);
+    assert_eq!(v, "ok", "{detail}");
+    assert!(detail.contains("system:node:n1 valid until"), "{detail}");
+    // Not a certificate, or an endless device in its place: named, not called missing.
+    root.write(SERVING, "not a certificate\n");
+    assert_eq!(verdict(&root).0, "fail");
+    std::fs::remove_file(root.path(SERVING)).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", root.path(SERVING)).unwrap();
+    let (v, detail, _) = verdict(&root);
+    assert_eq!(v, "fail", "{detail}");
+    assert!(detail.contains("at most 1048576 bytes"), "{detail}");
+    // Not joined yet: no serving certificate is asked for before the client one.
+    std::fs::remove_file(root.path(CLIENT)).unwrap();
+    assert_eq!(verdict(&root).0, "skip");
+}

@@ -356,3 +356,86 @@ fn kubeadm_errors_outlive_its_warnings_and_its_output_is_kept() {
         "{saved}"
     );
 }
+
+/// `KUBELET_SERVER_TLS_BOOTSTRAP=true` (node.toml's `[kubelet] server_tls_bootstrap`) is one
+/// behaviour in both join modes: kubeadm's patch sets `serverTLSBootstrap`, kubelet mode passes
+/// the same setting as kubelet's flag; a serving certificate the cluster has not signed 10 s
+/// after the join is a warning, one it has signed is none. Unset, neither is written (the
+/// kubelet configuration decides).
+#[test]
+fn server_tls_bootstrap_is_one_switch_for_both_join_modes() {
+    const SERVING: &str = "var/lib/kubelet/pki/kubelet-server-current.pem";
+    let srv = imdsv2();
+    // kubeadm mode, no approver: the patch asks for it and the join is followed by a warning.
+    let root = kubeadm_node(RENDERED_JOIN);
+    let mut env = root.read("etc/kiln/node.env");
+    env.push_str("KUBELET_SERVER_TLS_BOOTSTRAP=true\n");
+    root.write("etc/kiln/node.env", &env);
+    let kubeadm = root.stub(
+        "kubeadm",
+        &format!(
+            "mkdir -p '{0}/etc/kubernetes' && touch '{0}/etc/kubernetes/kubelet.conf'",
+            root.dir.display()
+        ),
+    );
+    start_ok(
+        &root,
+        &["--kubeadm", &kubeadm, "--deadline", "60"],
+        &srv.url,
+    );
+    let patch = json::parse(&root.read(PATCH)).unwrap();
+    assert_eq!(
+        patch.get("serverTLSBootstrap"),
+        Some(&Value::Bool(true)),
+        "{}",
+        root.read(PATCH)
+    );
+    let w = warnings(&root);
+    assert!(
+        w.len() == 1
+            && w[0].contains("serving certificate is not issued yet")
+            && w[0].contains("kubectl certificate approve"),
+        "{w:?}"
+    );
+
+    // kubelet mode, an approver: the flag, and no warning once the certificate exists.
+    let root = Root::node("Amazon EC2");
+    root.node_env("KUBELET_SERVER_TLS_BOOTSTRAP=true\nKUBELET_EXTRA_ARGS=--v=2\n");
+    root.write(SERVING, "signed by the cluster\n");
+    start_ok(&root, &[], &srv.url);
+    let env = root.read("run/kiln/kubelet.env");
+    assert!(
+        env.contains(" --rotate-server-certificates=true --v=2\""),
+        "the switch, before the operator's own flags: {env}"
+    );
+    assert!(warnings(&root).is_empty(), "{:?}", warnings(&root));
+
+    // Unset: kubelet's and the cluster's own configuration decide.
+    let root = kubeadm_node(RENDERED_JOIN);
+    start_ok(&root, &["--kubeadm", &kubeadm], &srv.url);
+    assert_eq!(patch_field(&root, "serverTLSBootstrap"), None);
+    let plain = Root::node("Amazon EC2");
+    start_ok(&plain, &[], &srv.url);
+    assert!(!plain
+        .read("run/kiln/kubelet.env")
+        .contains("rotate-server-certificates"));
+
+    // Anything but true or false is refused, naming the key.
+    let bad = Root::node("Amazon EC2");
+    bad.node_env("KUBELET_SERVER_TLS_BOOTSTRAP=yes\n");
+    let systemctl = bad.stub("systemctl", "exit 0");
+    let out = firstboot(
+        &bad,
+        &["--metadata-url", &srv.url, "--systemctl", &systemctl],
+    );
+    assert_ne!(out.code, 0, "{out:#?}");
+    let status = bad.read("run/kiln/status.json");
+    assert!(
+        status.contains("KUBELET_SERVER_TLS_BOOTSTRAP") && status.contains("true or false"),
+        "{status}"
+    );
+}
+
+fn patch_field(root: &Root, key: &str) -> Option<Value> {
+    json::parse(&root.read(PATCH)).unwrap().get(key).cloned()
+}

@@ -81,6 +81,12 @@ pub fn max_pods_map(def: &ImageDef) -> String {
 
 /// The default `KubeletConfiguration`. Node-specific values (cluster DNS, node IP, max pods)
 /// are flags that kiln-firstboot adds; this file holds what is decided at build time.
+///
+/// `serverTLSBootstrap` is left to kubelet's default (false: kubelet signs its own serving
+/// certificate), as kubeadm's cluster configuration leaves it: nothing in a plain cluster
+/// approves `kubernetes.io/kubelet-serving` CSRs, so with it on, port 10250 would serve no
+/// certificate until someone did. node.toml's `[kubelet] server_tls_bootstrap = true` turns it
+/// on at provisioning time, in either join mode (docs/contract.md, "Serving certificate").
 pub fn kubelet_config(def: &ImageDef) -> String {
     // Windows has no cgroups: kubelet there takes no cgroup driver.
     let driver = match (def.os, def.kubernetes.cgroup_driver) {
@@ -109,7 +115,6 @@ authorization:
 {driver}clusterDomain: {domain}
 containerRuntimeEndpoint: {endpoint}
 rotateCertificates: true
-serverTLSBootstrap: true
 readOnlyPort: 0
 ",
         domain = def.kubernetes.cluster_domain,

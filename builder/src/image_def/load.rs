@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::image_def::{DefError, Format, ImageDef, Os, Placement};
-use crate::render::proxy;
+use crate::proxy_url;
 
 impl ImageDef {
     /// Reads, parses and validates a definition file.
@@ -110,7 +110,7 @@ impl ImageDef {
                 if let Some(v) = v {
                     // The proxy goes into containerd.service (0644) in an image many nodes run.
                     if let Some(host) = (k != "containerd.proxy.no_proxy")
-                        .then(|| proxy::credentials_host(v))
+                        .then(|| proxy_url::credentials_host(v))
                         .flatten()
                     {
                         let found = format!("a URL with credentials before `@{host}` (not shown)");

@@ -152,6 +152,9 @@ pub struct NodeConfig {
     pub kubelet_config: Option<Vec<u8>>,
     /// Cluster DNS addresses.
     pub cluster_dns: Vec<String>,
+    /// `[kubelet] server_tls_bootstrap`: kubelet asks the cluster for its serving certificate
+    /// (a `kubernetes.io/kubelet-serving` CSR) instead of signing its own, in either join mode.
+    pub server_tls_bootstrap: bool,
     /// `HTTP_PROXY`.
     pub http_proxy: Option<String>,
     /// `HTTPS_PROXY`.
@@ -189,6 +192,10 @@ impl NodeConfig {
             .set_opt(
                 node_env::KUBELET_EXTRA_ARGS,
                 join(&self.kubelet_extra_args, " "),
+            )
+            .set_opt(
+                node_env::KUBELET_SERVER_TLS_BOOTSTRAP,
+                self.server_tls_bootstrap.then(|| "true".to_string()),
             )
             .set_opt(
                 node_env::KILN_DEADLINE,

@@ -14,7 +14,6 @@ pub mod model;
 pub mod node_files;
 pub mod node_toml;
 pub mod pki;
-pub mod proxy;
 pub mod sysext;
 pub mod windows;
 

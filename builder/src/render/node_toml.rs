@@ -9,12 +9,9 @@ use kiln_firstboot::contract::{self, envfile};
 use kiln_firstboot::redact::valid_token;
 use serde::Deserialize;
 
-use crate::render::config::{
-    ApiServer, ConfigError, Credential, JoinMode, NodeConfig, Provider, Taint,
-};
-use crate::render::input;
-use crate::render::pki;
-use crate::render::proxy;
+use crate::proxy_url;
+use crate::render::config::{ApiServer, ConfigError, Credential, JoinMode, NodeConfig};
+use crate::render::{config::Provider, config::Taint, input, pki};
 
 // ---- the file as written by the user ----
 
@@ -82,6 +79,8 @@ struct RawKubelet {
     config_file: Option<PathBuf>,
     #[serde(default)]
     cluster_dns: Vec<String>,
+    #[serde(default)]
+    server_tls_bootstrap: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -326,6 +325,7 @@ impl Validator<'_> {
             kubelet_extra_args: kubelet.extra_args,
             kubelet_config,
             cluster_dns: kubelet.cluster_dns,
+            server_tls_bootstrap: kubelet.server_tls_bootstrap,
             http_proxy: proxy.http,
             https_proxy: proxy.https,
             no_proxy: proxy.no_proxy,
@@ -333,11 +333,11 @@ impl Validator<'_> {
     }
 
     fn proxy_url(&self, key: &str, url: &str) -> Result<(), ConfigError> {
-        if let Some(host) = proxy::credentials_host(url) {
+        if let Some(host) = proxy_url::credentials_host(url) {
             let found = format!("a URL with credentials before `@{host}` (not shown)");
-            return Err(self.invalid(key, proxy::NO_CREDENTIALS, found));
+            return Err(self.invalid(key, proxy_url::NO_CREDENTIALS, found));
         }
-        let ok = proxy::scheme_rest(url).is_some_and(|r| !r.is_empty()) && plain_token(url);
+        let ok = proxy_url::scheme_rest(url).is_some_and(|r| !r.is_empty()) && plain_token(url);
         if !ok {
             return Err(self.invalid(
                 key,

@@ -33,6 +33,10 @@ pub const MAX_PODS: &str = "MAX_PODS";
 pub const CLUSTER_DNS: &str = "CLUSTER_DNS";
 /// Extra kubelet flags, space-separated.
 pub const KUBELET_EXTRA_ARGS: &str = "KUBELET_EXTRA_ARGS";
+/// `true`: kubelet asks the cluster for its serving certificate (serverTLSBootstrap) in
+/// either join mode; unset or `false`: the kubelet configuration decides (kubelet's default
+/// signs its own).
+pub const KUBELET_SERVER_TLS_BOOTSTRAP: &str = "KUBELET_SERVER_TLS_BOOTSTRAP";
 /// Overrides the image's boot deadline, in seconds.
 pub const KILN_DEADLINE: &str = "KILN_DEADLINE";
 /// Proxy for kubelet and containerd.
@@ -280,6 +284,9 @@ pub fn check(key: &str, value: &str) -> Result<(), &'static str> {
         MAX_PODS if set && value.parse::<u32>().map_or(true, |n| n == 0) => {
             return Err("a positive integer")
         }
+        KUBELET_SERVER_TLS_BOOTSTRAP if set && value != "true" && value != "false" => {
+            return Err("true or false")
+        }
         KILN_DEADLINE if set && value.parse::<u64>().map_or(true, |n| n == 0) => {
             return Err("a positive number of seconds")
         }
@@ -368,6 +375,8 @@ pub struct NodeEnv {
     pub cluster_dns: String,
     /// `KUBELET_EXTRA_ARGS`, as written.
     pub kubelet_extra_args: String,
+    /// `KUBELET_SERVER_TLS_BOOTSTRAP=true`.
+    pub server_tls_bootstrap: bool,
     /// `KILN_DEADLINE` in seconds, when set.
     pub deadline_secs: Option<u64>,
     /// `HTTP_PROXY`.
@@ -421,6 +430,7 @@ impl NodeEnv {
             max_pods: env.non_empty(MAX_PODS).and_then(|v| v.parse().ok()),
             cluster_dns: text(CLUSTER_DNS),
             kubelet_extra_args: text(KUBELET_EXTRA_ARGS),
+            server_tls_bootstrap: env.get(KUBELET_SERVER_TLS_BOOTSTRAP) == Some("true"),
             deadline_secs: env.non_empty(KILN_DEADLINE).and_then(|v| v.parse().ok()),
             http_proxy: text(HTTP_PROXY),
             https_proxy: text(HTTPS_PROXY),
@@ -491,7 +501,7 @@ mod tests {
             "KILN_CONTRACT=1\nAPI_SERVER=https://10.0.0.10:6443\nCLUSTER_NAME=prod\n\
              JOIN_MODE=kubeadm\nPROVIDER=gcp\nNODE_NAME=w1\nNODE_IP=10.0.0.7\n\
              NODE_LABELS=a=b\nNODE_TAINTS=gpu:NoSchedule\nMAX_PODS=58\nCLUSTER_DNS=10.96.0.10\n\
-             KUBELET_EXTRA_ARGS=\" --v=2 \"\nKILN_DEADLINE=600\nNO_PROXY=.local\nHTTP_PROXY=http://p:3128\n",
+             KUBELET_EXTRA_ARGS=\" --v=2 \"\nKUBELET_SERVER_TLS_BOOTSTRAP=true\nKILN_DEADLINE=600\nNO_PROXY=.local\nHTTP_PROXY=http://p:3128\n",
         )
         .unwrap();
         let n = NodeEnv::from_env(&env).unwrap();
@@ -511,6 +521,7 @@ mod tests {
                 max_pods: Some(58),
                 cluster_dns: "10.96.0.10".into(),
                 kubelet_extra_args: " --v=2 ".into(),
+                server_tls_bootstrap: true,
                 deadline_secs: Some(600),
                 http_proxy: "http://p:3128".into(),
                 https_proxy: String::new(),

@@ -1,11 +1,11 @@
-//! The node's credentials: the bootstrap credential the provisioner placed and the client
-//! certificate kubelet got for it. Secret values are never printed: only their shape,
+//! The node's credentials: the bootstrap credential the provisioner placed, the client
+//! certificate kubelet got for it and, when the cluster signs it, kubelet's serving certificate. Secret values are never printed: only their shape,
 //! dates and names.
 
 use super::model::{Check, Node};
 use super::net::{dates, remaining};
 use super::x509::{self, format_time};
-use crate::contract::paths;
+use crate::contract::{node_env, paths};
 
 /// The certificate in a kubeconfig's `client-certificate-data`, if it has one.
 fn kubeconfig_cert(text: &str) -> Option<Result<x509::Cert, String>> {
@@ -183,4 +183,62 @@ pub fn kubelet_client(node: &Node) -> Check {
     } else {
         Check::ok(NAME, text)
     }
+}
+
+/// kubelet's serving certificate when node.env asks the cluster to sign it
+/// (`KUBELET_SERVER_TLS_BOOTSTRAP=true`, kubelet's `serverTLSBootstrap`). kubelet then sends a
+/// `kubernetes.io/kubelet-serving` CSR and serves nothing on port 10250 until it is approved;
+/// its certificate manager keeps the issued pair as `kubelet-server-current.pem`
+/// (pkg/kubelet/certificate/kubelet.go, `NewKubeletServerCertificateManager`: a file store
+/// named `kubelet-server` in kubelet's certificate directory). Nothing in a plain cluster
+/// approves that CSR, so a pending one is the finding.
+pub fn kubelet_serving(node: &Node) -> Check {
+    const NAME: &str = "kubelet-serving-cert";
+    if node.node(node_env::KUBELET_SERVER_TLS_BOOTSTRAP) != Some("true") {
+        return Check::skip(
+            NAME,
+            "KUBELET_SERVER_TLS_BOOTSTRAP is not true: the kubelet configuration decides (kubelet's default signs its own)",
+        );
+    }
+    let client = format!("{}/kubelet-client-current.pem", paths::KUBELET_PKI_DIR);
+    if !node.at(&client).exists() {
+        return Check::skip(NAME, "kubelet has not joined yet: no serving certificate is asked for before its client certificate");
+    }
+    let rel = format!("{}/kubelet-server-current.pem", paths::KUBELET_PKI_DIR);
+    let text = match node.read_checked(&rel) {
+        Ok(Some(t)) => t,
+        Ok(None) => {
+            return Check::warn(
+                NAME,
+                format!("{rel} does not exist: kubelet's kubernetes.io/kubelet-serving CSR is not approved yet, so kubectl logs, exec and port-forward and metrics scraping fail for this node"),
+                "approve it (kubectl get csr; kubectl certificate approve NAME) or run an approver that checks the node's names and addresses; or set [kubelet] server_tls_bootstrap = false in node.toml",
+            )
+        }
+        Err(e) => return Check::fail(NAME, e, format!("remove {rel} and restart kubelet")),
+    };
+    let cert = match x509::pem_certs(&text) {
+        Ok(mut v) => v.remove(0),
+        Err(e) => {
+            return Check::fail(
+                NAME,
+                format!("{rel}: {e}"),
+                format!("remove {rel} and restart kubelet"),
+            )
+        }
+    };
+    if let Some(bad) = dates(&cert, node.now) {
+        return Check::fail(
+            NAME,
+            format!("{rel}: {} {bad}", cert.subject_cn),
+            "fix the clock if it is wrong; otherwise check that the cluster still approves kubelet-serving CSRs (kubelet rotates this certificate through them)",
+        );
+    }
+    Check::ok(
+        NAME,
+        format!(
+            "{rel}: {} valid until {}",
+            cert.subject_cn,
+            format_time(cert.not_after)
+        ),
+    )
 }

@@ -32,6 +32,7 @@ pub fn run(opts: &Options) -> Vec<Check> {
     out.extend(net::api_server(&node));
     out.push(certs::bootstrap_credential(&node));
     out.push(certs::kubelet_client(&node));
+    out.push(certs::kubelet_serving(&node));
     out.push(host::cri(&node));
     out.push(host::disk(&node));
     out

@@ -254,8 +254,11 @@ show proxy /run/kiln-test-containerd.environ /run/kiln/containerd.env /var/lib/k
 #[test]
 fn proxy_set() {
     let mut s = spec_with_pod("proxy_set", "success", Metadata::Aws, 240);
+    // The same boot carries node.toml's serverTLSBootstrap switch (docs/contract.md,
+    // "Serving certificate"): a kubelet-mode flag the strict stand-in must accept, and the
+    // pending-CSR warning (the stand-in, like a cluster without an approver, never gets one).
     s.node.extra = format!(
-        "\n[proxy]\nhttp = \"{PROXY}\"\nhttps = \"{PROXY}\"\nno_proxy = [{}]\n",
+        "\n[kubelet]\nserver_tls_bootstrap = true\n\n[proxy]\nhttp = \"{PROXY}\"\nhttps = \"{PROXY}\"\nno_proxy = [{}]\n",
         NO_PROXY
             .split(',')
             .map(|e| format!("\"{e}\""))
@@ -275,6 +278,19 @@ fn proxy_set() {
     assert_eq!(o.result(), "success", "status: {}", o.status);
     assert_registered(o);
     assert_pod_ran(o, "ubuntu");
+    assert!(
+        o.kubelet_args()
+            .iter()
+            .any(|a| a == "--rotate-server-certificates=true"),
+        "{:?}",
+        o.kubelet_args()
+    );
+    let warnings = o.status["warnings"].to_string();
+    assert!(
+        warnings.contains("serving certificate is not issued yet")
+            && warnings.contains("kubelet-server-current.pem"),
+        "{warnings}"
+    );
     let want = [
         ("HTTP_PROXY", PROXY),
         ("HTTPS_PROXY", PROXY),
@@ -332,6 +348,12 @@ fn proxy_set() {
         .get("proxy")
         .unwrap_or_else(|| panic!("no proxy row in {:?}", o.doctor));
     assert_eq!(verdict, "ok", "{detail}");
+    // And finds the serving certificate pending on the joined node.
+    let (verdict, detail) = o
+        .doctor
+        .get("kubelet-serving-cert")
+        .unwrap_or_else(|| panic!("no kubelet-serving-cert row in {:?}", o.doctor));
+    assert_eq!(verdict, "warn", "{detail}");
 
     // From kubelet_config_unknown_field: the lenient decode joined and was warned about.
     assert_unknown_field_warned(o);

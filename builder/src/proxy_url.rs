@@ -1,6 +1,8 @@
-//! Proxy URLs in node.toml: no credentials. A proxy URL goes into node.env, kubelet.env and
-//! containerd.env, all world-readable (0644), so a password in it would be readable by every
-//! user of the node; kiln refuses it and never repeats what was before the `@`.
+//! Proxy URLs in node.toml and image definitions: no credentials. A proxy URL goes into
+//! node.env, kubelet.env and containerd.env, all world-readable (0644), so a password in it
+//! would be readable by every user of the node; kiln refuses it and never repeats what was
+//! before the `@`. A leaf: `render` (node.toml) and `image_def` (`[containerd.proxy]`) both
+//! use it, and neither imports the other for it.
 
 /// What a proxy URL must be, and how to pass credentials instead.
 pub const NO_CREDENTIALS: &str = "a proxy URL without credentials: node.env, kubelet.env and \
