@@ -124,39 +124,22 @@ pub fn bootstrap_credential(node: &Node) -> Check {
 pub fn kubelet_client(node: &Node) -> Check {
     const NAME: &str = "kubelet-client-cert";
     let rel = format!("{}/kubelet-client-current.pem", paths::KUBELET_PKI_DIR);
-    let text = match node.read_checked(&rel) {
-        Ok(Some(t)) => t,
+    let cert = match current_cert(
+        node,
+        NAME,
+        &rel,
+        &format!("remove {rel} and restart kubelet to bootstrap again"),
+        "fix the clock if it is wrong; otherwise remove the expired certificate and restart kubelet with a valid bootstrap credential",
+    ) {
+        Ok(Some(c)) => c,
         Ok(None) => {
             return Check::skip(
                 NAME,
                 format!("{rel} does not exist yet (kubelet has not bootstrapped)"),
             )
         }
-        Err(e) => {
-            return Check::fail(
-                NAME,
-                e,
-                format!("remove {rel} and restart kubelet to bootstrap again"),
-            )
-        }
+        Err(failed) => return failed,
     };
-    let cert = match x509::pem_certs(&text) {
-        Ok(mut v) => v.remove(0),
-        Err(e) => {
-            return Check::fail(
-                NAME,
-                format!("{rel}: {e}"),
-                format!("remove {rel} and restart kubelet to bootstrap again"),
-            )
-        }
-    };
-    if let Some(bad) = dates(&cert, node.now) {
-        return Check::fail(
-            NAME,
-            format!("{rel}: {} {bad}", cert.subject_cn),
-            "fix the clock if it is wrong; otherwise remove the expired certificate and restart kubelet with a valid bootstrap credential",
-        );
-    }
     if let Some(ca) = node
         .read(paths::CA_CRT)
         .and_then(|t| x509::pem_certs(&t).ok())
@@ -205,8 +188,14 @@ pub fn kubelet_serving(node: &Node) -> Check {
         return Check::skip(NAME, "kubelet has not joined yet: no serving certificate is asked for before its client certificate");
     }
     let rel = format!("{}/kubelet-server-current.pem", paths::KUBELET_PKI_DIR);
-    let text = match node.read_checked(&rel) {
-        Ok(Some(t)) => t,
+    let cert = match current_cert(
+        node,
+        NAME,
+        &rel,
+        &format!("remove {rel} and restart kubelet"),
+        "fix the clock if it is wrong; otherwise check that the cluster still approves kubelet-serving CSRs (kubelet rotates this certificate through them)",
+    ) {
+        Ok(Some(c)) => c,
         Ok(None) => {
             return Check::warn(
                 NAME,
@@ -214,25 +203,8 @@ pub fn kubelet_serving(node: &Node) -> Check {
                 "approve it (kubectl get csr; kubectl certificate approve NAME) or run an approver that checks the node's names and addresses; or set [kubelet] server_tls_bootstrap = false in node.toml",
             )
         }
-        Err(e) => return Check::fail(NAME, e, format!("remove {rel} and restart kubelet")),
+        Err(failed) => return failed,
     };
-    let cert = match x509::pem_certs(&text) {
-        Ok(mut v) => v.remove(0),
-        Err(e) => {
-            return Check::fail(
-                NAME,
-                format!("{rel}: {e}"),
-                format!("remove {rel} and restart kubelet"),
-            )
-        }
-    };
-    if let Some(bad) = dates(&cert, node.now) {
-        return Check::fail(
-            NAME,
-            format!("{rel}: {} {bad}", cert.subject_cn),
-            "fix the clock if it is wrong; otherwise check that the cluster still approves kubelet-serving CSRs (kubelet rotates this certificate through them)",
-        );
-    }
     Check::ok(
         NAME,
         format!(
@@ -241,4 +213,32 @@ pub fn kubelet_serving(node: &Node) -> Check {
             format_time(cert.not_after)
         ),
     )
+}
+
+/// The first certificate of kubelet's PEM file `rel`, within its dates: `Ok(None)` when the
+/// file does not exist, and the failed check `name` when it cannot be read or parsed (with
+/// `remedy`) or is out of its dates (with `expired`).
+fn current_cert(
+    node: &Node,
+    name: &'static str,
+    rel: &str,
+    remedy: &str,
+    expired: &str,
+) -> Result<Option<x509::Cert>, Check> {
+    let text = match node.read_checked(rel) {
+        Ok(Some(t)) => t,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(Check::fail(name, e, remedy)),
+    };
+    let cert = x509::pem_certs(&text)
+        .map(|mut v| v.remove(0))
+        .map_err(|e| Check::fail(name, format!("{rel}: {e}"), remedy))?;
+    if let Some(bad) = dates(&cert, node.now) {
+        return Err(Check::fail(
+            name,
+            format!("{rel}: {} {bad}", cert.subject_cn),
+            expired,
+        ));
+    }
+    Ok(Some(cert))
 }
