@@ -424,6 +424,41 @@ const BUILDER_LAYERS: &[&[&str]] = &[
     &["cli"],
 ];
 
+/// kiln-firstboot's, the same way. `lib` is the crate root: it declares the modules and
+/// re-exports `contract`'s reason codes, which every layer may name.
+const FIRSTBOOT_LAYERS: &[&[&str]] = &[
+    // the contract, the crate root's re-exports, and helpers with no firstboot imports
+    &[
+        "lib",
+        "contract",
+        "json",
+        "text",
+        "fsutil",
+        "clock",
+        "http",
+        "service",
+        "signatures",
+        "systemd_bus",
+        "standin",
+        "error",
+        "netaddr",
+    ],
+    // helpers on those: redaction, waits, sizing, the console, the Windows system calls
+    &["redact", "wait", "sizing", "console", "windows"],
+    // the node's inputs read: its config, its platform, kubelet's flags
+    &["config", "provider", "kubelet_env"],
+    // the command line; checks and steps on a configured node
+    &["cli", "doctor", "kubeadm", "diagnose"],
+    // the reporter
+    &["status"],
+    // waiting for the join, the post-boot report, kubelet's Windows service
+    &["joined", "report", "windows_kubelet"],
+    // the boot
+    &["run"],
+    // the Windows service entry, which runs the boot
+    &["windows_main"],
+];
+
 fn layer_of(layers: &[&[&str]], module: &str) -> Option<usize> {
     layers.iter().position(|l| l.contains(&module))
 }
@@ -483,4 +518,33 @@ fn no_builder_import_goes_up_a_layer() {
     let mut swapped: Vec<&[&str]> = BUILDER_LAYERS.to_vec();
     swapped.swap(1, 5);
     assert!(!upward_imports(&src_dir(), &swapped).is_empty());
+}
+
+#[test]
+fn no_firstboot_import_goes_up_a_layer() {
+    let src = &crates()[1].1;
+    let up = upward_imports(src, FIRSTBOOT_LAYERS);
+    assert!(
+        up.is_empty(),
+        "imports up a layer (or from a module not in FIRSTBOOT_LAYERS):\n{}",
+        up.join("\n")
+    );
+    for e in std::fs::read_dir(src).unwrap() {
+        let name = e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_string();
+        if name != "main" {
+            assert!(
+                layer_of(FIRSTBOOT_LAYERS, &name).is_some(),
+                "{name} has no layer in FIRSTBOOT_LAYERS"
+            );
+        }
+    }
+    // The Windows helpers sit low because the service entry does not live among them.
+    let mut swapped: Vec<&[&str]> = FIRSTBOOT_LAYERS.to_vec();
+    swapped.swap(0, 6);
+    assert!(!upward_imports(src, &swapped).is_empty());
 }

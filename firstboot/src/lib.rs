@@ -36,3 +36,5 @@ pub mod systemd_bus;
 pub mod text;
 pub mod wait;
 pub mod windows;
+pub mod windows_kubelet;
+pub mod windows_main;

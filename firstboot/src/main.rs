@@ -10,7 +10,7 @@ use kiln_firstboot::redact::{self, Redactor};
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     #[cfg(windows)]
-    if let Some(code) = kiln_firstboot::windows::entry::main(&args) {
+    if let Some(code) = kiln_firstboot::windows_main::main(&args) {
         return ExitCode::from(code);
     }
     let code = match cli::parse(&args) {

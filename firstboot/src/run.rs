@@ -372,7 +372,7 @@ fn start(
         return crate::kubeadm::join(&opts.kubeadm, &join, paths, deadline).map(|_| "via=kubeadm");
     }
     if cfg!(windows) {
-        return crate::windows::kubelet::start_kubelet_service(opts, paths, cfg)
+        return crate::windows_kubelet::start_kubelet_service(opts, paths, cfg)
             .map(|_| "via=service-control-manager");
     }
     // On the node itself, queue the start job over systemd's private socket: the same call

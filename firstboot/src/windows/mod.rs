@@ -5,12 +5,10 @@
 
 #[cfg(windows)]
 pub mod dispatch;
-pub mod entry;
 pub mod eventlog;
 #[cfg(windows)]
 pub mod firmware;
 pub mod health;
-pub mod kubelet;
 #[cfg(windows)]
 pub mod kvp;
 #[cfg(windows)]

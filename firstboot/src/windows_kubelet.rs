@@ -1,12 +1,15 @@
 //! Starting kubelet on Windows: its flags read back from the `kubelet.env` this run wrote,
-//! put on the kubelet service's command line, and the service started through the SCM.
+//! put on the kubelet service's command line, and the service started through the SCM. Beside
+//! `run`, not in `windows/`: it takes the run's options and config, and `windows/` holds only
+//! the helpers the lower layers use (SCM, event log, firmware, KVP).
 
-use super::{bin_dir, kubelet_command, service_name, start_kubelet, ServiceError, ServiceManager};
 use crate::cli::Options;
 use crate::config::Config;
 use crate::contract::paths::NodePaths;
 use crate::contract::{envfile, kubelet_env};
 use crate::error::Error;
+use crate::windows::{bin_dir, kubelet_command, service_name, start_kubelet};
+use crate::windows::{ServiceError, ServiceManager};
 use crate::Reason;
 
 /// Reads `KUBELET_ARGS` back from the `kubelet.env` this run wrote (the one rendering of the
@@ -39,7 +42,7 @@ pub fn start_kubelet_service(opts: &Options, paths: &NodePaths, cfg: &Config) ->
 /// The machine's service manager: the real SCM on Windows; elsewhere there is none.
 pub fn open_scm() -> Result<Box<dyn ServiceManager>, ServiceError> {
     #[cfg(windows)]
-    return Ok(Box::new(super::scm::Scm::open()?));
+    return Ok(Box::new(crate::windows::scm::Scm::open()?));
     #[cfg(not(windows))]
     Err(ServiceError {
         call: "OpenSCManagerW",

@@ -1,9 +1,11 @@
-//! The Windows-only subcommands (`install`, `uninstall`, `service`), dispatched before the
-//! common argument parser sees the command line.
+//! The Windows-only subcommands (`install`, `uninstall`, `service`), dispatched by `main.rs`
+//! before the common argument parser sees the command line. The entry sits at the top beside
+//! `run`, which `service` calls; `windows/` below it holds the helpers.
 
-use super::kubelet::open_scm;
-use super::{containerd_environment, install, node_services, parse_install_args, task, uninstall};
 use crate::redact::{self, Redactor};
+use crate::windows::{containerd_environment, install, node_services};
+use crate::windows::{parse_install_args, task, uninstall};
+use crate::windows_kubelet::open_scm;
 use crate::Reason;
 
 /// The Windows-only subcommands, before the common parser sees the arguments:
@@ -39,7 +41,7 @@ pub fn main(args: &[String]) -> Option<u8> {
                 }
                 // The Application log source kiln-firstboot reports its status under.
                 #[cfg(windows)]
-                if let Err(e) = super::eventlog::register_source() {
+                if let Err(e) = crate::windows::eventlog::register_source() {
                     return Some(fail(e, 1));
                 }
                 let done = match install(scm.as_mut(), &specs) {
@@ -60,7 +62,7 @@ pub fn main(args: &[String]) -> Option<u8> {
             } else {
                 let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
                 #[cfg(windows)]
-                if let Err(e) = super::eventlog::unregister_source() {
+                if let Err(e) = crate::windows::eventlog::unregister_source() {
                     return Some(fail(e, 1));
                 }
                 if let Err(e) = task::unregister(task::TASK_NAME) {
@@ -86,7 +88,7 @@ pub fn main(args: &[String]) -> Option<u8> {
                 Ok(_) => return Some(fail("takes the options of `run` only".into(), 2)),
                 Err(e) => return Some(fail(e.to_string(), Reason::Usage.exit_code())),
             };
-            match super::dispatch::run_as_service(|| crate::run::run(&opts)) {
+            match crate::windows::dispatch::run_as_service(|| crate::run::run(&opts)) {
                 Ok(code) => Some(code),
                 Err(e) => Some(fail(
                     format!("{e}; `service` is how the Service Control Manager starts kiln-firstboot, use `run` from a console"),
