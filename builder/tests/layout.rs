@@ -450,7 +450,7 @@ const FIRSTBOOT_LAYERS: &[&[&str]] = &[
     // the command line; checks and steps on a configured node
     &["cli", "doctor", "kubeadm", "diagnose"],
     // the reporter
-    &["status"],
+    &["reporter"],
     // waiting for the join, the post-boot report, kubelet's Windows service
     &["joined", "report", "windows_kubelet"],
     // the boot

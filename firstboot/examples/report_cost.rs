@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use kiln_firstboot::console::Console;
 use kiln_firstboot::contract::paths::NodePaths;
-use kiln_firstboot::status::{Phase, Reporter};
+use kiln_firstboot::reporter::{Phase, Reporter};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -25,12 +25,12 @@ pub mod netaddr;
 pub mod provider;
 pub mod redact;
 pub mod report;
+pub mod reporter;
 pub mod run;
 pub mod service;
 pub mod signatures;
 pub mod sizing;
 pub mod standin;
-pub mod status;
 #[cfg(unix)]
 pub mod systemd_bus;
 pub mod text;

@@ -13,9 +13,9 @@ use crate::contract::paths::NodePaths;
 use crate::diagnose::{self, ReportOptions, UnitState};
 use crate::json;
 use crate::redact::{self, Redactor};
+use crate::reporter::Reporter;
 use crate::service;
 use crate::signatures::registered_node;
-use crate::status::Reporter;
 use crate::wait;
 use crate::Reason;
 
@@ -394,7 +394,7 @@ pub fn cmd_report(opts: &ReportOptions) -> u8 {
         // ran, which says nothing new); what came after it is added beside it.
         let mut console = Console::open(opts.console.as_deref());
         let later = prior.as_ref().map_or(&[][..], |p| &p.later[..]);
-        let added = crate::status::after::note_later(
+        let added = crate::reporter::after::note_later(
             &paths,
             &mut console,
             (text, later),

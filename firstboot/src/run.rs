@@ -17,9 +17,9 @@ use crate::netaddr::{self, IpFamily, Offered};
 use crate::provider::detect::{self, Detected, Dmi};
 use crate::provider::{self, Context, ReportTarget};
 use crate::redact::{self, Collected, Secrets};
+use crate::reporter::{Phase, Reporter};
 use crate::service::{self, ToolError};
 use crate::sizing::{self, Sizing};
-use crate::status::{Phase, Reporter};
 use crate::Reason;
 
 /// Runs one boot and returns the process exit code.
@@ -39,7 +39,7 @@ pub fn run(opts: &Options) -> u8 {
             // to it: a run that stopped before (an unknown platform, a broken config) must
             // not reach out to an address it never chose.
             d.clock = rep.phases().iter().any(|p| {
-                p.phase == Phase::Metadata && p.result == crate::status::PhaseResult::Success
+                p.phase == Phase::Metadata && p.result == crate::reporter::PhaseResult::Success
             });
             rep.doctor(&crate::doctor::run(&d));
         }

@@ -1,5 +1,5 @@
 //! `/run/kiln/status.json` (`docs/contract.md#status-json`): the caps on its free-text
-//! fields. The document itself is written by `crate::status` and read back by
+//! fields. The document itself is written by `crate::reporter` and read back by
 //! `crate::report`.
 
 /// The cap on the `log` lines kept in status.json, in bytes, all lines together.

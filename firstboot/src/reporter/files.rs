@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::contract::paths::NodePaths;
 use crate::fsutil;
 use crate::redact::{Redacted, Redactor};
-use crate::status::model::Outcome;
+use crate::reporter::model::Outcome;
 use crate::Reason;
 
 /// Writes or removes the success sentinel and the failure files for a final `outcome`.
