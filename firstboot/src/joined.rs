@@ -275,6 +275,9 @@ pub fn wait(
 /// one never does.
 const SERVING_CERT_WAIT: Duration = Duration::from_secs(10);
 
+/// The warning for a serving certificate still pending after [`SERVING_CERT_WAIT`].
+const SERVING_CERT_PENDING: &str = "kubelet's serving certificate is not issued yet: KUBELET_SERVER_TLS_BOOTSTRAP=true, and no kubernetes.io/kubelet-serving CSR of this node was approved within 10 s of the join (no /var/lib/kubelet/pki/kubelet-server-current.pem); kubectl logs and exec fail for it until one is (kubectl certificate approve)";
+
 /// With `KUBELET_SERVER_TLS_BOOTSTRAP=true`, kubelet asks the cluster for its serving
 /// certificate and serves nothing on port 10250 until a `kubernetes.io/kubelet-serving` CSR is
 /// approved; its certificate manager then writes `kubelet-server-current.pem`
@@ -293,11 +296,7 @@ fn serving_certificate_pending(pki_dir: &Path, deadline: Instant) -> Option<Stri
         }
         std::thread::sleep(Duration::from_millis(250));
     }
-    Some(format!(
-        "kubelet's serving certificate is not issued yet: KUBELET_SERVER_TLS_BOOTSTRAP=true has kubelet ask the cluster for it, and no kubernetes.io/kubelet-serving CSR of this node was approved within {} s of the join ({} does not exist); until one is, kubectl logs, exec and port-forward and metrics scraping fail for this node: approve it (kubectl get csr; kubectl certificate approve NAME) or run an approver",
-        SERVING_CERT_WAIT.as_secs(),
-        current.display()
-    ))
+    Some(SERVING_CERT_PENDING.to_string())
 }
 
 /// What kubelet logged about its config file without refusing it: a config with fields it

@@ -178,14 +178,11 @@ pub fn kubelet_client(node: &Node) -> Check {
 pub fn kubelet_serving(node: &Node) -> Check {
     const NAME: &str = "kubelet-serving-cert";
     if node.node(node_env::KUBELET_SERVER_TLS_BOOTSTRAP) != Some("true") {
-        return Check::skip(
-            NAME,
-            "KUBELET_SERVER_TLS_BOOTSTRAP is not true: the kubelet configuration decides (kubelet's default signs its own)",
-        );
+        return Check::skip(NAME, "KUBELET_SERVER_TLS_BOOTSTRAP is not true");
     }
     let client = format!("{}/kubelet-client-current.pem", paths::KUBELET_PKI_DIR);
     if !node.at(&client).exists() {
-        return Check::skip(NAME, "kubelet has not joined yet: no serving certificate is asked for before its client certificate");
+        return Check::skip(NAME, "kubelet has not joined yet");
     }
     let rel = format!("{}/kubelet-server-current.pem", paths::KUBELET_PKI_DIR);
     let cert = match current_cert(
@@ -193,14 +190,14 @@ pub fn kubelet_serving(node: &Node) -> Check {
         NAME,
         &rel,
         &format!("remove {rel} and restart kubelet"),
-        "fix the clock if it is wrong; otherwise check that the cluster still approves kubelet-serving CSRs (kubelet rotates this certificate through them)",
+        "fix the clock, or approve kubelet-serving CSRs again",
     ) {
         Ok(Some(c)) => c,
         Ok(None) => {
             return Check::warn(
                 NAME,
-                format!("{rel} does not exist: kubelet's kubernetes.io/kubelet-serving CSR is not approved yet, so kubectl logs, exec and port-forward and metrics scraping fail for this node"),
-                "approve it (kubectl get csr; kubectl certificate approve NAME) or run an approver that checks the node's names and addresses; or set [kubelet] server_tls_bootstrap = false in node.toml",
+                format!("{rel} does not exist: the kubelet-serving CSR is not approved, so kubectl logs and exec fail"),
+                "kubectl certificate approve it, or run an approver",
             )
         }
         Err(failed) => return failed,
