@@ -28,7 +28,7 @@ set +e
 # Not the arm64 scenario: it is emulated on this x86-64 host, so its boot is not comparable
 # with the amd64 base's marker (docs/boot-tests.md, "arm64", has its times).
 cargo nextest run --locked -p kiln-qemu-tests --no-capture --no-fail-fast \
-  --test boot --test scenarios -E 'not test(ubuntu_aws_arm64)' >"$out" 2>&1
+  --test it -E 'not test(ubuntu_aws_arm64) & not test(/^harness::/)' >"$out" 2>&1
 rc=$?
 set -e
 grep -E '^(KILN-BOOT-BENCH|        (PASS|FAIL))' "$out" || true
@@ -86,7 +86,7 @@ ratios=$(pair_ratio "$out")
 for _ in $(seq 2 "$ROUNDS"); do
   set +e
   cargo nextest run --locked -p kiln-qemu-tests --no-capture --no-fail-fast \
-    --test boot --test scenarios -E 'test(=ubuntu_aws) | test(base_boots)' >"$out" 2>&1
+    --test it -E 'test(=scenarios::ubuntu_aws) | test(base_boots)' >"$out" 2>&1
   rc=$?
   set -e
   [ "$rc" -eq 0 ] || failed "$rc" "$out"

@@ -1,5 +1,5 @@
 //! The ubuntu node on arm64 (issue 23), a module of the scenarios test binary so it shares
-//! their helpers: `cargo nextest run -p kiln-qemu-tests --test scenarios ubuntu_aws_arm64`.
+//! their helpers: `cargo nextest run -p kiln-qemu-tests --test it ubuntu_aws_arm64`.
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! After the join (issue 15): a kubelet that starts crash-looping on a joined node, and a
 //! node behind an HTTP proxy. A module of the scenarios test binary, so it shares their
-//! helpers: `cargo nextest run -p kiln-qemu-tests --test scenarios kubelet_crash_loop`.
+//! helpers: `cargo nextest run -p kiln-qemu-tests --test it kubelet_crash_loop`.
 //! Both act on the guest once kiln-firstboot has recorded its result
 //! (`kiln_qemu_tests::after_join`).
 
