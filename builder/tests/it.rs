@@ -70,21 +70,8 @@ mod windows_layer;
 /// Every `tests/*.rs` file is a module of this binary, or its tests would never run.
 #[test]
 fn every_test_file_is_a_module_here() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
-    let me = std::fs::read_to_string(dir.join("it.rs")).unwrap();
-    for e in std::fs::read_dir(&dir).unwrap() {
-        let p = e.unwrap().path();
-        let (Some(stem), Some("rs")) = (
-            p.file_stem().and_then(|s| s.to_str()),
-            p.extension().and_then(|s| s.to_str()),
-        ) else {
-            continue;
-        };
-        if stem != "it" {
-            assert!(
-                me.contains(&format!("\nmod {stem};\n")),
-                "tests/{stem}.rs is not declared in tests/it.rs: its tests do not run"
-            );
-        }
-    }
+    test_modules::assert_every_test_file_is_declared(env!("CARGO_MANIFEST_DIR"));
 }
+
+#[path = "../../testkit/test_modules.rs"]
+mod test_modules;

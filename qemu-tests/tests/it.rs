@@ -14,18 +14,8 @@ mod scenarios;
 /// silently never run.
 #[test]
 fn every_test_file_is_a_module_here() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
-    let me = std::fs::read_to_string(dir.join("it.rs")).unwrap();
-    for e in std::fs::read_dir(&dir).unwrap() {
-        let p = e.unwrap().path();
-        let Some(stem) = p.file_stem().and_then(|s| s.to_str()) else {
-            continue;
-        };
-        if p.extension().is_some_and(|x| x == "rs") && stem != "it" {
-            assert!(
-                me.contains(&format!("\nmod {stem};\n")),
-                "tests/{stem}.rs is not declared in tests/it.rs"
-            );
-        }
-    }
+    test_modules::assert_every_test_file_is_declared(env!("CARGO_MANIFEST_DIR"));
 }
+
+#[path = "../../testkit/test_modules.rs"]
+mod test_modules;
