@@ -32,14 +32,8 @@ pub fn run(opts: &Options) -> u8 {
         if e.reason() != Reason::Usage {
             // What broke is often visible before kubelet says so: the doctor's findings go
             // into status.json and onto the console (bounded: 2 s per network check).
-            // The doctor gets what this run resolved: the platform it detected and the
-            // metadata URL it used, not node.env read again.
             let mut d = crate::doctor::Options::new(&opts.root);
             d.metadata_url = opts.metadata_url.clone();
-            if let Some((provider, url)) = rep.resolved() {
-                d.provider = Some(provider);
-                d.metadata_url = url.map(str::to_string).or(d.metadata_url);
-            }
             d.timeout = Duration::from_secs(2);
             // The clock is read from the metadata service only when this run already talked
             // to it: a run that stopped before (an unknown platform, a broken config) must

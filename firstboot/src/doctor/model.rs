@@ -99,9 +99,6 @@ pub struct Options {
     pub timeout: Duration,
     /// Whether the clock check may contact the metadata service at all.
     pub clock: bool,
-    /// The platform `run` detected (from DMI when node.env says `auto`); node.env's
-    /// `PROVIDER` otherwise. Only a run knows it: doctor on its own does not probe.
-    pub provider: Option<crate::contract::Provider>,
 }
 
 impl Options {
@@ -110,7 +107,6 @@ impl Options {
         Options {
             root: root.into(),
             metadata_url: None,
-            provider: None,
             timeout: Duration::from_secs(3),
             clock: true,
         }

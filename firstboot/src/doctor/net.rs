@@ -67,30 +67,6 @@ fn unix_now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// Where the clock check reads the time: the URL the run used (`--metadata-url`), else
-/// node.env's `METADATA_URL`, else the link-local service of a cloud provider: the one the
-/// run detected, else node.env's `PROVIDER`. `auto` with nothing detected and the local
-/// providers are not guessed at.
-fn clock_url(node: &Node) -> Option<String> {
-    let named = node
-        .opts
-        .metadata_url
-        .as_deref()
-        .or(node.node(METADATA_URL));
-    if let Some(u) = named {
-        return Some(provider::named_endpoint(u).unwrap_or(u).to_string());
-    }
-    let p = node
-        .opts
-        .provider
-        .or_else(|| node.node(PROVIDER).and_then(Provider::from_name));
-    matches!(
-        p,
-        Some(Provider::Aws | Provider::Azure | Provider::Gcp | Provider::Openstack)
-    )
-    .then(|| provider::LINK_LOCAL.to_string())
-}
-
 /// The node's clock against the metadata service's `Date` header.
 pub(crate) fn clock(node: &Node) -> Check {
     const NAME: &str = "clock";
@@ -100,7 +76,23 @@ pub(crate) fn clock(node: &Node) -> Check {
             "the run did not reach the metadata service, so doctor does not either",
         );
     }
-    let Some(url) = clock_url(node) else {
+    let url = node
+        .opts
+        .metadata_url
+        .as_deref()
+        .or(node.node(METADATA_URL))
+        .map(|u| provider::named_endpoint(u).unwrap_or(u).to_string())
+        .or_else(|| {
+            // A named cloud provider has the link-local service; `auto` and the local
+            // providers are not guessed at.
+            match node.node(PROVIDER).and_then(Provider::from_name) {
+                Some(Provider::Aws | Provider::Azure | Provider::Gcp | Provider::Openstack) => {
+                    Some(provider::LINK_LOCAL.to_string())
+                }
+                _ => None,
+            }
+        });
+    let Some(url) = url else {
         return Check::skip(
             NAME,
             "no metadata service to compare with (METADATA_URL, PROVIDER)",
@@ -397,31 +389,6 @@ pub(crate) fn remaining(c: &Cert, now: i64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_clock_is_read_where_the_run_read_its_metadata() {
-        let root = std::env::temp_dir().join(format!("kiln-doctor-clock-{}", std::process::id()));
-        std::fs::create_dir_all(root.join("etc/kiln")).unwrap();
-        std::fs::write(root.join("etc/kiln/node.env"), "PROVIDER=auto\n").unwrap();
-        let mut opts = super::super::Options::new(&root);
-        // `auto` alone: doctor does not guess a platform.
-        assert_eq!(clock_url(&Node::load(&opts)), None);
-        // The platform the run detected has the link-local service.
-        opts.provider = Some(Provider::Aws);
-        assert_eq!(
-            clock_url(&Node::load(&opts)).as_deref(),
-            Some(provider::LINK_LOCAL)
-        );
-        opts.provider = Some(Provider::Vmware);
-        assert_eq!(clock_url(&Node::load(&opts)), None);
-        // The URL the run used wins over both.
-        opts.metadata_url = Some("http://127.0.0.1:9".into());
-        assert_eq!(
-            clock_url(&Node::load(&opts)).as_deref(),
-            Some("http://127.0.0.1:9")
-        );
-        std::fs::remove_dir_all(&root).unwrap();
-    }
 
     #[test]
     fn http_dates_parse_as_rfc_9110_says() {

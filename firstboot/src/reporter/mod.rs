@@ -135,13 +135,6 @@ impl Reporter {
         self.report_back = Some((provider, to));
     }
 
-    /// What the metadata phase resolved, once it succeeded: the platform and the metadata
-    /// URL the run used (`None`: the platform's own address), for the doctor.
-    pub fn resolved(&self) -> Option<(Provider, Option<&str>)> {
-        let (p, to) = self.report_back.as_ref()?;
-        Some((*p, to.base_url.as_deref()))
-    }
-
     /// Records a warning: on stderr, on the console, and in status.json's `warnings` (each
     /// at most 512 bytes, at most 8 kept).
     /// Beyond that, warnings are counted and the first one dropped says so, so metadata
