@@ -189,7 +189,6 @@ qemu-test: deps-qemu firstboot fixture ## boot tests: QEMU boots what kiln baked
 	$(CARGO) build $(NEXTEST_ARGS)  # target/debug/cri-smoke (build-tests made it in make test)
 	scripts/build-cri-smoke-arm64.sh target/cri-smoke/arm64/cri-smoke
 	KILN_STANDINS_AMD64=$(CURDIR)/target/debug qemu-tests/assets/fixture.sh $(FIXTURE_MIRROR)
-	scripts/sysupdate-tools.sh target/sysupdate >/dev/null  # the Flatcar guest's systemd-sysupdate
 	assets=$$($(QEMU_ASSETS) all arm64); set -a; eval "$$assets"; set +a; \
 	  KILN_FIXTURE_MIRROR=$(CURDIR)/$(FIXTURE_MIRROR) \
 	  $(CARGO) nextest run $(NEXTEST_ARGS) -E 'package(kiln-qemu-tests)' --no-fail-fast

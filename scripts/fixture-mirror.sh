@@ -4,8 +4,9 @@
 #   scripts/fixture-mirror.sh OUTDIR
 #
 # OUTDIR/upstream/        a stand-in for the upstream download sites, in their layouts:
-#                         - real Debian binaries (containerd, runc, CNI plugins; amd64 and
-#                           arm64 .debs) repacked in upstream's archive layouts;
+#                         - real Debian binaries (containerd 2.x, runc, CNI plugins from
+#                           sid, amd64 and arm64 .debs) repacked in upstream's archive
+#                           layouts;
 #                         - stand-ins built from this workspace (scripts/build-standins.sh)
 #                           where Debian has no package: kubelet/kubectl (the stand-in
 #                           kubelet), kubeadm (the kubeadm join double) and crictl
@@ -26,6 +27,7 @@
 #                 target/standins/out; cargo rebuilds nothing when nothing changed)
 #   KUBELET_BIN   overrides the linux/amd64 stand-in kubelet and kubectl (any ELF for amd64)
 #   DEB_CACHE     where downloaded .debs are kept (default ${XDG_CACHE_HOME:-~/.cache}/kiln/debs)
+#   KILN_FIXTURE_SUITE  the Debian suite of containerd, runc and the CNI plugins (default sid)
 #
 # Needs: apt-get (Debian archive access), dpkg-deb, curl, tar, gzip, sha256sum, minisign,
 # python3 (the loopback server), and what scripts/build-standins.sh needs. The .debs are
@@ -50,35 +52,34 @@ fi
 KUBELET_BIN=${KUBELET_BIN:-$STANDINS/linux-amd64/kubelet}
 
 pkgs=(containerd runc containernetworking-plugins)
+# The suite they come from: the newest, whose containerd 2.x, runc 1.3 and CNI plugins 1.9
+# are what kiln's lock ships (images/artifacts.lock); bookworm's containerd 1.6 is not.
+# sid's runc needs glibc 2.38, so the boot tests' guests are Debian trixie.
+suite=${KILN_FIXTURE_SUITE:-sid}
 
-# amd64 through apt (signed archive metadata); arm64 from the same pool path, same version.
+# amd64 and arm64 of the same version, through a private apt configuration
+# (scripts/debian-suite.sh: the archive's signed metadata, nothing installed on the host).
+# One directory per package version, so a newer upload never mixes with an older one.
+declare -A deb
 fetch_debs() {
-  local d=$deb_cache/amd64
-  mkdir -p "$d" "$deb_cache/arm64"
-  local uris
-  uris=$(cd "$d" && apt-get download --print-uris "${pkgs[@]}" 2>/dev/null | awk '{print $1}' | tr -d "'")
-  if [ -n "$uris" ]; then
-    (cd "$d" && apt-get download "${pkgs[@]}" >/dev/null 2>&1) || {
-      echo "fixture-mirror: apt-get download failed; run apt-get update (scripts/deps.sh does)" >&2
-      exit 1
-    }
-    echo "$uris" >"$deb_cache/amd64.uris"
-  fi
-  local u f
-  while read -r u; do
-    [ -n "$u" ] || continue
-    u=${u/_amd64.deb/_arm64.deb}
-    f=$deb_cache/arm64/$(basename "${u//%2b/+}")
-    f=${f//%7e/\~}
-    if [ ! -s "$f" ]; then
-      if curl -fsS --retry 3 -o "$f.tmp.$$" "$u"; then
-        mv -f "$f.tmp.$$" "$f"
-      else
-        rm -f "$f.tmp.$$"
-        echo "fixture-mirror: no arm64 build at $u; arm64 entries for it are skipped" >&2
+  local p v arch d
+  for p in "${pkgs[@]}"; do
+    v=$("$root/scripts/debian-suite.sh" "$suite" version "$p")
+    for arch in amd64 arm64; do
+      d=$deb_cache/$suite/$p/$v/$arch
+      if ! compgen -G "$d/*.deb" >/dev/null; then
+        rm -rf "$d.tmp"
+        if "$root/scripts/debian-suite.sh" "$suite" download "$d.tmp" "$p:$arch=$v"; then
+          mv "$d.tmp" "$d"
+        else
+          rm -rf "$d.tmp"
+          echo "fixture-mirror: no $arch build of $p $v in $suite; its $arch entries are skipped" >&2
+          continue
+        fi
       fi
-    fi
-  done <"$deb_cache/amd64.uris"
+      deb[$arch]+=" $(compgen -G "$d/*.deb")"
+    done
+  done
 }
 # Test suites run this script in parallel on a shared cache: one fetch at a time (a cold
 # cache once failed with two runs moving the same temp file).
@@ -112,11 +113,10 @@ declare -A ver
 for arch in amd64 arm64; do
   x=$work/$arch
   mkdir -p "$x"
-  for deb in "$deb_cache/$arch"/*.deb; do
-    [ -e "$deb" ] || continue
-    dpkg-deb -x "$deb" "$x"
-    name=$(dpkg-deb -f "$deb" Package)
-    v=$(dpkg-deb -f "$deb" Version)
+  for f in ${deb[$arch]:-}; do
+    dpkg-deb -x "$f" "$x"
+    name=$(dpkg-deb -f "$f" Package)
+    v=$(dpkg-deb -f "$f" Version)
     v=${v%%[~+-]*}
     ver[$name]=$v
   done
@@ -190,8 +190,7 @@ entry() { # NAME VERSION OS ARCH FORMAT FILE MEMBERS...
     echo "url = \"$base/$file\""
     echo "size = $(stat -c %s "$up/$file")"
     echo "sha256 = \"$(sha256sum "$up/$file" | cut -d' ' -f1)\""
-    local how="apt-get download (signed archive metadata)"
-    [ "$arch" = amd64 ] || how="the Debian archive pool over HTTP"
+    local how="apt-get download from $suite (signed archive metadata, scripts/debian-suite.sh)"
     case $os/$name in
       linux/kubeadm) echo "verified = \"fixture: the workspace's kubeadm join double (tools/standin-kubeadm) built for $os/$arch by scripts/build-standins.sh; not upstream\"" ;;
       */kube*) echo "verified = \"fixture: the workspace's stand-in kubelet (tools/standin-kubelet) built for $os/$arch by scripts/build-standins.sh, under the name $name; not upstream\"" ;;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds, once, the guest assets the boot tests need and caches them by version outside the
 # repository: a Debian cloud kernel with its modules, a module-loading busybox initramfs and
-# debootstrapped Debian bookworm bases. A fresh machine rebuilds them; a warm cache is reused.
+# debootstrapped Debian trixie bases (systemd 257, the suite whose glibc runs the fixture's
+# containerd 2.x and runc 1.3 from sid). A fresh machine rebuilds them; a warm cache is reused.
 #
 #   assets.sh [all]        kernel, initramfs, base (what every scenario needs)
 #   assets.sh kernel | initramfs | base | base-cloudinit
@@ -20,7 +21,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache=${KILN_QEMU_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/qemu}
-suite=bookworm
+suite=${KILN_GUEST_SUITE:-trixie}
 mirror=${KILN_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 flavour=cloud-amd64
 # apt's architecture qualifier of the kernel package: empty for the host's (amd64),
@@ -64,9 +65,10 @@ resolve_initramfs() {
 }
 
 # base key: suite + package set + the recipe, and the kernel whose modules it carries.
-# libcurl4: systemd-pull (the Flatcar stand-in's systemd-sysupdate downloads through it)
-# links it, as Flatcar's own systemd does.
-base_packages=systemd-sysv,udev,dbus,kmod,iproute2,ca-certificates,libcurl4
+# systemd-container: trixie's systemd-sysupdate and systemd-pull (the Flatcar stand-in updates
+# its extension with them, as Flatcar's own systemd does); libcurl4t64: systemd-pull downloads
+# through it (trixie's name for libcurl4; debootstrap does not resolve the old name).
+base_packages=systemd-sysv,udev,dbus,kmod,iproute2,ca-certificates,systemd-container,libcurl4t64
 # debootstrap does not resolve virtual packages: python3-cryptography needs the
 # python3-cffi-backend-api-* that python3-cffi-backend provides, so it is named here.
 cloudinit_packages=$base_packages,cloud-init,isc-dhcp-client,python3-cffi-backend

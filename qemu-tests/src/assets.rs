@@ -21,7 +21,7 @@ pub struct Assets {
     pub initrd: PathBuf,
     /// The kernel release, e.g. `6.1.0-56-cloud-amd64`.
     pub kver: String,
-    /// The debootstrapped bookworm root (systemd, udev, dbus, the kernel's modules).
+    /// The debootstrapped trixie root (systemd, udev, dbus, the kernel's modules).
     pub base: PathBuf,
     /// The same plus cloud-init; built only when asked for (amd64 only: empty on arm64).
     pub base_cloudinit: PathBuf,

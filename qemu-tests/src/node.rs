@@ -343,9 +343,9 @@ pub fn timeline(b: &Booted) -> String {
 /// at boot, and `ensure-sysext.service` (as Flatcar ships it) reloads systemd afterwards so
 /// the extension's units and their vendor `wants` links take effect.
 pub fn make_flatcar_like(root: &Root) -> Result<()> {
-    let os_release = "NAME=\"Flatcar Container Linux by Kinvolk (kiln boot-test stand-in: Debian 12 userland)\"\n\
+    let os_release = "NAME=\"Flatcar Container Linux by Kinvolk (kiln boot-test stand-in: Debian 13 userland)\"\n\
         ID=flatcar\nID_LIKE=coreos\nVERSION_ID=4230.2.0\nSYSEXT_LEVEL=1.0\n\
-        PRETTY_NAME=\"Flatcar stand-in (Debian bookworm)\"\n";
+        PRETTY_NAME=\"Flatcar stand-in (Debian trixie)\"\n";
     root.write("usr/lib/os-release", os_release, 0o644)?;
     root.write("etc/os-release", os_release, 0o644)?;
     let wants = root.dir.join("etc/systemd/system/sysinit.target.wants");
@@ -416,7 +416,6 @@ pub fn boot_sysext_node(spec: &NodeBoot) -> Result<(Booted, crate::sysupdate::Mi
         crate::pod::install(&root, "flatcar")?;
     }
     // After the join, a patch update from the mirror the transfer file names.
-    crate::sysupdate::install_tools(&root)?;
     crate::after_join::install(&root, &crate::sysupdate::after_join_script())?;
     let mirror = crate::sysupdate::start_mirror(&raw)?;
     let disk = root.into_disk(&work.path().join("root.ext4"), 512)?;

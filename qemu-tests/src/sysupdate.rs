@@ -3,11 +3,10 @@
 //! patch release of the extension from an update mirror, moves `/etc/extensions/<name>.raw`
 //! to it and asks for a reboot (`/run/reboot-required`).
 //!
-//! - **The tools.** Debian 12's systemd 252 is built without sysupdate; the guest gets
-//!   Debian's systemd-sysupdate and systemd-pull from systemd 254 (bookworm-backports,
-//!   unpacked by `scripts/sysupdate-tools.sh`, the same the host-side test runs) with their
-//!   `libsystemd-shared-254.so` and the stock `systemd-sysupdate.service`/`.timer`, as a stock
-//!   Flatcar ships them. The base carries libcurl4 for systemd-pull.
+//! - **The tools.** The guest's own: the trixie base carries systemd 257's systemd-sysupdate
+//!   and systemd-pull (package systemd-container) with the stock
+//!   `systemd-sysupdate.service`/`.timer`, as a stock Flatcar ships them, and libcurl for
+//!   systemd-pull.
 //! - **The mirror.** A loopback HTTP server holding the definition's update directory:
 //!   `SHA256SUMS` and three images, the baked one, the next patch release and the next minor.
 //!   The fixture has one kubelet version, so the two newer images are the baked bytes under
@@ -15,11 +14,10 @@
 //!   `MatchPattern`), which is what the test is about. The guest reaches the server at
 //!   [`crate::vm::MIRROR_ADDR`] through a QEMU forward, the only address it can reach.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use crate::guest::Root;
-use crate::{io_err, run, scenario, Error, Result};
+use crate::{io_err, run, Error, Result};
 
 /// The update URL the boot tests' Flatcar definition names (`update_url`, rewritten by
 /// [`crate::scenario::fixture_image_def`]): the mirror behind the guest's forward.
@@ -92,48 +90,6 @@ pub fn start_mirror(raw: &Path) -> Result<Mirror> {
         next_patch,
         next_minor,
     })
-}
-
-/// The unpacked systemd 254 tools: `KILN_SYSUPDATE_DIR`, else `target/sysupdate`.
-fn tools_dir() -> Result<PathBuf> {
-    let dir = std::env::var_os("KILN_SYSUPDATE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| scenario::workspace().join("target/sysupdate"));
-    if dir.join("lib/systemd/systemd-sysupdate").is_file() {
-        Ok(dir)
-    } else {
-        Err(Error::Missing {
-            what: format!("systemd-sysupdate under {}", dir.display()),
-            hint: "run `scripts/sysupdate-tools.sh target/sysupdate` (make qemu-test does)".into(),
-        })
-    }
-}
-
-/// Puts systemd-sysupdate, systemd-pull, their shared library and the stock units into the
-/// guest root, where Debian's systemd 254 package puts them.
-pub fn install_tools(root: &Root) -> Result<()> {
-    let dir = tools_dir()?;
-    for (from, mode) in [
-        ("lib/systemd/systemd-sysupdate", 0o755),
-        ("lib/systemd/systemd-pull", 0o755),
-        (
-            "usr/lib/x86_64-linux-gnu/systemd/libsystemd-shared-254.so",
-            0o644,
-        ),
-        ("lib/systemd/system/systemd-sysupdate.service", 0o644),
-        ("lib/systemd/system/systemd-sysupdate.timer", 0o644),
-    ] {
-        let src = dir.join(from);
-        let bytes = std::fs::read(&src).map_err(io_err(&src))?;
-        // Debian 12 is merged-/usr: /lib is /usr/lib.
-        let to = if from.starts_with("usr/") {
-            from.to_string()
-        } else {
-            format!("usr/{from}")
-        };
-        root.write(&to, bytes, mode)?;
-    }
-    Ok(())
 }
 
 /// The after-join steps (see [`crate::after_join`]): where the extension link points, the

@@ -228,7 +228,8 @@ pub fn not_ready(conditions: &[Condition]) -> Option<String> {
 }
 
 /// The sandbox image in the `config` entry of a verbose `Status` (containerd 1.x calls it
-/// `sandboxImage`; 2.x moved it to the image service's `pinnedImages.sandbox`).
+/// `sandboxImage`; 2.x moved it to the image service's `pinnedImages.sandbox`, which 2.1's
+/// Status no longer shows: see [`info_image`]).
 pub fn sandbox_image(config_json: &str) -> Option<String> {
     let v: serde_json::Value = serde_json::from_str(config_json).ok()?;
     v["sandboxImage"]
@@ -236,6 +237,35 @@ pub fn sandbox_image(config_json: &str) -> Option<String> {
         .or_else(|| v["pinnedImages"]["sandbox"].as_str())
         .or_else(|| v["PinnedImages"]["sandbox"].as_str())
         .map(str::to_string)
+}
+
+/// The image a sandbox was made from, from the `info` entry of a verbose `PodSandboxStatus`
+/// (containerd's `{"image": "registry.k8s.io/pause:3.10.2", …}`).
+pub fn info_image(info_json: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(info_json).ok()?;
+    v["image"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+}
+
+/// `name` (`REPO:TAG`) pinned by the digest of the image store's repo digest for the same
+/// repository (`REPO@sha256:…`): `REPO:TAG@sha256:…`, the form a digest-pinned reference
+/// takes. `None` when no repo digest names that repository.
+pub fn with_repo_digest(name: &str, repo_digests: &[String]) -> Option<String> {
+    // The repository is the name without its tag: a `:` after the last `/` (a registry's
+    // port comes before it).
+    let slash = name.rfind('/').map_or(0, |i| i + 1);
+    let repo = match name[slash..].rfind(':') {
+        Some(i) => &name[..slash + i],
+        None => name,
+    };
+    repo_digests.iter().find_map(|d| {
+        let digest = d.strip_prefix(repo)?.strip_prefix('@')?;
+        digest
+            .starts_with("sha256:")
+            .then(|| format!("{name}@{digest}"))
+    })
 }
 
 /// The sandbox's process id from the `info` entry of a verbose `PodSandboxStatus`
@@ -380,6 +410,38 @@ mod tests {
         );
         assert_eq!(sandbox_image("{}"), None);
         assert_eq!(sandbox_image("not json"), None);
+    }
+
+    #[test]
+    fn the_running_sandboxs_image_is_pinned_by_its_repo_digest() {
+        assert_eq!(
+            info_image(r#"{"pid":7,"image":"registry.k8s.io/pause:3.10.2"}"#).as_deref(),
+            Some("registry.k8s.io/pause:3.10.2")
+        );
+        assert_eq!(info_image(r#"{"pid":7,"image":""}"#), None);
+        assert_eq!(info_image("not json"), None);
+        let d = format!("sha256:{}", "ab".repeat(32));
+        let digests = vec![
+            format!("registry.k8s.io/other@{d}"),
+            format!("registry.k8s.io/pause@{d}"),
+        ];
+        assert_eq!(
+            with_repo_digest("registry.k8s.io/pause:3.10.2", &digests),
+            Some(format!("registry.k8s.io/pause:3.10.2@{d}"))
+        );
+        // A registry port is not a tag; a repository that only shares a prefix is not it.
+        assert_eq!(
+            with_repo_digest("reg:5000/pause:1", &[format!("reg:5000/pause@{d}")]),
+            Some(format!("reg:5000/pause:1@{d}"))
+        );
+        assert_eq!(
+            with_repo_digest(
+                "registry.k8s.io/pause:3.10.2",
+                &[format!("registry.k8s.io/pause2@{d}")]
+            ),
+            None
+        );
+        assert_eq!(with_repo_digest("registry.k8s.io/pause:3.10.2", &[]), None);
     }
 
     #[test]

@@ -21,8 +21,8 @@ use k8s_cri::v1::{
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::{
-    cri_log_text, first_cni_file, not_ready, parse_cni, sandbox_image, sandbox_pid, CgroupDriver,
-    Condition, Error,
+    cri_log_text, first_cni_file, info_image, not_ready, parse_cni, sandbox_image, sandbox_pid,
+    with_repo_digest, CgroupDriver, Condition, Error,
 };
 
 /// What to run and where.
@@ -207,8 +207,6 @@ pub async fn run(cfg: &Config) -> Result<Report, Error> {
             "the runtime's sandbox image (containerd's sandbox_image)",
         )
         .await?;
-    } else {
-        report.note("sandbox_image", "(not in the runtime's verbose status)");
     }
     report.note("cgroup_driver", cfg.cgroup_driver.to_string());
 
@@ -256,6 +254,17 @@ pub async fn run(cfg: &Config) -> Result<Report, Error> {
     .pod_sandbox_id;
     report.note("sandbox_id", sandbox_id.clone());
     report.note("sandbox_ms", started.elapsed().as_millis().to_string());
+    if sandbox.is_none() {
+        // containerd 2.x keeps the sandbox image in its image service's config, which the
+        // verbose Status no longer carries: the image the running sandbox was made from is
+        // the runtime's own answer (its verbose PodSandboxStatus `image`), with the digest
+        // the image store holds for it.
+        let used = sandbox_image_in_use(&mut rt, &mut img, t, &sandbox_id).await;
+        report.note(
+            "sandbox_image",
+            used.unwrap_or_else(|| "(not in the runtime's verbose status)".into()),
+        );
+    }
 
     let outcome = in_sandbox(
         cfg,
@@ -271,6 +280,46 @@ pub async fn run(cfg: &Config) -> Result<Report, Error> {
     cleanup?;
     report.note("cleaned_up", "true");
     Ok(report)
+}
+
+/// The image a running sandbox was made from, `NAME@sha256:…`: the `image` of its verbose
+/// `PodSandboxStatus` info, with the repo digest the image store records for that name when
+/// the name carries none. `None` when the runtime says neither.
+async fn sandbox_image_in_use(
+    rt: &mut RuntimeServiceClient<Channel>,
+    img: &mut ImageServiceClient<Channel>,
+    t: Duration,
+    sandbox_id: &str,
+) -> Option<String> {
+    let st = call(
+        "PodSandboxStatus",
+        t,
+        rt.pod_sandbox_status(PodSandboxStatusRequest {
+            pod_sandbox_id: sandbox_id.into(),
+            verbose: true,
+        }),
+    )
+    .await
+    .ok()?;
+    let name = st.info.get("info").and_then(|i| info_image(i))?;
+    if name.contains('@') {
+        return Some(name);
+    }
+    let s = call(
+        "ImageStatus",
+        t,
+        img.image_status(ImageStatusRequest {
+            image: Some(ImageSpec {
+                image: name.clone(),
+                ..Default::default()
+            }),
+            verbose: false,
+        }),
+    )
+    .await
+    .ok()?;
+    let digests = s.image.map(|i| i.repo_digests).unwrap_or_default();
+    with_repo_digest(&name, &digests)
 }
 
 /// Address check, container run and its removal, inside a running sandbox.
