@@ -27,13 +27,18 @@ pub fn run(opts: &Options) -> u8 {
     let started = Instant::now();
     let paths = NodePaths::under(&opts.root);
     let mut rep = Reporter::new(&paths, opts.console.clone());
-    let result = boot(opts, &paths, &mut rep, started);
+    // What the metadata phase saw of the service's clock, handed to the doctor below.
+    let mut date_seen = None;
+    let result = boot(opts, &paths, &mut rep, started, &mut date_seen);
     if let Err(e) = &result {
         if e.reason() != Reason::Usage {
             // What broke is often visible before kubelet says so: the doctor's findings go
             // into status.json and onto the console (bounded: 2 s per network check).
+            // It gets what this run resolved instead of working it out again from node.env:
+            // the metadata service's `Date` the run saw, so its clock check sends nothing.
             let mut d = crate::doctor::Options::new(&opts.root);
             d.metadata_url = opts.metadata_url.clone();
+            d.date_seen = date_seen;
             d.timeout = Duration::from_secs(2);
             // The clock is read from the metadata service only when this run already talked
             // to it: a run that stopped before (an unknown platform, a broken config) must
@@ -71,6 +76,7 @@ fn boot(
     paths: &NodePaths,
     rep: &mut Reporter,
     started: Instant,
+    date_seen: &mut Option<crate::http::DateSeen>,
 ) -> Result<(), Error> {
     rep.begin(Phase::Config);
     // The redactor learns each secret as soon as it is read, even when the phase then fails.
@@ -93,7 +99,15 @@ fn boot(
         .or(cfg.node.metadata_url.as_deref())
         .map(|u| provider::named_endpoint(u).unwrap_or(u).to_string());
     let found = Collected::default();
-    let node = metadata(opts, &cfg, deadline, base_url.as_deref(), rep, &found);
+    let node = metadata(
+        opts,
+        &cfg,
+        deadline,
+        base_url.as_deref(),
+        rep,
+        &found,
+        date_seen,
+    );
     rep.add_secrets(&found.take());
     let node = node.map_err(|e| fail(rep, Phase::Metadata, e))?;
     rep.identity(node.provider.name(), &node.node_name, cfg.image_id());
@@ -164,7 +178,8 @@ fn detected(root: &Path, rep: &mut Reporter) -> Result<Provider, Error> {
 }
 
 /// Asks the chosen metadata source and applies node.env's overrides.
-/// Secrets the source is handed (a session token) are noted in `secrets`.
+/// Secrets the source is handed (a session token) are noted in `secrets`; the newest `Date`
+/// its answers carried goes to `date_seen`, whether or not the phase succeeds.
 fn metadata(
     opts: &Options,
     cfg: &Config,
@@ -172,6 +187,7 @@ fn metadata(
     base_url: Option<&str>,
     rep: &mut Reporter,
     secrets: &Collected,
+    date_seen: &mut Option<crate::http::DateSeen>,
 ) -> Result<Node, Error> {
     // `auto` (no provider) is detected from DMI; `--provider` beats node.env.
     let name = match opts.provider.unwrap_or(cfg.node.provider) {
@@ -190,7 +206,9 @@ fn metadata(
         ip_family: cfg.node.ip_family,
         secrets,
     };
-    let md = source.fetch(&cx)?;
+    let md = source.fetch(&cx);
+    *date_seen = client.date_seen();
+    let md = md?;
     let offered = Offered::from_candidates(&md.addresses);
     for r in &offered.refused {
         rep.warn(&format!("provider {name}: {r}"));

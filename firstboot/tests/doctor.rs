@@ -746,3 +746,72 @@ fn the_serving_certificate_is_checked_only_when_the_cluster_signs_it() {
     std::fs::remove_file(root.path(CLIENT)).unwrap();
     assert_eq!(verdict(&root).0, "skip");
 }
+
+/// A run that read its metadata and then failed hands the doctor the metadata service's
+/// `Date` it saw: the clock is judged on that (here an hour off) and the doctor sends the
+/// service nothing more (every request it got is the run's: the token PUT and GETs that carry
+/// the token).
+#[test]
+fn a_failed_runs_doctor_judges_the_clock_the_run_saw_and_asks_nothing() {
+    let root = Root::node("Amazon EC2");
+    let base = common::fixtures().join("aws");
+    let token = std::fs::read_to_string(base.join("latest/api/token")).unwrap();
+    let srv = Server::start(kiln_firstboot::standin::aws_imdsv2(
+        token.clone(),
+        move |r| {
+            let date = vec![("Date".to_string(), imf_fixdate(now() + 3600))];
+            common::fixture_reply(&base, &date, r)
+        },
+    ));
+    let systemctl = root.stub(
+        "systemctl",
+        "echo 'Unit kubelet.service not found.' >&2; exit 5",
+    );
+    let o = common::firstboot(
+        &root,
+        &[
+            "--metadata-url",
+            &srv.url,
+            "--systemctl",
+            &systemctl,
+            "--deadline",
+            "10",
+        ],
+    );
+    assert_eq!(o.code, 6, "{o:?}");
+    let status = json::parse(&root.read("run/kiln/status.json")).unwrap();
+    let checks = status
+        .get("doctor")
+        .and_then(|d| d.get("checks"))
+        .and_then(Value::as_array)
+        .unwrap_or_else(|| panic!("no doctor checks in {status:?}"));
+    let clock = checks
+        .iter()
+        .find(|c| c.get("name").and_then(Value::as_text) == Some("clock"))
+        .unwrap_or_else(|| panic!("no clock finding in {checks:?}"));
+    let detail = clock.get("detail").and_then(Value::as_text).unwrap();
+    assert_eq!(
+        clock.get("verdict").and_then(Value::as_text),
+        Some("fail"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("s behind") && detail.ends_with("(seen by the run)"),
+        "{detail}"
+    );
+    let requests = srv.requests();
+    assert!(!requests.is_empty());
+    for r in &requests {
+        let has_token = r
+            .headers
+            .iter()
+            .any(|(k, v)| k == "x-aws-ec2-metadata-token" && *v == token);
+        assert!(
+            (r.method == "PUT" && r.path == "/latest/api/token") || has_token,
+            "a request the run did not make: {} {} {:?}",
+            r.method,
+            r.path,
+            r.headers
+        );
+    }
+}

@@ -99,6 +99,9 @@ pub struct Options {
     pub timeout: Duration,
     /// Whether the clock check may contact the metadata service at all.
     pub clock: bool,
+    /// The metadata service's `Date` as a run saw it: the clock check compares with it and
+    /// sends nothing. Only a run that read its metadata has one.
+    pub date_seen: Option<crate::http::DateSeen>,
 }
 
 impl Options {
@@ -109,6 +112,7 @@ impl Options {
             metadata_url: None,
             timeout: Duration::from_secs(3),
             clock: true,
+            date_seen: None,
         }
     }
 }

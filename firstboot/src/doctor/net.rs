@@ -1,7 +1,7 @@
 //! What crosses the network: the clock against the metadata service, proxies, and the API
 //! server's TLS certificate against the cluster CA.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use super::model::{Check, Node};
 use super::tls;
@@ -10,7 +10,7 @@ use crate::contract::node_env::{
     API_SERVER, HTTPS_PROXY, HTTP_PROXY, METADATA_URL, NO_PROXY, PROVIDER,
 };
 use crate::contract::Provider;
-use crate::http::Client;
+use crate::http::{unix_now_ms, Client};
 use crate::provider;
 
 /// The clock offset beyond which certificates break: kube-controller-manager's CSR signer
@@ -61,18 +61,21 @@ pub fn imf_fixdate(t: i64) -> String {
     )
 }
 
-fn unix_now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
-/// The node's clock against the metadata service's `Date` header.
+/// The node's clock against the metadata service's `Date` header: the one the run saw when
+/// it read its metadata (`Options::date_seen`, no request made), else a `GET` of the
+/// metadata URL.
 pub(crate) fn clock(node: &Node) -> Check {
-    const NAME: &str = "clock";
+    if let Some(seen) = &node.opts.date_seen {
+        return judge_clock(
+            &seen.url,
+            Some(&seen.date),
+            (seen.before_ms, seen.after_ms),
+            " (seen by the run)",
+        );
+    }
     if !node.opts.clock {
         return Check::skip(
-            NAME,
+            CLOCK,
             "the run did not reach the metadata service, so doctor does not either",
         );
     }
@@ -94,7 +97,7 @@ pub(crate) fn clock(node: &Node) -> Check {
         });
     let Some(url) = url else {
         return Check::skip(
-            NAME,
+            CLOCK,
             "no metadata service to compare with (METADATA_URL, PROVIDER)",
         );
     };
@@ -105,17 +108,25 @@ pub(crate) fn clock(node: &Node) -> Check {
         &[("Metadata", "true"), ("Metadata-Flavor", "Google")],
     );
     let after = unix_now_ms();
-    let resp = match resp {
-        Ok(r) => r,
-        Err(e) => {
-            return Check::skip(
-                NAME,
-                format!("{url}: no answer to compare the clock with ({e})"),
-            )
-        }
-    };
-    let Some(date) = resp.header("date").and_then(http_date) else {
-        return Check::skip(NAME, format!("{url}: the answer has no usable Date header"));
+    match resp {
+        Ok(r) => judge_clock(&url, r.header("date"), (before, after), ""),
+        Err(e) => Check::skip(
+            CLOCK,
+            format!("{url}: no answer to compare the clock with ({e})"),
+        ),
+    }
+}
+
+const CLOCK: &str = "clock";
+
+/// The verdict on the node's clock from a `Date` header and the node's clock before and
+/// after the exchange that carried it (ms since the epoch).
+fn judge_clock(url: &str, date: Option<&str>, (before, after): (i64, i64), how: &str) -> Check {
+    let Some(date) = date.and_then(http_date) else {
+        return Check::skip(
+            CLOCK,
+            format!("{url}: the answer has no usable Date header"),
+        );
     };
     // The header has whole seconds: compare with the middle of the exchange, and call a
     // difference within a second (plus the round trip) zero.
@@ -128,7 +139,7 @@ pub(crate) fn clock(node: &Node) -> Check {
         (offset_ms as f64 / 1000.0).round() as i64
     };
     let text = format!(
-        "node clock {} against {url}'s Date ({})",
+        "node clock {} against {url}'s Date ({}){how}",
         match offset {
             0 => "agrees within a second".to_string(),
             o if o > 0 => format!("is {o} s behind"),
@@ -138,12 +149,12 @@ pub(crate) fn clock(node: &Node) -> Check {
     );
     match offset.abs() {
         o if o > CLOCK_FAIL_SECS => Check::fail(
-            NAME,
+            CLOCK,
             text,
             "synchronise the clock (chrony/systemd-timesyncd against the provider's time service): certificates will look not yet valid or expired",
         ),
-        o if o > CLOCK_WARN_SECS => Check::warn(NAME, text, "check the time service (chronyc tracking, timedatectl)"),
-        _ => Check::ok(NAME, text),
+        o if o > CLOCK_WARN_SECS => Check::warn(CLOCK, text, "check the time service (chronyc tracking, timedatectl)"),
+        _ => Check::ok(CLOCK, text),
     }
 }
 

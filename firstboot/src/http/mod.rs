@@ -10,7 +10,8 @@ mod response;
 use std::fmt;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::time::{Duration, Instant};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Largest body accepted by default; metadata answers are a few KiB.
 pub const MAX_BODY: usize = 1024 * 1024;
@@ -156,14 +157,37 @@ enum Attempt {
     Fatal(String),
 }
 
+/// A server's `Date` header and the node's wall clock around the exchange that carried it:
+/// the metadata service's time as the run saw it, which the doctor's clock check compares
+/// with instead of asking again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DateSeen {
+    /// The request's URL.
+    pub url: String,
+    /// The header's value, as sent.
+    pub date: String,
+    /// The node's clock (ms since the epoch) when the request left and when the answer was in.
+    pub before_ms: i64,
+    pub after_ms: i64,
+}
+
+/// The node's wall clock in milliseconds since the epoch (0 before 1970).
+pub fn unix_now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 /// Sends requests until a shared deadline. Proxies are never used: metadata must be direct.
 /// The one HTTP client of firstboot: metadata, kubelet's healthz, the GCP guest attribute.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Client {
     deadline: Instant,
     max_body: usize,
     /// Retry transient failures until the deadline; off: one attempt, any status returned.
     retry: bool,
+    /// The newest answer's `Date` ([`Client::date_seen`]).
+    seen: Mutex<Option<DateSeen>>,
 }
 
 impl Client {
@@ -173,7 +197,13 @@ impl Client {
             deadline,
             max_body: MAX_BODY,
             retry: true,
+            seen: Mutex::new(None),
         }
+    }
+
+    /// The `Date` of the newest answer this client got that carried one.
+    pub fn date_seen(&self) -> Option<DateSeen> {
+        self.seen.lock().map_or(None, |s| s.clone())
     }
 
     /// A client that makes one attempt per request, within `timeout`, and returns whatever
@@ -220,7 +250,20 @@ impl Client {
         let started = Instant::now();
         loop {
             attempts += 1;
-            let failure = match self.attempt(method, &target, headers, body) {
+            let before_ms = unix_now_ms();
+            let result = self.attempt(method, &target, headers, body);
+            if let Some(date) = result.as_ref().ok().and_then(|r| r.header("date")) {
+                let seen = DateSeen {
+                    url: target.to_string(),
+                    date: date.to_string(),
+                    before_ms,
+                    after_ms: unix_now_ms(),
+                };
+                if let Ok(mut s) = self.seen.lock() {
+                    *s = Some(seen);
+                }
+            }
+            let failure = match result {
                 Ok(resp) if matches!(resp.status, 301 | 302 | 307 | 308) => {
                     let loc = resp.header("location").unwrap_or("").to_string();
                     let next = target
