@@ -187,7 +187,7 @@ proptest! {
         for (p, n) in &nodes {
             // A node below a symlink made earlier would be made where that link points, which
             // can be outside the temp dir (`a -> ../..` put `c` in /tmp): such a node is skipped.
-            let below_link = std::path::Path::new(p)
+            let below_link = Path::new(p)
                 .ancestors()
                 .skip(1)
                 .filter(|a| !a.as_os_str().is_empty())
