@@ -51,6 +51,9 @@ pub struct Config {
     pub deadline_secs: u64,
     /// Node path (not root-prefixed) of the kubelet config kubelet will read.
     pub kubelet_config: String,
+    /// The provisioned KubeletConfiguration drop-in (`/etc/kiln/kubelet-dropin.conf`),
+    /// copied into kubelet's `--config-dir` after the node's own.
+    pub kubelet_dropin: Option<String>,
     /// The sizing settings of image.env and node.env.
     pub sizing: Settings,
     max_pods_map: Vec<(String, u32)>,
@@ -251,8 +254,12 @@ pub fn load_with_secrets(
     } else {
         image.kubelet_config.clone()
     };
+    // The same cap as `kiln render`'s for the files it reads; kubelet parses the contents.
+    let kubelet_dropin =
+        fsutil::read_regular(&paths.kubelet_dropin, 1024 * 1024).map_err(invalid)?;
     Ok(Config {
         kubelet_config,
+        kubelet_dropin,
         sizing,
         image,
         node,

@@ -380,6 +380,34 @@ pub fn read_capped(path: &Path, cap: u64) -> Result<Option<String>, String> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("{}: cannot open: {e}", path.display())),
     };
+    read_open(path, f, cap).map(Some)
+}
+
+/// [`read_capped`] for a file a provisioner placed: a symlink at the name is refused, and a
+/// FIFO or device neither blocks nor is read (opened non-blocking, type checked on the
+/// open descriptor).
+pub fn read_regular(path: &Path, cap: u64) -> Result<Option<String>, String> {
+    let f = match open_nofollow(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(ELOOP) => {
+            return Err(format!(
+                "{}: expected a regular file, found a symlink",
+                path.display()
+            ))
+        }
+        Err(e) => return Err(format!("{}: cannot open: {e}", path.display())),
+    };
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        return Err(format!(
+            "{}: expected a regular file, found another type",
+            path.display()
+        ));
+    }
+    read_open(path, f, cap).map(Some)
+}
+
+fn read_open(path: &Path, f: File, cap: u64) -> Result<String, String> {
     let mut buf = Vec::new();
     f.take(cap + 1)
         .read_to_end(&mut buf)
@@ -390,7 +418,7 @@ pub fn read_capped(path: &Path, cap: u64) -> Result<Option<String>, String> {
             path.display()
         ));
     }
-    String::from_utf8(buf).map(Some).map_err(|e| {
+    String::from_utf8(buf).map_err(|e| {
         format!(
             "{}: expected UTF-8 text, found an invalid byte at offset {}",
             path.display(),

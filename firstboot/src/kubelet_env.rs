@@ -121,48 +121,40 @@ pub fn bootstrap_kubeconfig_path(cfg: &Config) -> Option<&'static str> {
     }
 }
 
-/// The complete kubelet command line, operator's extra args last so they win. In kubeadm mode,
-/// the part of the command line kiln owns beside kubeadm's `$KUBELET_KUBEADM_ARGS`
+/// The complete kubelet command line, operator's extra args last so they win. Only what has
+/// no KubeletConfiguration field is a flag; the rest is in the node's drop-in
+/// ([`node_dropin`]) in the directory `--config-dir` names. In kubeadm mode, the part of
+/// the command line kiln owns beside kubeadm's `$KUBELET_KUBEADM_ARGS`
 /// ([`kubeadm_kubelet_args`]).
-pub fn kubelet_args(cfg: &Config, node: &Node, sizing: &Sizing) -> String {
+pub fn kubelet_args(cfg: &Config, node: &Node) -> String {
     if cfg.node.join_mode == JoinMode::Kubeadm {
         return kubeadm_kubelet_args(cfg, node);
     }
-    let mut a = String::with_capacity(512);
+    let mut a = String::with_capacity(384);
     let mut flag = |name: &str, value: &str| push_flag(&mut a, name, value);
     flag("config", &cfg.kubelet_config);
+    flag("config-dir", &config_dir());
     flag("kubeconfig", paths::KUBELET_KUBECONFIG);
     if let Some(p) = bootstrap_kubeconfig_path(cfg) {
         flag("bootstrap-kubeconfig", p);
     }
-    flag("container-runtime-endpoint", &cfg.image.runtime_endpoint);
     flag("hostname-override", &node.node_name);
     flag("node-ip", &node.node_ip);
-    if !node.provider_id.is_empty() {
-        flag("provider-id", &node.provider_id);
+    if !cfg.node.node_labels.is_empty() {
+        flag("node-labels", &cfg.node.node_labels);
     }
-    flag("max-pods", &sizing.max_pods.value.to_string());
-    for (name, _, value) in reservations(sizing) {
-        flag(name, &value);
-    }
-    let n = &cfg.node;
-    if !n.node_labels.is_empty() {
-        flag("node-labels", &n.node_labels);
-    }
-    if !n.node_taints.is_empty() {
-        flag("register-with-taints", &n.node_taints);
-    }
-    if !n.cluster_dns.is_empty() {
-        flag("cluster-dns", &n.cluster_dns);
-    }
-    if n.server_tls_bootstrap {
-        // The config file's `serverTLSBootstrap` as a flag (kubelet's flags win over its
-        // file): the baked file leaves it unset, and an operator's own may too. kubelet 1.36
-        // still takes the flag (cmd/kubelet/app/options/options.go), marked deprecated.
-        flag("rotate-server-certificates", "true");
-    }
-    push_extra(&mut a, &n.kubelet_extra_args);
+    push_extra(&mut a, &cfg.node.kubelet_extra_args);
     a
+}
+
+/// kubelet's `--config-dir` as the node spells it (Windows: under the system drive, as the
+/// image's `KUBELET_CONFIG` is).
+pub fn config_dir() -> String {
+    if cfg!(windows) {
+        format!("C:/{}", paths::windows_place(paths::KUBELET_CONFIG_DIR))
+    } else {
+        paths::KUBELET_CONFIG_DIR.to_string()
+    }
 }
 
 fn push_flag(a: &mut String, name: &str, value: &str) {
@@ -201,6 +193,7 @@ pub fn kubeadm_kubelet_args(cfg: &Config, node: &Node) -> String {
     );
     push_flag(&mut a, "kubeconfig", paths::KUBEADM_KUBELET_CONF);
     push_flag(&mut a, "config", paths::KUBEADM_KUBELET_CONFIG);
+    push_flag(&mut a, "config-dir", &config_dir());
     push_flag(&mut a, "hostname-override", &node.node_name);
     push_flag(&mut a, "node-ip", &node.node_ip);
     if !cfg.node.node_labels.is_empty() {
@@ -218,6 +211,18 @@ pub fn kubeadm_kubelet_args(cfg: &Config, node: &Node) -> String {
 /// node.env asks for it (unset, the cluster's kubelet-config decides, as in kubelet mode the
 /// config file does).
 pub fn kubeadm_kubelet_patch(cfg: &Config, node: &Node, sizing: &Sizing) -> String {
+    node_config(cfg, node, sizing, false)
+}
+
+/// kubelet mode's per-node drop-in (`/run/kiln/kubelet.conf.d/10-kiln-node.conf`): the same
+/// fields as kubeadm's patch, and the taints (kubeadm registers those itself, from its
+/// JoinConfiguration). kubelet merges it over `--config`; the provisioned drop-in
+/// (`50-kiln-provisioned.conf`) and the command line come after it.
+pub fn node_dropin(cfg: &Config, node: &Node, sizing: &Sizing) -> String {
+    node_config(cfg, node, sizing, true)
+}
+
+fn node_config(cfg: &Config, node: &Node, sizing: &Sizing, taints: bool) -> String {
     let mut o = String::with_capacity(512);
     o.push_str(
         "{\"apiVersion\":\"kubelet.config.k8s.io/v1beta1\",\"kind\":\"KubeletConfiguration\"",
@@ -278,24 +283,39 @@ pub fn kubeadm_kubelet_patch(cfg: &Config, node: &Node, sizing: &Sizing) -> Stri
         field(&mut o, "serverTLSBootstrap");
         o.push_str("true");
     }
+    if taints && !cfg.node.node_taints.is_empty() {
+        field(&mut o, "registerWithTaints");
+        o.push('[');
+        for (i, t) in cfg.node.node_taints.split(',').enumerate() {
+            // node.env's shape was checked: `key[=value]:Effect`.
+            let (kv, effect) = t.rsplit_once(':').unwrap_or((t, ""));
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            o.push_str(if i > 0 { ",{\"key\":" } else { "{\"key\":" });
+            json::write_str(&mut o, k);
+            if !v.is_empty() {
+                o.push_str(",\"value\":");
+                json::write_str(&mut o, v);
+            }
+            o.push_str(",\"effect\":");
+            json::write_str(&mut o, effect);
+            o.push('}');
+        }
+        o.push(']');
+    }
     o.push_str("}\n");
     o
 }
 
-/// The reservations that are set, as `(flag, kubelet.env key, value)`, in the contract's order.
-fn reservations(sizing: &Sizing) -> impl Iterator<Item = (&'static str, &'static str, String)> {
+/// The reservations that are set, as `(kubelet.env key, value)`, in the contract's order.
+fn reservations(sizing: &Sizing) -> impl Iterator<Item = (&'static str, String)> {
     let r = &sizing.reserved;
     [
-        ("kube-reserved", key::KUBE_RESERVED, r.kube.render('=')),
-        (
-            "system-reserved",
-            key::SYSTEM_RESERVED,
-            r.system.render('='),
-        ),
-        ("eviction-hard", key::EVICTION_HARD, r.eviction.render('<')),
+        (key::KUBE_RESERVED, r.kube.render('=')),
+        (key::SYSTEM_RESERVED, r.system.render('=')),
+        (key::EVICTION_HARD, r.eviction.render('<')),
     ]
     .into_iter()
-    .filter(|(_, _, v)| !v.is_empty())
+    .filter(|(_, v)| !v.is_empty())
 }
 
 /// The text of `kubelet.env`.
@@ -312,7 +332,7 @@ pub fn render(cfg: &Config, node: &Node, sizing: &Sizing) -> String {
     write_line(o, key::REGION, &node.region);
     write_line(o, key::PROVIDER_ID, &node.provider_id);
     write_line(o, key::MAX_PODS, &sizing.max_pods.value.to_string());
-    for (_, k, value) in reservations(sizing) {
+    for (k, value) in reservations(sizing) {
         // Quoted: `<` in an eviction threshold is a redirection to a shell.
         write_quoted_line(o, k, &value);
     }
@@ -323,7 +343,7 @@ pub fn render(cfg: &Config, node: &Node, sizing: &Sizing) -> String {
         write_line(o, k, v);
     }
     // Always quoted, as the contract shows, even when it has no space.
-    write_quoted_line(o, key::KUBELET_ARGS, &kubelet_args(cfg, node, sizing));
+    write_quoted_line(o, key::KUBELET_ARGS, &kubelet_args(cfg, node));
     out
 }
 

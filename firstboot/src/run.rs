@@ -319,6 +319,32 @@ fn write(paths: &NodePaths, cfg: &Config, node: &Node, sized: &Sizing) -> Result
             0o644,
         )?;
     }
+    // kubelet's --config-dir (kubelet refuses a missing one): the node's own drop-in in
+    // kubelet mode (kubeadm's patch carries those fields), then the provisioned one.
+    let (node_dropin, provisioned) = (
+        &paths.kubelet_node_dropin,
+        &paths.kubelet_provisioned_dropin,
+    );
+    let remove = |p: &Path| {
+        fsutil::remove_file(p).map_err(|e| Error::Write(format!("removing {}: {e}", p.display())))
+    };
+    if let Some(dir) = node_dropin.parent() {
+        fsutil::real_dir(dir, true)
+            .map_err(|e| Error::Write(format!("creating {}: {e}", dir.display())))?;
+    }
+    if cfg.node.join_mode == JoinMode::Kubelet {
+        put(
+            node_dropin,
+            &kubelet_env::node_dropin(cfg, node, sized),
+            0o644,
+        )?;
+    } else {
+        remove(node_dropin)?;
+    }
+    match &cfg.kubelet_dropin {
+        Some(text) => put(provisioned, text, 0o644)?,
+        None => remove(provisioned)?,
+    }
     put(
         &paths.kubelet_env,
         &kubelet_env::render(cfg, node, sized),

@@ -37,6 +37,11 @@ pub const SIGNATURES: &[Signature] = &[
         Reason::KubeletConfigInvalid,
         &["failed to parse kubelet flag"],
     ),
+    // A --config-dir drop-in kubelet cannot read or merge (mergeKubeletConfigurations).
+    sig(
+        Reason::KubeletConfigInvalid,
+        &["failed to merge kubelet configs"],
+    ),
     sig(
         Reason::CgroupDriverMismatch,
         &["expected cgroupsPath to be of format"],

@@ -179,6 +179,12 @@ fn each_named_failure_is_diagnosed_from_real_wording() {
             7,
             "unknown flag: --container-runtime",
         ),
+        (
+            "kubelet-dropin-invalid",
+            "KUBELET_CONFIG_INVALID",
+            7,
+            "50-kiln-provisioned.conf",
+        ),
     ];
     let unhealthy = Server::start(|_| status(503));
     for (case, code, exit, needle) in cases {

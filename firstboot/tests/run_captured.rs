@@ -90,14 +90,23 @@ fn both_ways(root: &Root, provider: &str, url: &str, want: &[&str]) -> String {
     let env = root.read("run/kiln/kubelet.env");
     assert_eq!(identity(&env), want, "--provider {provider}:\n{env}");
     let node_ip = want[2].trim_start_matches("NODE_IP=");
-    assert!(env.contains(&format!("--node-ip={node_ip} ")), "{env}");
+    let flag = format!("--node-ip={node_ip}");
+    assert!(
+        env.contains(&format!("{flag} ")) || env.contains(&format!("{flag}\"")),
+        "{env}"
+    );
+    // The provider ID is a KubeletConfiguration field: in the node's drop-in, not a flag.
+    let dropin = root.read("run/kiln/kubelet.conf.d/10-kiln-node.conf");
     let provider_id = want[7].trim_start_matches("PROVIDER_ID=");
-    if !provider_id.is_empty() {
+    if provider_id.is_empty() {
+        assert!(!dropin.contains("providerID"), "{dropin}");
+    } else {
         assert!(
-            env.contains(&format!("--provider-id={provider_id} ")),
-            "{env}"
+            dropin.contains(&format!("\"providerID\":\"{provider_id}\"")),
+            "{dropin}"
         );
     }
+    assert!(!env.contains("--provider-id"), "{env}");
 
     let auto = run(root, url, None);
     assert_eq!(auto.code, 0, "auto: {auto:#?}");
@@ -105,6 +114,11 @@ fn both_ways(root: &Root, provider: &str, url: &str, want: &[&str]) -> String {
         root.read("run/kiln/kubelet.env"),
         env,
         "auto-detection gave another kubelet.env"
+    );
+    assert_eq!(
+        root.read("run/kiln/kubelet.conf.d/10-kiln-node.conf"),
+        dropin,
+        "auto-detection gave another drop-in"
     );
     let status = root.read("run/kiln/status.json");
     assert!(

@@ -103,7 +103,7 @@ fn kubeadm_join_mode() {
         args,
         "\"--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf \
 --kubeconfig=/etc/kubernetes/kubelet.conf --config=/var/lib/kubelet/config.yaml \
---hostname-override=ip-10-0-3-7.eu-west-1.compute.internal --node-ip=10.0.3.7 \
+--config-dir=/run/kiln/kubelet.conf.d --hostname-override=ip-10-0-3-7.eu-west-1.compute.internal --node-ip=10.0.3.7 \
 --node-labels=tier=web --v=2\""
     );
     // The KubeletConfiguration facts, for kubeadm to apply over the cluster's kubelet-config.
@@ -398,15 +398,19 @@ fn server_tls_bootstrap_is_one_switch_for_both_join_modes() {
         "{w:?}"
     );
 
-    // kubelet mode, an approver: the flag, and no warning once the certificate exists.
+    // kubelet mode, an approver: the field in the node's drop-in (not the deprecated flag),
+    // and no warning once the certificate exists.
     let root = Root::node("Amazon EC2");
     root.node_env("KUBELET_SERVER_TLS_BOOTSTRAP=true\nKUBELET_EXTRA_ARGS=--v=2\n");
     root.write(SERVING, "signed by the cluster\n");
     start_ok(&root, &[], &srv.url);
     let env = root.read("run/kiln/kubelet.env");
+    let dropin = root.read("run/kiln/kubelet.conf.d/10-kiln-node.conf");
     assert!(
-        env.contains(" --rotate-server-certificates=true --v=2\""),
-        "the switch, before the operator's own flags: {env}"
+        dropin.ends_with(",\"serverTLSBootstrap\":true}\n")
+            && !env.contains("--rotate-server-certificates")
+            && env.contains("--v=2\""),
+        "the switch in the drop-in: {env}\n{dropin}"
     );
     assert!(warnings(&root).is_empty(), "{:?}", warnings(&root));
 

@@ -53,11 +53,17 @@ MAX_PODS=29
 NODE_LABELS=
 NODE_TAINTS=
 KUBELET_EXTRA_ARGS=
-KUBELET_ARGS=\"--config=/usr/lib/kiln/kubelet-config.yaml --kubeconfig=/var/lib/kubelet/kubeconfig \
---bootstrap-kubeconfig=/run/kiln/bootstrap-kubeconfig --container-runtime-endpoint=unix:///run/containerd/containerd.sock \
---hostname-override=ip-10-0-3-7.eu-west-1.compute.internal --node-ip=10.0.3.7 \
---provider-id=aws:///eu-west-1a/i-0abc123def4567890 --max-pods=29\"
+KUBELET_ARGS=\"--config=/usr/lib/kiln/kubelet-config.yaml --config-dir=/run/kiln/kubelet.conf.d \
+--kubeconfig=/var/lib/kubelet/kubeconfig --bootstrap-kubeconfig=/run/kiln/bootstrap-kubeconfig \
+--hostname-override=ip-10-0-3-7.eu-west-1.compute.internal --node-ip=10.0.3.7\"
 ";
+
+/// The node's KubeletConfiguration drop-in beside AWS_ENV: what kubelet takes from its
+/// config rather than from (deprecated) flags.
+const AWS_DROPIN: &str =
+    "{\"apiVersion\":\"kubelet.config.k8s.io/v1beta1\",\"kind\":\"KubeletConfiguration\",\
+\"containerRuntimeEndpoint\":\"unix:///run/containerd/containerd.sock\",\
+\"providerID\":\"aws:///eu-west-1a/i-0abc123def4567890\",\"maxPods\":29}\n";
 
 #[test]
 fn aws_imdsv2_end_to_end() {
@@ -65,6 +71,14 @@ fn aws_imdsv2_end_to_end() {
     let srv = imdsv2();
     let out = start_ok(&root, &[], &srv.url);
     assert_eq!(root.read("run/kiln/kubelet.env"), AWS_ENV);
+    assert_eq!(
+        root.read("run/kiln/kubelet.conf.d/10-kiln-node.conf"),
+        AWS_DROPIN
+    );
+    // Nothing was provisioned: the directory holds the node's drop-in alone.
+    assert!(!root
+        .path("run/kiln/kubelet.conf.d/50-kiln-provisioned.conf")
+        .exists());
     assert_eq!(
         root.calls("systemctl"),
         ["start --no-block kubelet.service"]
@@ -103,6 +117,7 @@ fn aws_imdsv2_end_to_end() {
         [
             "run/cluster-api/bootstrap-success.complete",
             "run/kiln/bootstrap-kubeconfig",
+            "run/kiln/kubelet.conf.d/10-kiln-node.conf",
             "run/kiln/kubelet.env",
             "run/kiln/status.json"
         ]
@@ -370,11 +385,22 @@ fn node_env_overrides_and_lists() {
         .lines()
         .find(|l| l.starts_with("KUBELET_ARGS="))
         .unwrap();
-    assert!(args.ends_with(
-        "--hostname-override=worker-1 --node-ip=10.9.9.9 --provider-id=aws:///eu-west-1a/i-0abc123def4567890 \
-         --max-pods=58 --node-labels=role=worker,tier=web --register-with-taints=gpu=true:NoSchedule \
-         --cluster-dns=10.96.0.10 --v=2 --cgroup-driver=systemd\""
-    ), "{args}");
+    assert!(
+        args.ends_with(
+            "--hostname-override=worker-1 --node-ip=10.9.9.9 --node-labels=role=worker,tier=web \
+             --v=2 --cgroup-driver=systemd\""
+        ),
+        "{args}"
+    );
+    let dropin = root.read("run/kiln/kubelet.conf.d/10-kiln-node.conf");
+    assert!(
+        dropin.ends_with(
+            "\"providerID\":\"aws:///eu-west-1a/i-0abc123def4567890\",\"maxPods\":58,\
+             \"clusterDNS\":[\"10.96.0.10\"],\
+             \"registerWithTaints\":[{\"key\":\"gpu\",\"value\":\"true\",\"effect\":\"NoSchedule\"}]}\n"
+        ),
+        "{dropin}"
+    );
 }
 
 #[test]
@@ -472,9 +498,63 @@ fn kubelet_unit_and_runtime_endpoint_come_from_the_image() {
         ["start --no-block kubelet-kiln.service"]
     );
     let env = root.read("run/kiln/kubelet.env");
+    let dropin = root.read("run/kiln/kubelet.conf.d/10-kiln-node.conf");
     assert!(
-        env.contains("--container-runtime-endpoint=unix:///run/crio/crio.sock ")
+        dropin.contains("\"containerRuntimeEndpoint\":\"unix:///run/crio/crio.sock\"")
+            && dropin.contains("\"maxPods\":17")
             && env.contains("MAX_PODS=17\n"),
-        "{env}"
+        "{env}\n{dropin}"
     );
+}
+
+/// A provisioned KubeletConfiguration drop-in is copied after the node's own in kubelet's
+/// `--config-dir`, byte for byte; a re-run without it removes the copy; a FIFO or a symlink
+/// at its name is a CONFIG_INVALID (exit 3), never read.
+#[test]
+fn the_provisioned_drop_in_follows_the_nodes_own() {
+    let root = Root::node("Amazon EC2");
+    let dropin =
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 58\n";
+    root.write("etc/kiln/kubelet-dropin.conf", dropin);
+    let srv = imdsv2();
+    start_ok(&root, &[], &srv.url);
+    assert_eq!(
+        root.read("run/kiln/kubelet.conf.d/50-kiln-provisioned.conf"),
+        dropin
+    );
+    assert!(root
+        .read("run/kiln/kubelet.conf.d/10-kiln-node.conf")
+        .contains("\"maxPods\":29"));
+    std::fs::remove_file(root.path("etc/kiln/kubelet-dropin.conf")).unwrap();
+    start_ok(&root, &[], &srv.url);
+    assert!(!root.exists("run/kiln/kubelet.conf.d/50-kiln-provisioned.conf"));
+
+    let fifo = root.path("etc/kiln/kubelet-dropin.conf");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let systemctl = root.stub("systemctl", "exit 0");
+    let args = [
+        "--metadata-url",
+        &srv.url,
+        "--systemctl",
+        &systemctl,
+        "--deadline",
+        "5",
+    ];
+    let out = firstboot(&root, &args);
+    assert_eq!(out.code, 3, "{out:#?}");
+    assert!(
+        out.stderr
+            .contains("kubelet-dropin.conf: expected a regular file, found another type"),
+        "{}",
+        out.stderr
+    );
+    std::fs::remove_file(&fifo).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &fifo).unwrap();
+    let out = firstboot(&root, &args);
+    assert_eq!(out.code, 3, "{out:#?}");
+    assert!(out.stderr.contains("found a symlink"), "{}", out.stderr);
 }

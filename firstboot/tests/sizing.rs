@@ -278,11 +278,18 @@ mod node {
             assert!(env.contains(line), "missing {line:?} in\n{env}");
         }
         assert!(!env.contains("SYSTEM_RESERVED"), "{env}");
+        // kubelet gets them from the node's drop-in, as KubeletConfiguration fields.
+        let dropin = root.read("run/kiln/kubelet.conf.d/10-kiln-node.conf");
         assert!(
-            env.contains(
-                " --max-pods=29 --kube-reserved=cpu=70m,memory=574Mi,ephemeral-storage=1Gi \
-                 --eviction-hard=memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%\""
+            dropin.contains(
+                "\"maxPods\":29,\"kubeReserved\":{\"cpu\":\"70m\",\"memory\":\"574Mi\",\"ephemeral-storage\":\"1Gi\"},\
+                 \"evictionHard\":{\"memory.available\":\"100Mi\",\"nodefs.available\":\"10%\",\
+                 \"nodefs.inodesFree\":\"5%\",\"imagefs.available\":\"15%\"}"
             ),
+            "{dropin}"
+        );
+        assert!(
+            !env.contains("--max-pods") && !env.contains("--kube-reserved"),
             "{env}"
         );
         assert_eq!(
@@ -433,6 +440,8 @@ mod node {
             !env.contains("KUBE_RESERVED") && !env.contains("--kube-reserved"),
             "{env}"
         );
+        let dropin = root.read("run/kiln/kubelet.conf.d/10-kiln-node.conf");
+        assert!(!dropin.contains("kubeReserved"), "{dropin}");
         // Without a CPU count the low ceiling applies (29 is below it anyway).
         assert!(env.contains("MAX_PODS=29\n"), "{env}");
         let status = root.read("run/kiln/status.json");

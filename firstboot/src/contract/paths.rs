@@ -55,6 +55,9 @@ pub const BOOTSTRAP_TOKEN: &str = "/etc/kiln/bootstrap-token";
 pub const KUBEADM_JOIN: &str = "/etc/kiln/kubeadm-join.yaml";
 /// A kubelet config that replaces the baked default.
 pub const KUBELET_CONFIG_OVERRIDE: &str = "/etc/kiln/kubelet-config.yaml";
+/// A KubeletConfiguration drop-in kubelet merges over its config (`kiln render`'s
+/// `[kubelet.config]` and `kubelet.config_file`).
+pub const KUBELET_DROPIN: &str = "/etc/kiln/kubelet-dropin.conf";
 
 // `/run/kiln/`: written by kiln-firstboot at every boot.
 
@@ -64,6 +67,12 @@ pub const RUN_DIR: &str = "/run/kiln";
 pub const KUBELET_ENV: &str = "/run/kiln/kubelet.env";
 /// containerd's proxy environment (`EnvironmentFile=-` of containerd.service).
 pub const CONTAINERD_ENV: &str = "/run/kiln/containerd.env";
+/// kubelet's `--config-dir`: the node's drop-ins, written at every run.
+pub const KUBELET_CONFIG_DIR: &str = "/run/kiln/kubelet.conf.d";
+/// The per-node KubeletConfiguration firstboot decides (kubelet mode).
+pub const KUBELET_NODE_DROPIN: &str = "/run/kiln/kubelet.conf.d/10-kiln-node.conf";
+/// A copy of [`KUBELET_DROPIN`], applied after the node's own.
+pub const KUBELET_PROVISIONED_DROPIN: &str = "/run/kiln/kubelet.conf.d/50-kiln-provisioned.conf";
 /// The kubeconfig firstboot writes around a bootstrap token.
 pub const RUN_BOOTSTRAP_KUBECONFIG: &str = "/run/kiln/bootstrap-kubeconfig";
 /// Progress and outcome (`docs/contract.md#status-json`).
@@ -169,6 +178,12 @@ pub struct NodePaths {
     pub kubeadm_join: PathBuf,
     /// [`KUBELET_CONFIG_OVERRIDE`].
     pub kubelet_config_override: PathBuf,
+    /// [`KUBELET_DROPIN`].
+    pub kubelet_dropin: PathBuf,
+    /// [`KUBELET_NODE_DROPIN`].
+    pub kubelet_node_dropin: PathBuf,
+    /// [`KUBELET_PROVISIONED_DROPIN`].
+    pub kubelet_provisioned_dropin: PathBuf,
     /// [`KUBELET_ENV`].
     pub kubelet_env: PathBuf,
     /// [`CONTAINERD_ENV`].
@@ -208,6 +223,9 @@ impl NodePaths {
             bootstrap_token: at(BOOTSTRAP_TOKEN),
             kubeadm_join: at(KUBEADM_JOIN),
             kubelet_config_override: at(KUBELET_CONFIG_OVERRIDE),
+            kubelet_dropin: at(KUBELET_DROPIN),
+            kubelet_node_dropin: at(KUBELET_NODE_DROPIN),
+            kubelet_provisioned_dropin: at(KUBELET_PROVISIONED_DROPIN),
             kubelet_env: at(KUBELET_ENV),
             containerd_env: at(CONTAINERD_ENV),
             run_bootstrap_kubeconfig: at(RUN_BOOTSTRAP_KUBECONFIG),
@@ -265,6 +283,10 @@ mod tests {
             BOOTSTRAP_TOKEN,
             KUBEADM_JOIN,
             KUBELET_CONFIG_OVERRIDE,
+            KUBELET_DROPIN,
+            KUBELET_CONFIG_DIR,
+            KUBELET_NODE_DROPIN,
+            KUBELET_PROVISIONED_DROPIN,
             KUBELET_ENV,
             RUN_BOOTSTRAP_KUBECONFIG,
             STATUS_JSON,

@@ -199,8 +199,9 @@ fn main() -> ExitCode {
         ));
     };
 
-    // --config: strict, then lenient with a warning; a wrong type is fatal (config/mod.rs).
-    let mut kc = match flags.get("config").filter(|p| !p.is_empty()) {
+    // --config: strict, then lenient with a warning; a wrong type is fatal
+    // (tools/kubelet-config). Then --config-dir's drop-ins merge over it (dropin.rs).
+    let loaded = match flags.get("config").filter(|p| !p.is_empty()) {
         Some(path) => match config::load(path) {
             Ok(loaded) => {
                 if let Some(strict) = &loaded.lenient {
@@ -213,14 +214,39 @@ fn main() -> ExitCode {
                         ),
                     );
                 }
-                loaded.config
+                Some(loaded)
             }
             Err(e) => return command_failed(&e),
         },
-        None => config::KubeletConfiguration::default(),
+        None => None,
     };
+    let (mut kc, effective) = match flags.get("config-dir").filter(|d| !d.is_empty()) {
+        None => match loaded {
+            Some(l) => (l.config, l.tree),
+            None => (
+                config::KubeletConfiguration::default(),
+                serde_json::json!({}),
+            ),
+        },
+        Some(dir) => {
+            let base = config::dropin::base(loaded.map(|l| l.tree));
+            let merged =
+                config::dropin::merge_dir(base, Path::new(dir)).and_then(|(merged, _files)| {
+                    config::dropin::unmarshal(merged.clone()).map(|kc| (kc, merged))
+                });
+            match merged {
+                Ok(m) => m,
+                Err(e) => return command_failed(&format!("failed to merge kubelet configs: {e}")),
+            }
+        }
+    };
+    // What the stand-in runs with, for tests to read: the file and drop-ins merged.
+    let _ = write_atomic(
+        &root_dir.join("standin").join("config.json"),
+        format!("{effective}\n").as_bytes(),
+    );
     // Flags win over the file; then ValidateKubeletConfiguration.
-    config::validate::apply_flags(&mut kc, &flags);
+    config::apply_flags(&mut kc, &flags);
     let errs = config::validate::validate(&kc);
     if !errs.is_empty() {
         return command_failed(&format!(

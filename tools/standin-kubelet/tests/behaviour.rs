@@ -311,3 +311,89 @@ fn without_a_kubeconfig_it_is_standalone_and_never_joins() {
         .join("var-lib-kubelet/pki/kubelet-client-current.pem")
         .exists());
 }
+
+/// `--config-dir` as kubelet reads it (tools/kubelet-config/src/dropin.rs): `.conf` files in
+/// lexical order merged over `--config`, maps key by key, the command line last.
+#[test]
+fn drop_ins_merge_over_the_config_in_order_and_flags_still_win() {
+    let dir = tempdir("dropin");
+    let (sock, _listener) = setup(&dir, "success");
+    let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    let d = dir.join("conf.d");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(
+        d.join("10-kiln-node.conf"),
+        "{\"apiVersion\":\"kubelet.config.k8s.io/v1beta1\",\"kind\":\"KubeletConfiguration\",\
+         \"maxPods\":29,\"evictionHard\":{\"memory.available\":\"200Mi\"},\"clusterDNS\":[\"10.0.0.10\"]}",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("50-operator.conf"),
+        format!("{head}maxPods: 58\nclusterDNS: [fd00::a]\nfeatureGates:\n  NodeSwap: true\n"),
+    )
+    .unwrap();
+    // Not a .conf file: kubelet skips it.
+    std::fs::write(d.join("60-notes.yaml"), "maxPods: 1\n").unwrap();
+    // A value validation refuses, so the run stops right after the merge.
+    std::fs::write(
+        d.join("70-last.conf"),
+        format!("{head}imageGCHighThresholdPercent: 101\n"),
+    )
+    .unwrap();
+    let dir_flag = format!("--config-dir={}", d.display());
+    let (code, err) = run_quick(&dir, &sock, &[&dir_flag]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(
+            "imageGCHighThresholdPercent (--image-gc-high-threshold) 101 must be between 0 and 100"
+        ),
+        "{err}"
+    );
+    let merged = std::fs::read_to_string(dir.join("var-lib-kubelet/standin/config.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&merged).unwrap();
+    assert_eq!(v["maxPods"], 58, "{merged}");
+    assert_eq!(v["cgroupDriver"], "systemd", "the base survives: {merged}");
+    assert_eq!(
+        v["clusterDNS"],
+        serde_json::json!(["fd00::a"]),
+        "lists replace"
+    );
+    // kubelet's default thresholds stay beside the drop-in's.
+    assert_eq!(v["evictionHard"]["memory.available"], "200Mi");
+    assert_eq!(v["evictionHard"]["imagefs.available"], "15%");
+    assert_eq!(v["featureGates"]["NodeSwap"], true);
+
+    // The command line wins over every drop-in.
+    std::fs::write(d.join("70-last.conf"), format!("{head}maxPods: -3\n")).unwrap();
+    let (code, err) = run_quick(&dir, &sock, &[&dir_flag, "--max-pods=-4"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("maxPods (--max-pods) -4 must not be a negative number"),
+        "{err}"
+    );
+
+    // A wrong type stops the merge; an empty drop-in and a missing directory are errors too.
+    std::fs::write(d.join("70-last.conf"), format!("{head}maxPods: many\n")).unwrap();
+    let (code, err) = run_quick(&dir, &sock, &[&dir_flag]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("failed to merge kubelet configs: failed to unmarshal merged JSON into kubelet configuration"),
+        "{err}"
+    );
+    std::fs::write(d.join("70-last.conf"), "").unwrap();
+    let (_, err) = run_quick(&dir, &sock, &[&dir_flag]);
+    assert!(
+        err.contains(
+            "failed to merge kubelet configs: failed to walk through kubelet dropin directory"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("70-last.conf\\\" was empty"), "{err}");
+    let (code, err) = run_quick(
+        &dir,
+        &sock,
+        &[&format!("--config-dir={}", dir.join("none").display())],
+    );
+    assert_eq!(code, Some(1));
+    assert!(err.contains("no such file or directory"), "{err}");
+}

@@ -1,3 +1,7 @@
+//! kubelet's `KubeletConfiguration` rules, in one place: the stand-in kubelet
+//! (`tools/standin-kubelet`) runs with them, and `kiln render` checks a node's kubelet
+//! drop-in with them before a node ever sees it (issue 37: one owner for these rules).
+//!
 //! Loading `--config` as kubelet does (kubernetes/kubernetes):
 //!
 //! - `pkg/kubelet/kubeletconfig/configfiles/configfiles.go`: read the file; an empty file
@@ -13,7 +17,10 @@
 //! - `cmd/kubelet/app/server.go` (`NewKubeletCommand`, `loadConfigFile`) wraps the
 //!   result: `failed to load kubelet config file, path: P, error: failed to load Kubelet
 //!   config file P, error …`.
+//!
+//! The drop-in directory (`--config-dir`) is [`dropin`].
 
+pub mod dropin;
 pub mod types;
 pub mod units;
 pub mod validate;
@@ -36,6 +43,8 @@ pub const KIND: &str = "KubeletConfiguration";
 pub struct Loaded {
     pub config: KubeletConfiguration,
     pub lenient: Option<String>,
+    /// The document as the JSON tree it was decoded from (drop-ins merge into it).
+    pub tree: Value,
 }
 
 /// `loadConfigFile(path)`: `Err` is the whole error kubelet returns.
@@ -61,8 +70,9 @@ pub fn load(path: &str) -> Result<Loaded, String> {
     decode(&String::from_utf8_lossy(&data)).map_err(wrap)
 }
 
-/// `DecodeKubeletConfiguration`, on the file's text.
-pub fn decode(text: &str) -> Result<Loaded, String> {
+/// A document as sigs.k8s.io/yaml turns it into JSON: the tree, and the keys a mapping
+/// repeated (the later value wins), each as its dotted path.
+pub fn tree(text: &str) -> Result<(Value, Vec<String>), String> {
     let dups = RefCell::new(Vec::new());
     let de = serde_yaml_ng::Deserializer::from_str(text);
     let value = Tree {
@@ -71,39 +81,64 @@ pub fn decode(text: &str) -> Result<Loaded, String> {
     }
     .deserialize(de)
     .map_err(|e| format!("failed to decode: error converting YAML to JSON: yaml: {e}"))?;
-    let Value::Object(obj) = &value else {
+    Ok((value, dups.into_inner()))
+}
+
+/// The type meta a KubeletConfiguration document must carry, checked on its tree.
+pub fn type_meta(value: &Value) -> Result<(), String> {
+    let Value::Object(obj) = value else {
         return Err(format!(
             "failed to decode: couldn't get version/kind; json parse error: json: cannot unmarshal {} into Go value of type struct {{ APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; Kind string \"json:\\\"kind,omitempty\\\"\" }}",
-            json_kind(&value)
+            json_kind(value)
         ));
     };
-    check_type_meta(obj, &value)?;
+    check_type_meta(obj, value)
+}
+
+/// The YAML-to-JSON conversion's strict-only complaint about repeated keys, if any.
+pub fn duplicate_keys_error(dups: &[String]) -> Option<String> {
+    (!dups.is_empty()).then(|| {
+        let lines: Vec<String> = dups
+            .iter()
+            .map(|k| format!("  key {k:?} already set in map"))
+            .collect();
+        format!(
+            "error converting YAML to JSON: yaml: unmarshal errors:\n{}",
+            lines.join("\n")
+        )
+    })
+}
+
+/// The typed configuration of a tree, and the fields it does not know (Go's paths).
+pub fn typed(value: Value) -> Result<(KubeletConfiguration, Vec<String>), String> {
     let mut unknown = Vec::new();
     let config: KubeletConfiguration = serde_ignored::deserialize(value, |path| {
         // serde_ignored writes `?` for the Option around each field; Go's path has none.
         let path = path.to_string();
         let path: Vec<&str> = path.split('.').filter(|s| *s != "?").collect();
-        unknown.push(format!("unknown field \"{}\"", path.join(".")))
+        unknown.push(path.join("."));
     })
-    .map_err(|e| format!("failed to decode: json: {e}"))?;
+    .map_err(|e| format!("json: {e}"))?;
+    Ok((config, unknown))
+}
+
+/// `DecodeKubeletConfiguration`, on the file's text.
+pub fn decode(text: &str) -> Result<Loaded, String> {
+    let (value, dups) = tree(text)?;
+    type_meta(&value)?;
+    let (config, unknown) = typed(value.clone()).map_err(|e| format!("failed to decode: {e}"))?;
     let mut strict: Vec<String> = Vec::new();
-    let dups = dups.into_inner();
-    if !dups.is_empty() {
-        let lines: Vec<String> = dups
-            .iter()
-            .map(|k| format!("  key {k:?} already set in map"))
-            .collect();
-        strict.push(format!(
-            "error converting YAML to JSON: yaml: unmarshal errors:\n{}",
-            lines.join("\n")
-        ));
-    }
-    strict.extend(unknown);
+    strict.extend(duplicate_keys_error(&dups));
+    strict.extend(unknown.iter().map(|p| format!("unknown field \"{p}\"")));
     let lenient = (!strict.is_empty()).then(|| {
         // apimachinery runtime.NewStrictDecodingError
         format!("strict decoding error: {}", strict.join(", "))
     });
-    Ok(Loaded { config, lenient })
+    Ok(Loaded {
+        config,
+        lenient,
+        tree: value,
+    })
 }
 
 /// apimachinery's `Object 'Kind' is missing` and the scheme's `no kind … is registered`.

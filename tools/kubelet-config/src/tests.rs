@@ -1,5 +1,5 @@
-use super::validate::{aggregate, run_checks, validate};
 use super::*;
+use crate::validate::{aggregate, run_checks, validate};
 
 const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
 

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer};
 
-use super::units::parse_duration;
+use crate::units::parse_duration;
 
 /// `metav1.Duration`: a JSON string Go's `time.ParseDuration` accepts; nanoseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
