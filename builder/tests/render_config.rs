@@ -87,8 +87,8 @@ fn minimal_config_and_optional_files() {
     );
     let kubeconfig = "apiVersion: v1\nkind: Config\nclusters: []\nusers: []\ncontexts: []\n";
     std::fs::write(dir.path().join("bootstrap.kubeconfig"), kubeconfig).unwrap();
-    let kubelet =
-        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 30\n";
+    let kubelet = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                   imageGCHighThresholdPercent: 90\nfeatureGates:\n  NodeSwap: true\n";
     std::fs::write(dir.path().join("kubelet.yaml"), kubelet).unwrap();
     let files = load(dir.path()).unwrap().files();
     let names: Vec<(&str, u32)> = files.iter().map(|f| (f.name.as_str(), f.mode)).collect();
@@ -98,16 +98,19 @@ fn minimal_config_and_optional_files() {
             ("node.env", 0o644),
             ("ca.crt", 0o644),
             ("bootstrap-kubeconfig", 0o600),
-            ("kubelet-config.yaml", 0o644)
+            ("kubelet-dropin.conf", 0o644)
         ]
     );
     assert_eq!(
         file(&files, "bootstrap-kubeconfig").contents,
         kubeconfig.as_bytes()
     );
+    // A drop-in kubelet merges over the image's config, never a replacement of it: the
+    // file's fields as JSON, checked with the stand-in kubelet's rules.
     assert_eq!(
-        file(&files, "kubelet-config.yaml").contents,
-        kubelet.as_bytes()
+        String::from_utf8(file(&files, "kubelet-dropin.conf").contents.clone()).unwrap(),
+        "{\n  \"apiVersion\": \"kubelet.config.k8s.io/v1beta1\",\n  \"featureGates\": {\n    \"NodeSwap\": true\n  },\n  \
+         \"imageGCHighThresholdPercent\": 90,\n  \"kind\": \"KubeletConfiguration\"\n}\n"
     );
     assert_eq!(
         String::from_utf8(file(&files, "node.env").contents.clone()).unwrap(),

@@ -275,7 +275,14 @@ fn firstboot_reads_the_kubeconfig_and_kubelet_config_variants() {
         config.credential,
         kiln_firstboot::config::Credential::Kubeconfig
     );
-    assert_eq!(config.kubelet_config, "/etc/kiln/kubelet-config.yaml");
+    // kubelet.config_file is a drop-in now: the baked config stays kubelet's --config.
+    assert_eq!(config.kubelet_config, "/usr/lib/kiln/kubelet-config.yaml");
+    assert_eq!(
+        config.kubelet_dropin.as_deref(),
+        Some(
+            "{\n  \"apiVersion\": \"kubelet.config.k8s.io/v1beta1\",\n  \"kind\": \"KubeletConfiguration\"\n}\n"
+        )
+    );
     assert_eq!(config.node.provider, None, "PROVIDER=auto");
     assert_eq!(config.node.api_server, "https://api.example.internal");
 }

@@ -11,6 +11,8 @@ pub const REPORTED_FILES: &[&str] = &[
     "/run/kiln/kubelet.env",
     "/run/kiln/failure",
     "/var/lib/kubelet/standin/args",
+    "/var/lib/kubelet/standin/config.json",
+    "/var/lib/kubelet/standin/flag-warnings",
     "/run/cluster-api/bootstrap-success.complete",
     "/run/cluster-api/bootstrap-failure.reason",
     crate::pod::REPORT,
@@ -176,6 +178,24 @@ impl Outcome {
         self.files
             .get("/var/lib/kubelet/standin/args")
             .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The KubeletConfiguration the stand-in kubelet ran with: `--config` with the
+    /// `--config-dir` drop-ins merged over it, as kubelet merges them (before flags).
+    pub fn kubelet_config(&self) -> serde_json::Value {
+        self.files
+            .get("/var/lib/kubelet/standin/config.json")
+            .and_then(|l| serde_json::from_str(&l.concat()).ok())
+            .unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The deprecation warnings kubelet printed for its flags (pflag's `Flag --… has been
+    /// deprecated`), as the stand-in recorded them.
+    pub fn kubelet_flag_warnings(&self) -> Vec<String> {
+        self.files
+            .get("/var/lib/kubelet/standin/flag-warnings")
+            .map(|l| l.iter().filter(|l| !l.is_empty()).cloned().collect())
             .unwrap_or_default()
     }
 

@@ -138,9 +138,7 @@ fn assert_aws_node(b: &Booted, i: &AwsInstance, extra_args: &[&str]) {
     let args = o.kubelet_args();
     let mut want = vec![
         format!("--node-ip={}", i.local_ipv4),
-        format!("--provider-id={provider_id}"),
-        "--max-pods=29".to_string(),
-        format!("--kube-reserved={eks}"),
+        "--config-dir=/run/kiln/kubelet.conf.d".to_string(),
     ];
     want.extend(extra_args.iter().map(|a| a.to_string()));
     for want in want {
@@ -149,6 +147,34 @@ fn assert_aws_node(b: &Booted, i: &AwsInstance, extra_args: &[&str]) {
             "kubelet args lack {want}: {args:?}"
         );
     }
+    // The config-file facts reach kubelet through kiln's drop-in, merged as kubelet merges
+    // it, and no flag kiln passes is one kubelet calls deprecated.
+    let kc = o.kubelet_config();
+    assert_eq!(kc["providerID"], provider_id.as_str(), "{kc}");
+    assert_eq!(kc["maxPods"], 29, "{kc}");
+    let reserved: Vec<String> = kc["kubeReserved"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut want_reserved: Vec<&str> = eks.split(',').collect();
+    want_reserved.sort_unstable();
+    assert_eq!(reserved, want_reserved, "{kc}");
+    assert_eq!(kc["evictionHard"]["memory.available"], "100Mi", "{kc}");
+    assert_eq!(
+        kc["containerRuntimeEndpoint"], "unix:///run/containerd/containerd.sock",
+        "{kc}"
+    );
+    assert!(
+        !args
+            .iter()
+            .any(|a| a.starts_with("--max-pods") || a.starts_with("--provider-id")),
+        "{args:?}"
+    );
+    assert_eq!(o.kubelet_flag_warnings(), Vec::<String>::new(), "{args:?}");
     for unit in ["containerd", "kubelet"] {
         assert_eq!(
             o.units.get(unit).map(String::as_str),
@@ -235,11 +261,7 @@ fn ubuntu_aws() {
         o.phase_lines
     );
     assert_doctor(o);
-    assert_aws_node(
-        &b,
-        &i,
-        &["--eviction-hard=memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%"],
-    );
+    assert_aws_node(&b, &i, &[]);
 }
 
 #[test]
@@ -473,22 +495,19 @@ fn flatcar_sysext() {
     );
     assert_eq!(o.kubelet_env("MAX_PODS").as_deref(), Some("29"));
     let args = o.kubelet_args();
-    for want in [
-        "--node-ip=10.0.4.9".to_string(),
-        format!("--provider-id={provider_id}"),
-        "--max-pods=29".into(),
-        // images/flatcar.toml: the GKE formula on the guest's vCPUs and 1 GiB of RAM
-        // (MemTotal under 1 GiB: 255 MiB).
-        format!(
-            "--kube-reserved=cpu={}m,memory=255Mi",
-            tiered_cpu_millicores(kiln_qemu_tests::vm::guest_cpus())
-        ),
-    ] {
-        assert!(
-            args.iter().any(|a| a == &want),
-            "kubelet args lack {want}: {args:?}"
-        );
-    }
+    assert!(args.iter().any(|a| a == "--node-ip=10.0.4.9"), "{args:?}");
+    let kc = o.kubelet_config();
+    assert_eq!(kc["providerID"], provider_id.as_str(), "{kc}");
+    assert_eq!(kc["maxPods"], 29, "{kc}");
+    // images/flatcar.toml: the GKE formula on the guest's vCPUs and 1 GiB of RAM (MemTotal
+    // under 1 GiB: 255 MiB).
+    let cpu = format!(
+        "{}m",
+        tiered_cpu_millicores(kiln_qemu_tests::vm::guest_cpus())
+    );
+    assert_eq!(kc["kubeReserved"]["cpu"], cpu.as_str(), "{kc}");
+    assert_eq!(kc["kubeReserved"]["memory"], "255Mi", "{kc}");
+    assert_eq!(o.kubelet_flag_warnings(), Vec::<String>::new());
     assert_eq!(
         o.units.get("containerd").map(String::as_str),
         Some("active"),
@@ -502,12 +521,13 @@ fn flatcar_sysext() {
 
 #[test]
 fn cloud_init() {
-    let (b, user_data) = expect_ok(kiln_qemu_tests::node::boot_cloudinit_node(&spec(
-        "cloud_init",
-        "success",
-        Metadata::Aws,
-        240,
-    )));
+    // A provisioning-time kubelet drop-in (node.toml's [kubelet.config]), carried by
+    // cloud-init's write_files like every contract file.
+    let mut s = spec("cloud_init", "success", Metadata::Aws, 240);
+    s.node.extra =
+        "\n[kubelet.config]\nimageGCHighThresholdPercent = 90\nimageGCLowThresholdPercent = 75\n"
+            .into();
+    let (b, user_data) = expect_ok(kiln_qemu_tests::node::boot_cloudinit_node(&s));
     eprintln!(
         "cloud-init timeline ({}):\n{}",
         b.log.display(),
@@ -531,6 +551,15 @@ fn cloud_init() {
     assert!(o
         .files
         .contains_key("/run/cluster-api/bootstrap-success.complete"));
+    // kubelet ran with the baked config, kiln's node drop-in and the provisioned one merged
+    // in that order (the stand-in merges --config-dir with kubelet's rules).
+    let kc = o.kubelet_config();
+    assert_eq!(kc["imageGCHighThresholdPercent"], 90, "{kc}");
+    assert_eq!(kc["imageGCLowThresholdPercent"], 75, "{kc}");
+    assert_eq!(kc["maxPods"], 29, "the node's own drop-in: {kc}");
+    assert_eq!(kc["cgroupDriver"], "systemd", "the baked config: {kc}");
+    assert_eq!(kc["authentication"]["webhook"]["enabled"], true, "{kc}");
+    assert_eq!(o.kubelet_flag_warnings(), Vec::<String>::new());
 }
 
 /// node.toml's `deadline` for `cgroup_driver_mismatch`: the first refused sandbox comes

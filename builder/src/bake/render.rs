@@ -100,7 +100,8 @@ pub fn kubelet_config(def: &ImageDef) -> String {
     };
     format!(
         "\
-# Written by kiln bake; /etc/kiln/kubelet-config.yaml replaces it (docs/contract.md).
+# Written by kiln bake; /etc/kiln/kubelet-config.yaml replaces it, the drop-ins of
+# /run/kiln/kubelet.conf.d merge over it (docs/contract.md).
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 authentication:

@@ -197,6 +197,14 @@ fn content_problem(file: &NodeFile) -> Result<(), String> {
         "bootstrap-kubeconfig" => yaml_kind("Config", "v1"),
         "kubeadm-join.yaml" => yaml_kind("JoinConfiguration", "kubeadm.k8s.io/"),
         "kubelet-config.yaml" => yaml_kind("KubeletConfiguration", "kubelet.config.k8s.io/"),
+        // The same checks `kiln render` makes of node.toml's kubelet keys.
+        "kubelet-dropin.conf" => {
+            let name = "kubelet-dropin.conf";
+            let part = crate::render::kubelet_dropin::file_part(name, text()?);
+            part.and_then(|p| crate::render::kubelet_dropin::render(vec![p]))
+                .map(drop)
+                .map_err(|r| format!("{}: expected {}, found {}", r.key, r.expected, r.found))
+        }
         _ => Ok(()),
     }
 }

@@ -148,8 +148,9 @@ pub struct NodeConfig {
     pub max_pods: Option<u32>,
     /// Extra kubelet flags (`--name[=value]`).
     pub kubelet_extra_args: Vec<String>,
-    /// A KubeletConfiguration that replaces the image's default, byte for byte.
-    pub kubelet_config: Option<Vec<u8>>,
+    /// The node's KubeletConfiguration drop-in (`kubelet.config_file` and `[kubelet.config]`
+    /// merged and checked), merged by kubelet over the image's config.
+    pub kubelet_dropin: Option<Vec<u8>>,
     /// Cluster DNS addresses.
     pub cluster_dns: Vec<String>,
     /// `[kubelet] server_tls_bootstrap`: kubelet asks the cluster for its serving certificate

@@ -29,6 +29,7 @@ pub const CONTRACT_FILES: &[(&str, u32)] = &[
     ("bootstrap-token", SECRET_MODE),
     ("kubeadm-join.yaml", SECRET_MODE),
     ("kubelet-config.yaml", PUBLIC_MODE),
+    ("kubelet-dropin.conf", PUBLIC_MODE),
 ];
 
 /// One file of the node contract: its name inside `/etc/kiln/`, its mode and its bytes.

@@ -36,9 +36,9 @@ impl NodeConfig {
                 contents: format!("{token}\n").into_bytes(),
             }),
         }
-        if let Some(config) = &self.kubelet_config {
+        if let Some(config) = &self.kubelet_dropin {
             files.push(NodeFile {
-                name: "kubelet-config.yaml".into(),
+                name: "kubelet-dropin.conf".into(),
                 mode: PUBLIC_MODE,
                 contents: config.clone(),
             });

@@ -11,7 +11,8 @@ use serde::Deserialize;
 
 use crate::proxy_url;
 use crate::render::config::{ApiServer, ConfigError, Credential, JoinMode, NodeConfig};
-use crate::render::{config::Provider, config::Taint, input, pki};
+use crate::render::names::{is_dns_subdomain, is_label_value, is_qualified_key};
+use crate::render::{config::Provider, config::Taint, input, kubelet_dropin, pki};
 
 // ---- the file as written by the user ----
 
@@ -77,6 +78,7 @@ struct RawKubelet {
     #[serde(default)]
     extra_args: Vec<String>,
     config_file: Option<PathBuf>,
+    config: Option<toml::Table>,
     #[serde(default)]
     cluster_dns: Vec<String>,
     #[serde(default)]
@@ -278,19 +280,7 @@ impl Validator<'_> {
                 ));
             }
         }
-        let kubelet_config = match &kubelet.config_file {
-            None => None,
-            Some(file) => {
-                let bytes = self.read("kubelet.config_file", file)?;
-                self.yaml_kind(
-                    "kubelet.config_file",
-                    &bytes,
-                    "KubeletConfiguration",
-                    Some("kubelet.config.k8s.io/"),
-                )?;
-                Some(bytes)
-            }
-        };
+        let kubelet_dropin = self.kubelet_dropin(&kubelet)?;
 
         let proxy = raw.proxy;
         for (key, url) in [("proxy.http", &proxy.http), ("proxy.https", &proxy.https)] {
@@ -323,13 +313,31 @@ impl Validator<'_> {
             taints,
             max_pods: node.max_pods,
             kubelet_extra_args: kubelet.extra_args,
-            kubelet_config,
+            kubelet_dropin,
             cluster_dns: kubelet.cluster_dns,
             server_tls_bootstrap: kubelet.server_tls_bootstrap,
             http_proxy: proxy.http,
             https_proxy: proxy.https,
             no_proxy: proxy.no_proxy,
         })
+    }
+
+    /// `kubelet.config_file`, then `[kubelet.config]` over it, as one checked drop-in.
+    fn kubelet_dropin(&self, kubelet: &RawKubelet) -> Result<Option<Vec<u8>>, ConfigError> {
+        let refused = |r: kubelet_dropin::Refusal| self.invalid(&r.key, &r.expected, r.found);
+        let mut parts = Vec::new();
+        if let Some(file) = &kubelet.config_file {
+            let key = "kubelet.config_file";
+            let bytes = self.read(key, file)?;
+            let text = String::from_utf8(bytes).map_err(|_| {
+                self.invalid(key, "a YAML or JSON text", "bytes that are not UTF-8")
+            })?;
+            parts.push(kubelet_dropin::file_part(key, &text).map_err(refused)?);
+        }
+        if let Some(table) = &kubelet.config {
+            parts.push(kubelet_dropin::table_part("kubelet.config", table).map_err(refused)?);
+        }
+        kubelet_dropin::render(parts).map_err(refused)
     }
 
     fn proxy_url(&self, key: &str, url: &str) -> Result<(), ConfigError> {
@@ -536,65 +544,4 @@ fn plain_token(s: &str) -> bool {
         && !s.chars().any(|c| {
             c.is_whitespace() || c.is_control() || matches!(c, '"' | '\'' | '\\' | '$' | '`')
         })
-}
-
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns_label)
-}
-
-/// A label value (also the name part of a key, when non-empty).
-fn is_label_value(s: &str) -> bool {
-    s.is_empty()
-        || (s.len() <= 63
-            && s.bytes()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-            && s.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && s.ends_with(|c: char| c.is_ascii_alphanumeric()))
-}
-
-/// `[prefix/]name`, as label keys and taint keys are.
-fn is_qualified_key(s: &str) -> bool {
-    let (prefix, name) = match s.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, s),
-    };
-    prefix.is_none_or(is_dns_subdomain) && !name.is_empty() && is_label_value(name)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn key_syntax_table() {
-        for (key, ok) in [
-            ("role", true),
-            ("node.kubernetes.io/role", true),
-            ("kiln.dev/tier-1", true),
-            ("", false),
-            ("-role", false),
-            ("Role/x", false),
-            ("a/b/c", false),
-            ("x".repeat(64).as_str(), false),
-        ] {
-            assert_eq!(is_qualified_key(key), ok, "{key:?}");
-        }
-        for (token, ok) in [
-            ("abcdef.0123456789abcdef", true),
-            ("ABCDEF.0123456789abcdef", false),
-            ("abcdef0123456789abcdef", false),
-            ("abcde.0123456789abcdefg", false),
-        ] {
-            assert_eq!(valid_token(token), ok, "{token:?}");
-        }
-    }
 }

@@ -102,8 +102,15 @@ pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-fn record(root_dir: &Path, args: &[String]) -> std::io::Result<()> {
+fn record(root_dir: &Path, args: &[String], warnings: &[String]) -> std::io::Result<()> {
     let dir = root_dir.join("standin");
+    // pflag's deprecation warnings, one per line (none: an empty file), for the tests to read.
+    let mut w = String::new();
+    for line in warnings {
+        w.push_str(line);
+        w.push('\n');
+    }
+    write_atomic(&dir.join("flag-warnings"), w.as_bytes())?;
     let mut a = String::new();
     for arg in args {
         a.push_str(arg);
@@ -183,7 +190,7 @@ fn main() -> ExitCode {
         let _ = writeln!(std::io::stderr(), "{w}");
     }
     let root_dir = PathBuf::from(flags.get("root-dir").unwrap_or("/var/lib/kubelet"));
-    if let Err(e) = record(&root_dir, &args) {
+    if let Err(e) = record(&root_dir, &args, &flags.warnings) {
         return command_failed(&format!(
             "failed to run Kubelet: mkdir {}: {e}",
             root_dir.display()
