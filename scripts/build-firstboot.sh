@@ -113,10 +113,16 @@ case "$variant" in
     [ "$arch" = amd64 ] || target_dir=$target_dir-$arch
     # relocation-model=static: musl-gcc's specs cannot link a static-pie (no rcrt1.o, always
     # a dynamic loader), so the binary is a classic static executable.
+    # -z noseparate-code: the ELF headers, code and read-only data share one read+execute
+    # segment, as GNU ld laid out every binary before 2.31, instead of three page-aligned ones
+    # with padding between them in the file (8 KiB on amd64, measured: 415216 -> 407024 bytes,
+    # issue 37). What it gives up is keeping the read-only data non-executable, a hardening
+    # step against code-reuse attacks; in a non-PIE static executable at a fixed address that
+    # step buys little, since every gadget's address is already known.
     RUSTC="$debian_rustc" RUSTDOC="${debian_rustc%rustc}rustdoc" RUSTC_BOOTSTRAP=1 \
       CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_LINKER="$cc" \
       CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER="$cc" \
-      RUSTFLAGS="$panic -C target-feature=+crt-static -C relocation-model=static -C link-self-contained=no -L native=$link_dir" \
+      RUSTFLAGS="$panic -C target-feature=+crt-static -C relocation-model=static -C link-self-contained=no -C link-arg=-Wl,-z,noseparate-code -L native=$link_dir" \
       "$debian_cargo" build --locked -p kiln-firstboot --bin kiln-firstboot --profile firstboot \
       --target "$target" --target-dir "$target_dir" \
       -Z build-std=std,panic_abort -Z build-std-features=optimize_for_size

@@ -489,3 +489,105 @@ fn a_token_file_that_is_no_token_is_not_described() {
         assert!(!err.contains(leak), "{leak:?} in {err}");
     }
 }
+
+/// `[sysctl]`: names and values by the contract's rules (the code kiln-firstboot reads the
+/// file with), integers as text, sorted by name; what kubelet needs otherwise, a glob, a
+/// float and a name that would leave /proc/sys are refused, each naming its key; the Windows
+/// provisioner refuses the file; `render --check` judges a hand-written one the same way.
+#[test]
+fn sysctl_table_becomes_the_checked_sysctl_conf() {
+    let base = "api_server = \"https://127.0.0.1:6443\"\ncluster_name = \"c1\"\n\
+                [ca]\nfile = \"ca.crt\"\n[bootstrap]\ntoken = \"abcdef.0123456789abcdef\"\n";
+    let dir = node_dir(&format!(
+        "{base}[sysctl]\n\"vm.max_map_count\" = 262144\n\"net.ipv4.tcp_rmem\" = \"4096 87380 6291456\"\n\
+         \"net/ipv4/conf/eth0.100/rp_filter\" = 2\n"
+    ));
+    let files = load(dir.path()).unwrap().files();
+    assert_eq!(
+        String::from_utf8(file(&files, "sysctl.conf").contents.clone()).unwrap(),
+        "# kiln node contract v1: written by `kiln render` from node.toml's [sysctl].\n\
+         net.ipv4.tcp_rmem = 4096 87380 6291456\nnet/ipv4/conf/eth0.100/rp_filter = 2\n\
+         vm.max_map_count = 262144\n"
+    );
+    assert_eq!(file(&files, "sysctl.conf").mode, 0o644);
+    assert!(kiln::render::contract_problems(&files).is_empty());
+    let windows = kiln::render::render_payload(
+        &files,
+        kiln::render::Provisioner::Windows,
+        Default::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        windows.contains("[sysctl] sets Linux kernel parameters"),
+        "{windows}"
+    );
+
+    for (entry, key, says) in [
+        (
+            "\"net.ipv4.ip_forward\" = 0",
+            "sysctl.\"net.ipv4.ip_forward\"",
+            "expected 1 or no setting",
+        ),
+        (
+            "\"vm.overcommit_memory\" = 2",
+            "sysctl.\"vm.overcommit_memory\"",
+            "kubelet sets it at every start",
+        ),
+        (
+            "\"kernel.*\" = 1",
+            "sysctl.\"kernel.*\"",
+            "expected a sysctl name",
+        ),
+        (
+            "\"net/../../etc/passwd\" = 1",
+            "sysctl.\"net/../../etc/passwd\"",
+            "expected a sysctl name",
+        ),
+        (
+            "\"vm.swappiness\" = 1.5",
+            "sysctl.\"vm.swappiness\"",
+            "expected a string or an integer, found float",
+        ),
+        (
+            "\"vm.swappiness\" = \"\"",
+            "sysctl.\"vm.swappiness\"",
+            "expected a value, found an empty one",
+        ),
+        (
+            "\"vm.swappiness\" = \"1\\n2\"",
+            "sysctl.\"vm.swappiness\"",
+            "one line",
+        ),
+    ] {
+        let dir = node_dir(&format!("{base}[sysctl]\n{entry}\n"));
+        let e = load(dir.path()).unwrap_err();
+        assert!(
+            e.contains(&format!("key `{key}`")) && e.contains(says),
+            "{entry}: {e}"
+        );
+    }
+
+    // A hand-written sysctl.conf in user data: the contract's parse, then kubelet's needs.
+    let check = |contents: &str| {
+        kiln::render::contract_problems(&[NodeFile {
+            name: "sysctl.conf".into(),
+            mode: 0o644,
+            contents: contents.as_bytes().to_vec(),
+        }])
+    };
+    let problems = check("net.ipv4.ip_forward = 0\n");
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("net.ipv4.ip_forward: expected 1")),
+        "{problems:?}"
+    );
+    let problems = check("kernel/../x = 1\n");
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("line 1: expected a sysctl name")),
+        "{problems:?}"
+    );
+}

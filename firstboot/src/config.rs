@@ -54,6 +54,8 @@ pub struct Config {
     /// The provisioned KubeletConfiguration drop-in (`/etc/kiln/kubelet-dropin.conf`),
     /// copied into kubelet's `--config-dir` after the node's own.
     pub kubelet_dropin: Option<String>,
+    /// `/etc/kiln/sysctl.conf`'s settings, checked, in the file's order.
+    pub sysctl: Vec<(String, String)>,
     /// The sizing settings of image.env and node.env.
     pub sizing: Settings,
     max_pods_map: Vec<(String, u32)>,
@@ -257,9 +259,15 @@ pub fn load_with_secrets(
     // The same cap as `kiln render`'s for the files it reads; kubelet parses the contents.
     let kubelet_dropin =
         fsutil::read_regular(&paths.kubelet_dropin, 1024 * 1024).map_err(invalid)?;
+    let sysctl = match fsutil::read_regular(&paths.node_sysctl, 256 * 1024).map_err(invalid)? {
+        None => Vec::new(),
+        Some(text) => crate::contract::sysctl::parse(&text)
+            .map_err(|e| invalid(format!("{}: {e}", paths.node_sysctl.display())))?,
+    };
     Ok(Config {
         kubelet_config,
         kubelet_dropin,
+        sysctl,
         sizing,
         image,
         node,

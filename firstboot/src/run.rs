@@ -129,7 +129,12 @@ fn boot(
     if let Some(w) = kubelet_env::kubeadm_patch_unused(paths, &cfg) {
         rep.warn(&w);
     }
-    rep.success(Phase::Write, &format!("max_pods={}", sized.max_pods.value));
+    apply_sysctls(paths, &cfg, rep);
+    let mut detail = format!("max_pods={}", sized.max_pods.value);
+    if !cfg.sysctl.is_empty() {
+        detail.push_str(&format!(" sysctl={}", cfg.sysctl.len()));
+    }
+    rep.success(Phase::Write, &detail);
 
     if opts.no_start {
         for phase in [Phase::StartKubelet, Phase::WaitHealthy, Phase::WaitJoined] {
@@ -351,6 +356,29 @@ fn write(paths: &NodePaths, cfg: &Config, node: &Node, sized: &Sizing) -> Result
         0o644,
     )?;
     Ok(changed)
+}
+
+/// Writes `/etc/kiln/sysctl.conf`'s settings to `/proc/sys` (under `--root`), before kubelet
+/// starts. A value the kernel refuses (a module not loaded, a read-only setting) is a
+/// warning, not a stop, as systemd-sysctl treats it; each outcome goes to status.json.
+fn apply_sysctls(paths: &NodePaths, cfg: &Config, rep: &mut Reporter) {
+    if cfg.sysctl.is_empty() {
+        return;
+    }
+    let proc_sys = paths::under(&paths.root, "/proc/sys");
+    let mut applied = Vec::with_capacity(cfg.sysctl.len());
+    for (k, v) in &cfg.sysctl {
+        let file = proc_sys.join(crate::contract::sysctl::proc_path(k));
+        // Never created: a name the kernel lacks stays missing. procfs ignores O_TRUNC.
+        let wrote = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&file)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{v}\n").as_bytes()));
+        let err = wrote.err().map(|e| format!("{}: {e}", file.display()));
+        applied.push((k.as_str(), v.as_str(), err));
+    }
+    rep.sysctl(&applied);
 }
 
 /// Restarts the container runtime so it reads `/run/kiln/containerd.env` before kubelet (or

@@ -558,3 +558,75 @@ fn the_provisioned_drop_in_follows_the_nodes_own() {
     assert_eq!(out.code, 3, "{out:#?}");
     assert!(out.stderr.contains("found a symlink"), "{}", out.stderr);
 }
+
+/// `/etc/kiln/sysctl.conf` is written to `/proc/sys` (under `--root`) in the write phase,
+/// before kubelet starts; a name the kernel lacks is a warning, each outcome is in
+/// status.json; a name that would leave `/proc/sys` stops the run as CONFIG_INVALID, naming
+/// the file and the line, before anything is written.
+#[test]
+fn provisioned_sysctls_reach_proc_sys_before_kubelet() {
+    let root = Root::node("Amazon EC2");
+    root.write(
+        "etc/kiln/sysctl.conf",
+        "# from node.toml\nnet.core.somaxconn = 4096\nnet.ipv4.tcp_rmem = 4096\t87380 6291456\nfs.kiln.missing = 1\n",
+    );
+    root.write("proc/sys/net/core/somaxconn", "128\n");
+    root.write("proc/sys/net/ipv4/tcp_rmem", "4096 131072 6291456\n");
+    let srv = imdsv2();
+    let out = start_ok(&root, &[], &srv.url);
+    assert_eq!(root.read("proc/sys/net/core/somaxconn"), "4096\n");
+    assert_eq!(
+        root.read("proc/sys/net/ipv4/tcp_rmem"),
+        "4096\t87380 6291456\n"
+    );
+    assert!(!root.exists("proc/sys/fs/kiln/missing"), "never created");
+    let status = root.read("run/kiln/status.json");
+    assert!(
+        status.contains(
+            "\"sysctl\":[{\"name\":\"net.core.somaxconn\",\"value\":\"4096\",\"result\":\"ok\"},\
+             {\"name\":\"net.ipv4.tcp_rmem\",\"value\":\"4096\\t87380 6291456\",\"result\":\"ok\"},\
+             {\"name\":\"fs.kiln.missing\",\"value\":\"1\",\"result\":\"failed\"}]"
+        ),
+        "{status}"
+    );
+    assert!(
+        status.contains("sysctl fs.kiln.missing = 1 was not applied: ")
+            && status.contains("proc/sys/fs/kiln/missing"),
+        "{status}"
+    );
+    assert!(
+        out.stderr
+            .contains("warning: sysctl fs.kiln.missing = 1 was not applied"),
+        "{}",
+        out.stderr
+    );
+
+    root.write(
+        "etc/kiln/sysctl.conf",
+        "net.core.somaxconn = 1024\nnet/../../etc/passwd = 0\n",
+    );
+    let systemctl = root.stub("systemctl", "exit 0");
+    let out = firstboot(
+        &root,
+        &[
+            "--metadata-url",
+            &srv.url,
+            "--systemctl",
+            &systemctl,
+            "--deadline",
+            "5",
+        ],
+    );
+    assert_eq!(out.code, 3, "{out:#?}");
+    assert!(
+        out.stderr
+            .contains("sysctl.conf: line 2: expected a sysctl name"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        root.read("proc/sys/net/core/somaxconn"),
+        "4096\n",
+        "nothing applied"
+    );
+}

@@ -35,6 +35,7 @@ for u in containerd kubelet kiln-firstboot; do echo \"KILN-TEST-UNIT $u $(system
 kiln-firstboot doctor >/run/kiln-test-doctor.txt 2>&1; echo \"KILN-TEST-DOCTOR-EXIT $?\"
 sed 's/^/KILN-TEST-DOCTOR /' /run/kiln-test-doctor.txt
 echo \"KILN-TEST-FACT uname-m $(uname -m)\"
+for k in {SYSCTLS}; do echo \"KILN-TEST-FACT sysctl:$k $(cat /proc/sys/$k 2>/dev/null)\"; done
 for u in {TIMED_UNITS}; do echo \"KILN-TEST-FACT unit-times:$u $(systemctl show -P InactiveExitTimestampMonotonic $u) $(systemctl show -P ActiveEnterTimestampMonotonic $u)\"; done
 echo \"KILN-TEST-FACT kubelet-first-start $(journalctl -b -o short-monotonic --no-pager -u kubelet.service 2>/dev/null | grep -m1 ' Started ' | sed -E 's/^\\[ *([0-9.]+)\\].*/\\1/')\"
 for b in kubelet containerd kiln-firstboot; do echo \"KILN-TEST-FACT elf-machine:/usr/bin/$b $(od -An -tu2 -j18 -N2 /usr/bin/$b 2>/dev/null | tr -d ' ')\"; done
@@ -49,6 +50,10 @@ echo KILN-TEST-DONE"
 /// clock with no suspend): kubelet's is when its process started, whatever queued it.
 pub const TIMED_UNITS: &str =
     "containerd.service kiln-images.service network-online.target kubelet.service";
+
+/// Kernel parameters the report unit reads back from `/proc/sys` (`sysctl:<path> <value>`):
+/// the ones `cloud_init` sets through node.toml's `[sysctl]`.
+pub const SYSCTLS: &str = "net/core/somaxconn vm/max_map_count";
 
 /// The outcome of one boot, parsed from the console.
 #[derive(Debug, Clone)]

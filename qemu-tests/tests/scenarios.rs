@@ -524,8 +524,10 @@ fn cloud_init() {
     // A provisioning-time kubelet drop-in (node.toml's [kubelet.config]), carried by
     // cloud-init's write_files like every contract file.
     let mut s = spec("cloud_init", "success", Metadata::Aws, 240);
+    // And kernel parameters, other than the guest kernel's defaults (4096 and 65530).
     s.node.extra =
-        "\n[kubelet.config]\nimageGCHighThresholdPercent = 90\nimageGCLowThresholdPercent = 75\n"
+        "\n[kubelet.config]\nimageGCHighThresholdPercent = 90\nimageGCLowThresholdPercent = 75\n\
+                    \n[sysctl]\n\"net.core.somaxconn\" = 8192\n\"vm.max_map_count\" = 262144\n"
             .into();
     let (b, user_data) = expect_ok(kiln_qemu_tests::node::boot_cloudinit_node(&s));
     eprintln!(
@@ -560,6 +562,22 @@ fn cloud_init() {
     assert_eq!(kc["cgroupDriver"], "systemd", "the baked config: {kc}");
     assert_eq!(kc["authentication"]["webhook"]["enabled"], true, "{kc}");
     assert_eq!(o.kubelet_flag_warnings(), Vec::<String>::new());
+    // The [sysctl] values, read back from the guest's /proc/sys after the join, and each
+    // reported applied in status.json.
+    for (path, want) in [
+        ("net/core/somaxconn", "8192"),
+        ("vm/max_map_count", "262144"),
+    ] {
+        assert_eq!(
+            o.facts.get(&format!("sysctl:{path}")).map(String::as_str),
+            Some(want),
+            "{:?}",
+            o.facts
+        );
+    }
+    let sysctl = o.status["sysctl"].as_array().cloned().unwrap_or_default();
+    assert_eq!(sysctl.len(), 2, "{}", o.status);
+    assert!(sysctl.iter().all(|e| e["result"] == "ok"), "{}", o.status);
 }
 
 /// node.toml's `deadline` for `cgroup_driver_mismatch`: the first refused sandbox comes

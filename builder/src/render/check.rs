@@ -197,6 +197,12 @@ fn content_problem(file: &NodeFile) -> Result<(), String> {
         "bootstrap-kubeconfig" => yaml_kind("Config", "v1"),
         "kubeadm-join.yaml" => yaml_kind("JoinConfiguration", "kubeadm.k8s.io/"),
         "kubelet-config.yaml" => yaml_kind("KubeletConfiguration", "kubelet.config.k8s.io/"),
+        // The contract's rules, as kiln-firstboot applies them.
+        "sysctl.conf" => contract::sysctl::parse(text()?).and_then(|entries| {
+            entries
+                .iter()
+                .try_for_each(|(k, v)| contract::sysctl::check(k, v))
+        }),
         // The same checks `kiln render` makes of node.toml's kubelet keys.
         "kubelet-dropin.conf" => {
             let name = "kubelet-dropin.conf";

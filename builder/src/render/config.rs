@@ -151,6 +151,8 @@ pub struct NodeConfig {
     /// The node's KubeletConfiguration drop-in (`kubelet.config_file` and `[kubelet.config]`
     /// merged and checked), merged by kubelet over the image's config.
     pub kubelet_dropin: Option<Vec<u8>>,
+    /// `[sysctl]`: kernel parameters, checked, sorted by name.
+    pub sysctl: Vec<(String, String)>,
     /// Cluster DNS addresses.
     pub cluster_dns: Vec<String>,
     /// `[kubelet] server_tls_bootstrap`: kubelet asks the cluster for its serving certificate

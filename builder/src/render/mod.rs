@@ -51,6 +51,12 @@ pub fn render_payload(
         Provisioner::Ignition => {
             ignition::render(files, options.gzip, options.ignition_spec, options.sysext)
         }
+        Provisioner::Windows if files.iter().any(|f| f.name == "sysctl.conf") => {
+            return Err(RenderError::check(
+                "node.toml",
+                "[sysctl] sets Linux kernel parameters, which a Windows node does not have: leave it out for the windows provisioner",
+            ))
+        }
         Provisioner::Windows => windows::render(files),
         Provisioner::Files => return Err(RenderError::NotAPayload),
     };

@@ -30,6 +30,7 @@ pub const CONTRACT_FILES: &[(&str, u32)] = &[
     ("kubeadm-join.yaml", SECRET_MODE),
     ("kubelet-config.yaml", PUBLIC_MODE),
     ("kubelet-dropin.conf", PUBLIC_MODE),
+    ("sysctl.conf", PUBLIC_MODE),
 ];
 
 /// One file of the node contract: its name inside `/etc/kiln/`, its mode and its bytes.

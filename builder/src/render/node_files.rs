@@ -43,6 +43,13 @@ impl NodeConfig {
                 contents: config.clone(),
             });
         }
+        if !self.sysctl.is_empty() {
+            files.push(NodeFile {
+                name: "sysctl.conf".into(),
+                mode: PUBLIC_MODE,
+                contents: kiln_firstboot::contract::sysctl::render(&self.sysctl).into_bytes(),
+            });
+        }
         files
     }
 }

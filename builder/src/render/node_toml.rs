@@ -35,6 +35,8 @@ struct RawNode {
     kubelet: RawKubelet,
     #[serde(default)]
     proxy: RawProxy,
+    #[serde(default)]
+    sysctl: BTreeMap<String, toml::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -281,6 +283,7 @@ impl Validator<'_> {
             }
         }
         let kubelet_dropin = self.kubelet_dropin(&kubelet)?;
+        let sysctl = self.sysctl(&raw.sysctl)?;
 
         let proxy = raw.proxy;
         for (key, url) in [("proxy.http", &proxy.http), ("proxy.https", &proxy.https)] {
@@ -314,12 +317,46 @@ impl Validator<'_> {
             max_pods: node.max_pods,
             kubelet_extra_args: kubelet.extra_args,
             kubelet_dropin,
+            sysctl,
             cluster_dns: kubelet.cluster_dns,
             server_tls_bootstrap: kubelet.server_tls_bootstrap,
             http_proxy: proxy.http,
             https_proxy: proxy.https,
             no_proxy: proxy.no_proxy,
         })
+    }
+
+    /// `[sysctl]`: each name and value by the contract's rules (kiln-firstboot checks the file
+    /// again with the same code), integers as their decimal text, sorted by name.
+    fn sysctl(
+        &self,
+        table: &BTreeMap<String, toml::Value>,
+    ) -> Result<Vec<(String, String)>, ConfigError> {
+        use kiln_firstboot::contract::sysctl;
+        if table.len() > sysctl::MAX_ENTRIES {
+            let max = format!("at most {} settings", sysctl::MAX_ENTRIES);
+            return Err(self.invalid("sysctl", &max, table.len()));
+        }
+        let mut out = Vec::with_capacity(table.len());
+        for (name, value) in table {
+            let key = format!("sysctl.{name:?}");
+            let value = match value {
+                toml::Value::String(s) => s.trim().to_string(),
+                toml::Value::Integer(n) => n.to_string(),
+                other => {
+                    return Err(self.invalid(&key, "a string or an integer", other.type_str()))
+                }
+            };
+            sysctl::check(name, &value).map_err(|e| {
+                // The contract's "[name: ]expected …, found …", split for this error's shape.
+                let e = e.strip_prefix(&format!("{name}: ")).unwrap_or(&e);
+                let e = e.strip_prefix("expected ").unwrap_or(e);
+                let (expected, found) = e.rsplit_once(", found ").unwrap_or((e, "another value"));
+                self.invalid(&key, expected, found)
+            })?;
+            out.push((name.clone(), value));
+        }
+        Ok(out)
     }
 
     /// `kubelet.config_file`, then `[kubelet.config]` over it, as one checked drop-in.

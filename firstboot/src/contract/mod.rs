@@ -13,6 +13,7 @@ pub mod paths;
 pub mod reason;
 pub mod sizing;
 pub mod status_json;
+pub mod sysctl;
 pub mod version;
 
 pub use envfile::EnvFile;

@@ -55,6 +55,8 @@ pub const BOOTSTRAP_TOKEN: &str = "/etc/kiln/bootstrap-token";
 pub const KUBEADM_JOIN: &str = "/etc/kiln/kubeadm-join.yaml";
 /// A kubelet config that replaces the baked default.
 pub const KUBELET_CONFIG_OVERRIDE: &str = "/etc/kiln/kubelet-config.yaml";
+/// Kernel parameters kiln-firstboot writes to `/proc/sys` before kubelet starts.
+pub const NODE_SYSCTL: &str = "/etc/kiln/sysctl.conf";
 /// A KubeletConfiguration drop-in kubelet merges over its config (`kiln render`'s
 /// `[kubelet.config]` and `kubelet.config_file`).
 pub const KUBELET_DROPIN: &str = "/etc/kiln/kubelet-dropin.conf";
@@ -178,6 +180,8 @@ pub struct NodePaths {
     pub kubeadm_join: PathBuf,
     /// [`KUBELET_CONFIG_OVERRIDE`].
     pub kubelet_config_override: PathBuf,
+    /// [`NODE_SYSCTL`].
+    pub node_sysctl: PathBuf,
     /// [`KUBELET_DROPIN`].
     pub kubelet_dropin: PathBuf,
     /// [`KUBELET_NODE_DROPIN`].
@@ -223,6 +227,7 @@ impl NodePaths {
             bootstrap_token: at(BOOTSTRAP_TOKEN),
             kubeadm_join: at(KUBEADM_JOIN),
             kubelet_config_override: at(KUBELET_CONFIG_OVERRIDE),
+            node_sysctl: at(NODE_SYSCTL),
             kubelet_dropin: at(KUBELET_DROPIN),
             kubelet_node_dropin: at(KUBELET_NODE_DROPIN),
             kubelet_provisioned_dropin: at(KUBELET_PROVISIONED_DROPIN),
@@ -284,6 +289,7 @@ mod tests {
             KUBEADM_JOIN,
             KUBELET_CONFIG_OVERRIDE,
             KUBELET_DROPIN,
+            NODE_SYSCTL,
             KUBELET_CONFIG_DIR,
             KUBELET_NODE_DROPIN,
             KUBELET_PROVISIONED_DROPIN,

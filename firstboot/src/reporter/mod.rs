@@ -51,6 +51,8 @@ pub struct Reporter {
     units: Vec<UnitState>,
     /// The `"sizing"` object, rendered, once decided.
     sizing: String,
+    /// The `"sysctl"` array, rendered, once applied.
+    sysctl: String,
     /// What did not fail the run but an operator should know, one sentence each: defaults
     /// that stood in for something the node should have had, an auto-detected `none`, a
     /// refused metadata address.
@@ -89,6 +91,7 @@ impl Reporter {
             log: Vec::new(),
             units: Vec::new(),
             sizing: String::new(),
+            sysctl: String::new(),
             warnings: Vec::new(),
             warnings_dropped: 0,
             doctor: String::new(),
@@ -127,6 +130,31 @@ impl Reporter {
         for w in &sizing.warnings {
             self.warn(w);
         }
+    }
+
+    /// Records the kernel parameters the run wrote: `(name, value, why not)`; each failure is
+    /// also a warning.
+    pub fn sysctl(&mut self, applied: &[(&str, &str, Option<String>)]) {
+        let mut s = String::from("[");
+        for (i, (k, v, err)) in applied.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            s.push_str("{\"name\":");
+            json::write_str(&mut s, k);
+            s.push_str(",\"value\":");
+            json::write_str(&mut s, v);
+            s.push_str(if err.is_some() {
+                ",\"result\":\"failed\"}"
+            } else {
+                ",\"result\":\"ok\"}"
+            });
+            if let Some(e) = err {
+                self.warn(&format!("sysctl {k} = {v} was not applied: {e}"));
+            }
+        }
+        s.push(']');
+        self.sysctl = s;
     }
 
     /// Sets the platform whose report-back channel `finish` publishes the final status
@@ -454,6 +482,10 @@ impl Reporter {
         if !self.sizing.is_empty() {
             out.push_str(",\"sizing\":");
             out.push_str(&self.sizing);
+        }
+        if !self.sysctl.is_empty() {
+            out.push_str(",\"sysctl\":");
+            out.push_str(&self.sysctl);
         }
         if !self.warnings.is_empty() {
             out.push_str(",\"warnings\":[");
