@@ -44,7 +44,7 @@ extra_args = ["--v=2", "--image-gc-high-threshold=80"]
 config_file = "kubelet.yaml"
 [proxy]
 https = "http://proxy.internal:3128"
-no_proxy = ["10.0.0.0/8", ".svc", ".cluster.local"]
+no_proxy = ["10.0.0.0/8", ".svc", ".cluster.local", ".example.internal", "169.254.169.254"]
 TOML
 
 # The baseline: what people write by hand, from the same files kiln writes.

@@ -52,7 +52,7 @@ fn kubelet_mode_writes_the_contract_files() {
          KILN_DEADLINE=600\n\
          HTTP_PROXY=http://proxy.internal:3128\n\
          HTTPS_PROXY=http://proxy.internal:3128\n\
-         NO_PROXY=10.0.0.0/8,.svc,localhost\n"
+         NO_PROXY=10.0.0.0/8,.svc,localhost,169.254.169.254\n"
     );
     assert_eq!(
         file(&files, "bootstrap-token").contents,
@@ -174,6 +174,10 @@ fn errors_name_the_file_the_key_and_what_was_found() {
         (base.replace("10.96.0.10", "dns"), "key `kubelet.cluster_dns[0]`"),
         (base.replace("http://proxy.internal:3128\"\nhttps", "proxy.internal:3128\"\nhttps"), "key `proxy.http`"),
         (base.replace("\"localhost\"", "\"a,b\""), "key `proxy.no_proxy[2]`"),
+        // kiln-firstboot's doctor rule, at render time: the proxy must not catch the
+        // metadata address or the API server.
+        (base.replace(", \"169.254.169.254\"", ""), "key `proxy.no_proxy`: expected entries that cover the API server and the metadata address 169.254.169.254 when a proxy is set (kiln-firstboot's doctor fails `proxy` otherwise), found [\"10.0.0.0/8\", \".svc\", \"localhost\"], which does not cover the metadata address 169.254.169.254"),
+        (base.replace("https://127.0.0.1:6443", "https://api.example.com"), "which does not cover the API server api.example.com"),
         (format!("kiln_contract = 2\n{base}"), "key `kiln_contract`: expected 1"),
     ];
     for (toml, want) in cases {

@@ -138,10 +138,23 @@ pub fn render(parts: Vec<Part<'_>>) -> Result<Option<Vec<u8>>, Refusal> {
     Ok(Some(out.into_bytes()))
 }
 
+/// Fields that hold credentials: the drop-in is world-readable (0644) on the node and in
+/// user data, so they are refused, and their values never reach an error message.
+pub const SECRET_FIELDS: &[&str] = &["staticPodURLHeader"];
+
 fn check_part(part: &Part<'_>) -> Result<(), Refusal> {
     let Value::Object(m) = &part.tree else {
-        return Err(refuse(part.key, "a mapping", part.tree.to_string()));
+        return Err(refuse(part.key, "a mapping", "another kind of value"));
     };
+    for field in SECRET_FIELDS {
+        if m.contains_key(*field) {
+            return Err(refuse(
+                format!("{}.{field}", part.key),
+                format!("no {field}: it holds request headers (credentials), and the drop-in is world-readable on the node; bake it into the image's config file, or have the provisioner write a root-only file"),
+                format!("{field} set (its value is not shown)"),
+            ));
+        }
+    }
     for (field, owner) in OWNED {
         if m.get(*field).is_some_and(|v| !v.is_null()) {
             return Err(refuse(
@@ -227,6 +240,21 @@ mod tests {
             let e = render(vec![table_part("kubelet.config", &table).unwrap()]).unwrap_err();
             assert_eq!(e.key, format!("kubelet.config.{field}"));
             assert!(e.expected.contains(owner), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn credentials_are_refused_and_never_echoed() {
+        let secret = "Bearer s3cr3t-t0ken";
+        for body in [
+            format!("staticPodURLHeader:\n  Authorization: [\"{secret}\"]\n"),
+            // A wrong type would have serde quote the value.
+            format!("staticPodURLHeader:\n  Authorization: \"{secret}\"\n"),
+        ] {
+            let e = file(&body).unwrap_err();
+            assert_eq!(e.key, "kubelet.config_file.staticPodURLHeader");
+            let shown = format!("{e:?}");
+            assert!(!shown.contains("s3cr3t"), "{shown}");
         }
     }
 

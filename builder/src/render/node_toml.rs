@@ -12,7 +12,9 @@ use serde::Deserialize;
 use crate::proxy_url;
 use crate::render::config::{ApiServer, ConfigError, Credential, JoinMode, NodeConfig};
 use crate::render::names::{is_dns_subdomain, is_label_value, is_qualified_key};
-use crate::render::{config::Provider, config::Taint, input, kubelet_dropin, pki};
+use crate::render::{config::Provider, config::Taint, input, pki};
+
+mod sections;
 
 // ---- the file as written by the user ----
 
@@ -300,6 +302,9 @@ impl Validator<'_> {
                 ));
             }
         }
+        if proxy.http.is_some() || proxy.https.is_some() {
+            self.no_proxy_covers(&proxy.no_proxy, &api_server)?;
+        }
 
         Ok(NodeConfig {
             api_server,
@@ -324,57 +329,6 @@ impl Validator<'_> {
             https_proxy: proxy.https,
             no_proxy: proxy.no_proxy,
         })
-    }
-
-    /// `[sysctl]`: each name and value by the contract's rules (kiln-firstboot checks the file
-    /// again with the same code), integers as their decimal text, sorted by name.
-    fn sysctl(
-        &self,
-        table: &BTreeMap<String, toml::Value>,
-    ) -> Result<Vec<(String, String)>, ConfigError> {
-        use kiln_firstboot::contract::sysctl;
-        if table.len() > sysctl::MAX_ENTRIES {
-            let max = format!("at most {} settings", sysctl::MAX_ENTRIES);
-            return Err(self.invalid("sysctl", &max, table.len()));
-        }
-        let mut out = Vec::with_capacity(table.len());
-        for (name, value) in table {
-            let key = format!("sysctl.{name:?}");
-            let value = match value {
-                toml::Value::String(s) => s.trim().to_string(),
-                toml::Value::Integer(n) => n.to_string(),
-                other => {
-                    return Err(self.invalid(&key, "a string or an integer", other.type_str()))
-                }
-            };
-            sysctl::check(name, &value).map_err(|e| {
-                // The contract's "[name: ]expected …, found …", split for this error's shape.
-                let e = e.strip_prefix(&format!("{name}: ")).unwrap_or(&e);
-                let e = e.strip_prefix("expected ").unwrap_or(e);
-                let (expected, found) = e.rsplit_once(", found ").unwrap_or((e, "another value"));
-                self.invalid(&key, expected, found)
-            })?;
-            out.push((name.clone(), value));
-        }
-        Ok(out)
-    }
-
-    /// `kubelet.config_file`, then `[kubelet.config]` over it, as one checked drop-in.
-    fn kubelet_dropin(&self, kubelet: &RawKubelet) -> Result<Option<Vec<u8>>, ConfigError> {
-        let refused = |r: kubelet_dropin::Refusal| self.invalid(&r.key, &r.expected, r.found);
-        let mut parts = Vec::new();
-        if let Some(file) = &kubelet.config_file {
-            let key = "kubelet.config_file";
-            let bytes = self.read(key, file)?;
-            let text = String::from_utf8(bytes).map_err(|_| {
-                self.invalid(key, "a YAML or JSON text", "bytes that are not UTF-8")
-            })?;
-            parts.push(kubelet_dropin::file_part(key, &text).map_err(refused)?);
-        }
-        if let Some(table) = &kubelet.config {
-            parts.push(kubelet_dropin::table_part("kubelet.config", table).map_err(refused)?);
-        }
-        kubelet_dropin::render(parts).map_err(refused)
     }
 
     fn proxy_url(&self, key: &str, url: &str) -> Result<(), ConfigError> {

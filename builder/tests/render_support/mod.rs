@@ -105,7 +105,7 @@ cluster_dns = ["10.96.0.10"]
 [proxy]
 http = "http://proxy.internal:3128"
 https = "http://proxy.internal:3128"
-no_proxy = ["10.0.0.0/8", ".svc", "localhost"]
+no_proxy = ["10.0.0.0/8", ".svc", "localhost", "169.254.169.254"]
 "#
     )
 }

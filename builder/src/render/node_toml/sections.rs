@@ -1,0 +1,95 @@
+//! The node.toml sections beyond identity and credentials: `[kubelet]`'s drop-in, `[sysctl]`,
+//! and the proxy's coverage rule; each checked with the rules the node applies.
+
+use std::collections::BTreeMap;
+
+use super::{RawKubelet, Validator};
+use crate::render::config::{ApiServer, ConfigError};
+use crate::render::kubelet_dropin;
+
+impl Validator<'_> {
+    /// `[sysctl]`: each name and value by the contract's rules (kiln-firstboot checks names and
+    /// values again with the same code), integers as their decimal text, sorted by name.
+    pub(super) fn sysctl(
+        &self,
+        table: &BTreeMap<String, toml::Value>,
+    ) -> Result<Vec<(String, String)>, ConfigError> {
+        use kiln_firstboot::contract::sysctl;
+        if table.len() > sysctl::MAX_ENTRIES {
+            let max = format!("at most {} settings", sysctl::MAX_ENTRIES);
+            return Err(self.invalid("sysctl", &max, table.len()));
+        }
+        let mut out = Vec::with_capacity(table.len());
+        for (name, value) in table {
+            let key = format!("sysctl.{name:?}");
+            let value = match value {
+                toml::Value::String(s) => s.trim().to_string(),
+                toml::Value::Integer(n) => n.to_string(),
+                other => {
+                    return Err(self.invalid(&key, "a string or an integer", other.type_str()))
+                }
+            };
+            sysctl::check(name, &value).map_err(|e| {
+                // The contract's "[name: ]expected …, found …", split for this error's shape.
+                let e = e.strip_prefix(&format!("{name}: ")).unwrap_or(&e);
+                let e = e.strip_prefix("expected ").unwrap_or(e);
+                let (expected, found) = e.rsplit_once(", found ").unwrap_or((e, "another value"));
+                self.invalid(&key, expected, found)
+            })?;
+            out.push((name.clone(), value));
+        }
+        Ok(out)
+    }
+
+    /// `kubelet.config_file`, then `[kubelet.config]` over it, as one checked drop-in.
+    pub(super) fn kubelet_dropin(
+        &self,
+        kubelet: &RawKubelet,
+    ) -> Result<Option<Vec<u8>>, ConfigError> {
+        let refused = |r: kubelet_dropin::Refusal| self.invalid(&r.key, &r.expected, r.found);
+        let mut parts = Vec::new();
+        if let Some(file) = &kubelet.config_file {
+            let key = "kubelet.config_file";
+            let bytes = self.read(key, file)?;
+            let text = String::from_utf8(bytes).map_err(|_| {
+                self.invalid(key, "a YAML or JSON text", "bytes that are not UTF-8")
+            })?;
+            parts.push(kubelet_dropin::file_part(key, &text).map_err(refused)?);
+        }
+        if let Some(table) = &kubelet.config {
+            parts.push(kubelet_dropin::table_part("kubelet.config", table).map_err(refused)?);
+        }
+        kubelet_dropin::render(parts).map_err(refused)
+    }
+
+    /// With a proxy set, NO_PROXY must cover the API server and the metadata address, the
+    /// rule kiln-firstboot's doctor checks on the node (`doctor::net::proxy`, the same
+    /// matching code): kubelet would reach the API server through the proxy, and the agents
+    /// that read instance metadata would get the proxy's answer.
+    pub(super) fn no_proxy_covers(
+        &self,
+        no_proxy: &[String],
+        api: &ApiServer,
+    ) -> Result<(), ConfigError> {
+        use kiln_firstboot::doctor::net::no_proxy_covers;
+        let joined = no_proxy.join(",");
+        let mut caught = Vec::new();
+        if let Some((host, port)) = api.endpoint.rsplit_once(':') {
+            let port = port.parse().unwrap_or(443);
+            if !no_proxy_covers(&joined, host, port) {
+                caught.push(format!("the API server {host}"));
+            }
+        }
+        if !no_proxy_covers(&joined, "169.254.169.254", 80) {
+            caught.push("the metadata address 169.254.169.254".to_string());
+        }
+        if caught.is_empty() {
+            return Ok(());
+        }
+        Err(self.invalid(
+            "proxy.no_proxy",
+            "entries that cover the API server and the metadata address 169.254.169.254 when a proxy is set (kiln-firstboot's doctor fails `proxy` otherwise)",
+            format!("{no_proxy:?}, which does not cover {}", caught.join(" or ")),
+        ))
+    }
+}
