@@ -11,9 +11,9 @@ use std::time::Duration;
 /// How far past its deadline a run may end before the test calls it unbounded.
 pub const SLACK: Duration = Duration::from_secs(60);
 
-/// Asserts the run kept trying until near its `deadline_s` (a retry whose backoff would end
-/// past the deadline is not started, so it may stop up to a quarter early), and did not run
-/// unboundedly past it.
+/// Asserts the run kept trying until near its `deadline_s` (the last wait is cut short so a
+/// final attempt fits, so it stops within about 100 ms of the deadline; a quarter is the
+/// bound), and did not run unboundedly past it.
 pub fn ended_at_deadline(elapsed: Duration, deadline_s: u64) {
     assert!(
         elapsed >= Duration::from_millis(deadline_s * 750),

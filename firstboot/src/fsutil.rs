@@ -388,22 +388,19 @@ pub fn read_capped(path: &Path, cap: u64) -> Result<Option<String>, String> {
 /// open descriptor).
 pub fn read_regular(path: &Path, cap: u64) -> Result<Option<String>, String> {
     let f = match open_nofollow(path) {
-        Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(ELOOP) => {
-            return Err(format!(
-                "{}: expected a regular file, found a symlink",
-                path.display()
-            ))
+        Err(e) if e.raw_os_error() != Some(ELOOP) => {
+            return Err(format!("{}: cannot open: {e}", path.display()))
         }
-        Err(e) => return Err(format!("{}: cannot open: {e}", path.display())),
+        // ELOOP: a symlink at the name (O_NOFOLLOW).
+        r => r.ok(),
     };
-    if !f.metadata().is_ok_and(|m| m.is_file()) {
+    let Some(f) = f.filter(|f| f.metadata().is_ok_and(|m| m.is_file())) else {
         return Err(format!(
-            "{}: expected a regular file, found another type",
+            "{}: expected a regular file, found a symlink or another type",
             path.display()
         ));
-    }
+    };
     read_open(path, f, cap).map(Some)
 }
 

@@ -815,3 +815,48 @@ fn a_failed_runs_doctor_judges_the_clock_the_run_saw_and_asks_nothing() {
         );
     }
 }
+
+/// The doctor reads kubelet's configuration as kubelet does: the config file, then the
+/// drop-ins kiln-firstboot writes in `/run/kiln/kubelet.conf.d`, in order, a later one
+/// winning (kiln writes JSON; a hand-written provisioned one may be YAML). Swap allowed only by a drop-in is a warning, not a failure;
+/// a drop-in that changes the cgroup driver is named in the finding.
+#[test]
+fn swap_and_the_cgroup_driver_are_judged_with_the_drop_ins() {
+    let root = Root::node("");
+    let pki = Pki::new_named(&root, "cluster");
+    healthy(&root, &pki);
+    root.write(
+        "proc/swaps",
+        "Filename\tType\tSize\tUsed\tPriority\n/swapfile  file  1048572  0  -2\n",
+    );
+    let (_, v) = doctor(&root, "http://127.0.0.1:9");
+    assert_eq!(check(&v, "swap").0, "fail");
+    root.write(
+        "run/kiln/kubelet.conf.d/10-kiln-node.conf",
+        "{\"apiVersion\":\"kubelet.config.k8s.io/v1beta1\",\"kind\":\"KubeletConfiguration\",\"maxPods\":29}\n",
+    );
+    root.write(
+        "run/kiln/kubelet.conf.d/50-kiln-provisioned.conf",
+        "{\n  \"apiVersion\": \"kubelet.config.k8s.io/v1beta1\",\n  \"failSwapOn\": false,\n  \"kind\": \"KubeletConfiguration\"\n}\n",
+    );
+    let (_, v) = doctor(&root, "http://127.0.0.1:9");
+    let (verdict, detail, _) = check(&v, "swap");
+    assert_eq!(verdict, "warn", "{detail}");
+    assert!(
+        detail.contains("/run/kiln/kubelet.conf.d/50-kiln-provisioned.conf sets failSwapOn: false"),
+        "{detail}"
+    );
+    // A YAML drop-in (a hand-written one) that puts it back and changes the driver.
+    root.write(
+        "run/kiln/kubelet.conf.d/50-kiln-provisioned.conf",
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfailSwapOn: true\ncgroupDriver: cgroupfs\n",
+    );
+    let (_, v) = doctor(&root, "http://127.0.0.1:9");
+    assert_eq!(check(&v, "swap").0, "fail");
+    let (verdict, detail, _) = check(&v, "cgroup-driver");
+    assert_eq!(verdict, "fail", "{detail}");
+    assert!(
+        detail.contains("50-kiln-provisioned.conf says cgroupDriver cgroupfs"),
+        "{detail}"
+    );
+}

@@ -154,7 +154,7 @@ impl Reason {
             }
             Reason::KubeletExited => "read the kubelet log lines in /run/kiln/status.json",
             Reason::KubeletConfigInvalid => {
-                "kubelet refused its flags or config: the log line names the flag, field or drop-in; fix KUBELET_EXTRA_ARGS, /etc/kiln/kubelet-config.yaml or /etc/kiln/kubelet-dropin.conf"
+                "kubelet refused its flags or config: the log line names the flag, field or file; fix KUBELET_EXTRA_ARGS or that file"
             }
             Reason::ApiDns => "the API server name does not resolve: check the node's DNS and API_SERVER",
             Reason::ApiX509 => "the CA in /etc/kiln/ca.crt does not match the API server's certificate",

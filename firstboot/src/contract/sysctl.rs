@@ -6,7 +6,7 @@
 
 /// The longest value kiln writes (a page, as the kernel's `proc_dostring` takes at most).
 pub const MAX_VALUE: usize = 4096;
-/// The most parameters one file may set.
+/// The most parameters one file may set (spelt out in `parse`'s message).
 pub const MAX_ENTRIES: usize = 256;
 
 /// Whether `name` is a sysctl name kiln can map to one file under `/proc/sys`: components of
@@ -148,9 +148,7 @@ pub fn parse(text: &str) -> Result<Vec<(String, String)>, String> {
         if let Some(slot) = out.iter_mut().find(|(n, _)| n == name) {
             slot.1 = value.to_string();
         } else if out.len() == MAX_ENTRIES {
-            return Err(at(format!(
-                "expected at most {MAX_ENTRIES} settings, found more"
-            )));
+            return Err(at("expected at most 256 settings, found more".into()));
         } else {
             out.push((name.to_string(), value.to_string()));
         }

@@ -8,19 +8,6 @@ use super::model::{Check, Node};
 use crate::contract::paths;
 
 /// A `key: value` line of kubelet's YAML config, top level only (kiln writes it flat).
-fn yaml_value(text: &str, key: &str) -> Option<String> {
-    text.lines().find_map(|l| {
-        let rest = l.strip_prefix(key)?.strip_prefix(':')?;
-        let v = rest
-            .split('#')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .trim_matches(['"', '\'']);
-        Some(v.to_string())
-    })
-}
-
 /// Swap: kubelet refuses to start with swap on unless `failSwapOn: false`
 /// (cmd/kubelet/app/server.go: "running with swap on is not supported, please disable swap
 /// or set --fail-swap-on flag to false"; KubeletConfiguration failSwapOn defaults to true).
@@ -37,11 +24,11 @@ pub fn swap(node: &Node) -> Check {
     if active.is_empty() {
         return Check::ok(NAME, "no swap in /proc/swaps");
     }
-    let cfg = node.kubelet_config();
-    let allows = node
-        .read(&cfg)
-        .and_then(|t| yaml_value(&t, "failSwapOn"))
-        .is_some_and(|v| v == "false");
+    let set = node.kubelet_value("failSwapOn");
+    let cfg = set
+        .as_ref()
+        .map_or_else(|| node.kubelet_config(), |(_, f)| f.clone());
+    let allows = set.is_some_and(|(v, _)| v == "false");
     let what = format!("swap is on ({})", active.join(", "));
     if allows {
         Check::warn(
@@ -97,16 +84,18 @@ pub fn cgroup_v2(node: &Node) -> Check {
 pub fn cgroup_driver(node: &Node) -> Check {
     const NAME: &str = "cgroup-driver";
     let cfg = node.kubelet_config();
-    let Some(kubelet) = node.read(&cfg) else {
+    if node.read(&cfg).is_none() {
         return Check::skip(NAME, format!("{cfg} is not readable"));
-    };
+    }
     let Some(containerd) = node.read(paths::CONTAINERD_CONFIG) else {
         return Check::skip(
             NAME,
             format!("{} is not readable", paths::CONTAINERD_CONFIG),
         );
     };
-    let kubelet_driver = yaml_value(&kubelet, "cgroupDriver").unwrap_or_else(|| "cgroupfs".into());
+    let (kubelet_driver, cfg) = node
+        .kubelet_value("cgroupDriver")
+        .unwrap_or_else(|| ("cgroupfs".into(), cfg));
     let systemd = containerd.lines().any(|l| {
         let l = l.split('#').next().unwrap_or("").replace(' ', "");
         l == "SystemdCgroup=true"
@@ -291,13 +280,16 @@ fn free_space(_dir: &std::path::Path) -> Option<(u64, u64)> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::doctor::model::yaml_top_level;
 
     #[test]
     fn yaml_values_are_read_from_top_level_keys_only() {
         let t = "kind: KubeletConfiguration\ncgroupDriver: \"systemd\" # kiln\nauthentication:\n  failSwapOn: true\nfailSwapOn: false\n";
-        assert_eq!(yaml_value(t, "cgroupDriver").as_deref(), Some("systemd"));
-        assert_eq!(yaml_value(t, "failSwapOn").as_deref(), Some("false"));
-        assert_eq!(yaml_value(t, "missing"), None);
+        assert_eq!(
+            yaml_top_level(t, "cgroupDriver").as_deref(),
+            Some("systemd")
+        );
+        assert_eq!(yaml_top_level(t, "failSwapOn").as_deref(), Some("false"));
+        assert_eq!(yaml_top_level(t, "missing"), None);
     }
 }

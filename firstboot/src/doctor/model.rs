@@ -171,6 +171,39 @@ impl Node {
             .flatten()
     }
 
+    /// A top-level KubeletConfiguration field as kubelet sees it: the config file's value,
+    /// then the drop-ins kiln-firstboot writes in its `--config-dir` (the node's own, then
+    /// the provisioned one; the directory is kiln's, rebuilt at every run), a later one
+    /// winning, with the file it came from. YAML is read line by line (`key: value` at the
+    /// left margin); a drop-in that starts with `{` is JSON (what kiln writes). The top level
+    /// is enough: the checks read scalars (`failSwapOn`, `cgroupDriver`).
+    pub fn kubelet_value(&self, key: &str) -> Option<(String, String)> {
+        let mut found = None;
+        for file in [
+            self.kubelet_config(),
+            paths::KUBELET_NODE_DROPIN.to_string(),
+            paths::KUBELET_PROVISIONED_DROPIN.to_string(),
+        ] {
+            let Some(text) = self.read(&file) else {
+                continue;
+            };
+            let value = if text.trim_start().starts_with('{') {
+                crate::json::parse(&text)
+                    .ok()
+                    .and_then(|v| match v.get(key)? {
+                        crate::json::Value::Bool(b) => Some(b.to_string()),
+                        other => other.as_text().map(str::to_string),
+                    })
+            } else {
+                yaml_top_level(&text, key)
+            };
+            if let Some(v) = value {
+                found = Some((v, file));
+            }
+        }
+        found
+    }
+
     /// The kubelet config kubelet reads: the node's override, else image.env's.
     pub fn kubelet_config(&self) -> String {
         if self.paths.kubelet_config_override.is_file() {
@@ -192,4 +225,13 @@ impl Node {
             .unwrap_or(DEFAULT_RUNTIME_ENDPOINT);
         ep.strip_prefix("unix://").unwrap_or(ep).to_string()
     }
+}
+
+/// The value of a top-level `key: value` line of a YAML text (comments and quotes dropped).
+pub(crate) fn yaml_top_level(text: &str, key: &str) -> Option<String> {
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(key)?.strip_prefix(':')?;
+        let v = rest.split('#').next().unwrap_or("").trim();
+        Some(v.trim_matches(['"', '\'']).to_string())
+    })
 }

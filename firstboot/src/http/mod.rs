@@ -20,6 +20,9 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Backoff between retries: doubles from the first value up to the cap.
 const BACKOFF_START: Duration = Duration::from_millis(50);
 const BACKOFF_CAP: Duration = Duration::from_secs(1);
+/// The least time before the deadline worth one more attempt (a loopback or link-local
+/// service answers in a few milliseconds).
+const LAST_ATTEMPT: Duration = Duration::from_millis(100);
 const MAX_REDIRECTS: usize = 3;
 
 pub use response::{parse_response, Response, ResponseError, MAX_HEADER};
@@ -301,14 +304,18 @@ impl Client {
                 )));
             }
             let now = Instant::now();
-            if now + backoff >= self.deadline {
+            // The last wait is cut short so one more attempt still fits before the deadline:
+            // a service that answers late in the window is used, and the run gives up at the
+            // deadline, not a whole backoff before it.
+            let left = self.deadline.saturating_duration_since(now);
+            if left <= LAST_ATTEMPT {
                 return Err(HttpError::Unreachable(format!(
                     "{method} {target}: {failure} ({attempts} attempt{} over {} ms, deadline reached)",
                     if attempts == 1 { "" } else { "s" },
                     now.duration_since(started).as_millis() as u64
                 )));
             }
-            std::thread::sleep(backoff);
+            std::thread::sleep(backoff.min(left - LAST_ATTEMPT));
             backoff = (backoff * 2).min(BACKOFF_CAP);
         }
     }
