@@ -119,9 +119,18 @@ fn run_reads_and_writes_the_windows_contract_paths() {
     ] {
         assert!(env.contains(line), "missing {line:?} in\n{env}");
     }
+    // The runtime endpoint is a KubeletConfiguration field: in the node's drop-in, which
+    // kubelet's --config-dir names with the system drive.
     assert!(
-        env.contains("--container-runtime-endpoint=npipe:////./pipe/containerd-containerd"),
+        env.contains("--config-dir=C:/ProgramData/kiln/run/kubelet.conf.d "),
         "{env}"
+    );
+    let dropin =
+        std::fs::read_to_string(root.join("ProgramData/kiln/run/kubelet.conf.d/10-kiln-node.conf"))
+            .unwrap();
+    assert!(
+        dropin.contains("\"containerRuntimeEndpoint\":\"npipe:////./pipe/containerd-containerd\""),
+        "{dropin}"
     );
     let status = std::fs::read_to_string(root.join("ProgramData/kiln/run/status.json")).unwrap();
     assert!(status.contains("\"result\":\"success\""), "{status}");
@@ -562,7 +571,11 @@ fn auto_on_windows_finds_the_cloud_its_metadata_and_provider_id() {
         for line in want {
             assert!(env.contains(line), "missing {line:?} in\n{env}");
         }
-        assert!(env.contains("--provider-id="), "{env}");
+        let dropin = std::fs::read_to_string(
+            root.join("ProgramData/kiln/run/kubelet.conf.d/10-kiln-node.conf"),
+        )
+        .unwrap();
+        assert!(dropin.contains("\"providerID\":\""), "{dropin}");
     }
     // EC2's Xen BIOS version without the rest of its rule stops the boot: no guess.
     let root = windows_node();
