@@ -255,8 +255,9 @@ show proxy /run/kiln-test-containerd.environ /run/kiln/containerd.env /var/lib/k
 fn proxy_set() {
     let mut s = spec_with_pod("proxy_set", "success", Metadata::Aws, 240);
     // The same boot carries node.toml's serverTLSBootstrap switch (docs/contract.md,
-    // "Serving certificate"): a kubelet-mode flag the strict stand-in must accept, and the
-    // pending-CSR warning (the stand-in, like a cluster without an approver, never gets one).
+    // "Serving certificate"): a field of kiln's per-node drop-in, merged by the stand-in
+    // with kubelet's rules, and the pending-CSR warning (the stand-in, like a cluster without
+    // an approver, never gets one).
     s.node.extra = format!(
         "\n[kubelet]\nserver_tls_bootstrap = true\n\n[proxy]\nhttp = \"{PROXY}\"\nhttps = \"{PROXY}\"\nno_proxy = [{}]\n",
         NO_PROXY
@@ -278,13 +279,16 @@ fn proxy_set() {
     assert_eq!(o.result(), "success", "status: {}", o.status);
     assert_registered(o);
     assert_pod_ran(o, "ubuntu");
+    let kc = o.kubelet_config();
+    assert_eq!(kc["serverTLSBootstrap"], true, "{kc}");
     assert!(
-        o.kubelet_args()
+        !o.kubelet_args()
             .iter()
-            .any(|a| a == "--rotate-server-certificates=true"),
+            .any(|a| a.starts_with("--rotate-server-certificates")),
         "{:?}",
         o.kubelet_args()
     );
+    assert_eq!(o.kubelet_flag_warnings(), Vec::<String>::new());
     let warnings = o.status["warnings"].to_string();
     assert!(
         warnings.contains("serving certificate is not issued yet")
