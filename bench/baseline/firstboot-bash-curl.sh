@@ -58,6 +58,15 @@ KC
 sync "$kc.tmp"
 mv "$kc.tmp" "$kc"
 
+# The node's KubeletConfiguration drop-in, as kiln-firstboot writes it for kubelet's
+# --config-dir (the fields kubelet no longer wants as flags).
+dropin=$root/run/kiln/kubelet.conf.d/10-kiln-node.conf
+mkdir -p "${dropin%/*}"
+printf '{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","containerRuntimeEndpoint":"unix:///run/containerd/containerd.sock","providerID":"%s","maxPods":%s}\n' \
+  "$provider_id" "$max_pods" > "$dropin.tmp"
+sync "$dropin.tmp"
+mv "$dropin.tmp" "$dropin"
+
 env=$root/run/kiln/kubelet.env
 cat > "$env.tmp" <<ENV
 KILN_CONTRACT=1
@@ -73,7 +82,7 @@ MAX_PODS=$max_pods
 NODE_LABELS=${NODE_LABELS:-}
 NODE_TAINTS=${NODE_TAINTS:-}
 KUBELET_EXTRA_ARGS=${KUBELET_EXTRA_ARGS:-}
-KUBELET_ARGS="--config=/usr/lib/kiln/kubelet-config.yaml --kubeconfig=/var/lib/kubelet/kubeconfig --bootstrap-kubeconfig=/run/kiln/bootstrap-kubeconfig --container-runtime-endpoint=unix:///run/containerd/containerd.sock --hostname-override=$node_name --node-ip=$node_ip --provider-id=$provider_id --max-pods=$max_pods"
+KUBELET_ARGS="--config=/usr/lib/kiln/kubelet-config.yaml --config-dir=/run/kiln/kubelet.conf.d --kubeconfig=/var/lib/kubelet/kubeconfig --bootstrap-kubeconfig=/run/kiln/bootstrap-kubeconfig --hostname-override=$node_name --node-ip=$node_ip"
 ENV
 sync "$env.tmp"
 mv "$env.tmp" "$env"
