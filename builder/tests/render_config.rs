@@ -595,3 +595,17 @@ fn sysctl_table_becomes_the_checked_sysctl_conf() {
         "{problems:?}"
     );
 }
+
+/// A TOML error quotes the offending line; a line of megabytes is cut, not echoed whole.
+#[test]
+fn a_huge_line_in_a_parse_error_is_cut() {
+    let dir = node_dir(&format!(
+        "{}\nbad = [{}\n",
+        full_node_toml("kubelet"),
+        "1, ".repeat(200_000)
+    ));
+    let e = load(dir.path()).unwrap_err();
+    assert!(e.contains("TOML parse error"), "{}", &e[..e.len().min(400)]);
+    assert!(e.len() < 2000, "{} bytes of error", e.len());
+    assert!(e.contains('…'), "{e}");
+}

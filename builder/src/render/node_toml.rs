@@ -116,7 +116,7 @@ impl NodeConfig {
     pub fn parse(text: &str, path: &Path, base: &Path) -> Result<NodeConfig, ConfigError> {
         let raw: RawNode = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
-            message: e.to_string().trim_end().to_string(),
+            message: capped_lines(e.to_string().trim_end(), 200),
         })?;
         Validator { path, base }.validate(raw)
     }
@@ -527,6 +527,18 @@ impl Validator<'_> {
         }
         Ok(())
     }
+}
+
+/// `msg` with each line cut at `max` characters (`…` marks a cut): the TOML parser quotes
+/// the offending line, and a line of node.toml can be megabytes long.
+fn capped_lines(msg: &str, max: usize) -> String {
+    msg.lines()
+        .map(|l| match l.char_indices().nth(max) {
+            Some((at, _)) => format!("{}…", &l[..at]),
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// No whitespace, quotes, `\`, `$`, backtick or control characters: safe bare in an env file.
