@@ -609,3 +609,65 @@ fn a_huge_line_in_a_parse_error_is_cut() {
     assert!(e.len() < 2000, "{} bytes of error", e.len());
     assert!(e.contains('…'), "{e}");
 }
+
+/// `node.kube_reserved`, `node.system_reserved`, `node.eviction_hard`: written to node.env in
+/// the shape kiln-firstboot reads (sorted, eviction quoted for `<`), and refused when kubelet
+/// would refuse them before it starts (a resource it cannot reserve, an unknown signal) or
+/// when they are not quantities.
+#[test]
+fn reservations_reach_node_env_in_kubelets_terms() {
+    let base = "api_server = \"https://127.0.0.1:6443\"\ncluster_name = \"c1\"\n\
+                [ca]\nfile = \"ca.crt\"\n[bootstrap]\ntoken = \"abcdef.0123456789abcdef\"\n[node]\n";
+    let dir = node_dir(&format!(
+        "{base}kube_reserved = {{ memory = \"1Gi\", cpu = \"250m\" }}\n\
+         system_reserved = {{ pid = \"1000\" }}\n\
+         eviction_hard = {{ \"memory.available\" = \"500Mi\", \"nodefs.available\" = \"5%\" }}\n"
+    ));
+    let env = String::from_utf8(
+        file(&load(dir.path()).unwrap().files(), "node.env")
+            .contents
+            .clone(),
+    )
+    .unwrap();
+    assert!(
+        env.contains("\nKUBE_RESERVED=cpu=250m,memory=1Gi\n"),
+        "{env}"
+    );
+    assert!(env.contains("\nSYSTEM_RESERVED=pid=1000\n"), "{env}");
+    assert!(
+        env.contains("\nEVICTION_HARD=\"memory.available<500Mi,nodefs.available<5%\"\n"),
+        "{env}"
+    );
+    // What kiln-firstboot reads back.
+    let parsed = kiln_firstboot::contract::envfile::parse(&env).unwrap();
+    assert_eq!(
+        parsed.get("EVICTION_HARD"),
+        Some("memory.available<500Mi,nodefs.available<5%")
+    );
+    for (entry, says) in [
+        (
+            "kube_reserved = { gpu = \"1\" }",
+            "cannot reserve \"gpu\" resource",
+        ),
+        (
+            "kube_reserved = { cpu = \"-1\" }",
+            "resource=quantity pairs",
+        ),
+        (
+            "system_reserved = { memory = \"lots\" }",
+            "resource=quantity pairs",
+        ),
+        (
+            "eviction_hard = { \"disk.available\" = \"1Gi\" }",
+            "unsupported eviction signal disk.available",
+        ),
+        (
+            "eviction_hard = { \"memory.available\" = \"150%\" }",
+            "must be <= 100%",
+        ),
+    ] {
+        let dir = node_dir(&format!("{base}{entry}\n"));
+        let e = load(dir.path()).unwrap_err();
+        assert!(e.contains("key `node.") && e.contains(says), "{entry}: {e}");
+    }
+}

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use kiln_firstboot::contract::envfile::EnvFile;
-use kiln_firstboot::contract::{self, node_env};
+use kiln_firstboot::contract::{self, node_env, sizing};
 
 /// Errors of reading and validating `node.toml`; each names the file and the key.
 #[derive(Debug, thiserror::Error)]
@@ -146,6 +146,9 @@ pub struct NodeConfig {
     pub taints: Vec<Taint>,
     /// Max pods override.
     pub max_pods: Option<u32>,
+    /// `node.kube_reserved`, `node.system_reserved`, `node.eviction_hard` as node.env writes
+    /// them (`cpu=100m,memory=1Gi`, `memory.available<500Mi`), each `None` when not given.
+    pub reserved: [Option<String>; 3],
     /// Extra kubelet flags (`--name[=value]`).
     pub kubelet_extra_args: Vec<String>,
     /// The node's KubeletConfiguration drop-in (`kubelet.config_file` and `[kubelet.config]`
@@ -191,6 +194,9 @@ impl NodeConfig {
             .set_opt(node_env::NODE_LABELS, join(&labels, ","))
             .set_opt(node_env::NODE_TAINTS, join(&taints, ","))
             .set_opt(node_env::MAX_PODS, self.max_pods.map(|n| n.to_string()))
+            .set_opt(sizing::KUBE_RESERVED, self.reserved[0].clone())
+            .set_opt(sizing::SYSTEM_RESERVED, self.reserved[1].clone())
+            .set_opt(sizing::EVICTION_HARD, self.reserved[2].clone())
             .set_opt(node_env::CLUSTER_DNS, join(&self.cluster_dns, ","))
             .set_opt(
                 node_env::KUBELET_EXTRA_ARGS,

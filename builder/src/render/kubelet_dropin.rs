@@ -24,15 +24,15 @@ pub const OWNED: &[(&str, &str)] = &[
     ("serverTLSBootstrap", "`kubelet.server_tls_bootstrap`"),
     (
         "kubeReserved",
-        "the image's RESERVATION formula ([sizing] in the image definition), or node.env's KUBE_RESERVED; status.json reports it",
+        "`node.kube_reserved` (over the image's RESERVATION formula; status.json reports what kubelet gets)",
     ),
     (
         "systemReserved",
-        "the image's RESERVATION formula ([sizing] in the image definition), or node.env's SYSTEM_RESERVED; status.json reports it",
+        "`node.system_reserved` (over the image's RESERVATION formula; status.json reports what kubelet gets)",
     ),
     (
         "evictionHard",
-        "the image's RESERVATION formula ([sizing] in the image definition), or node.env's EVICTION_HARD; status.json reports it",
+        "`node.eviction_hard` (over the image's RESERVATION formula; status.json reports what kubelet gets)",
     ),
 ];
 

@@ -66,6 +66,12 @@ struct RawNodeSection {
     #[serde(default)]
     taints: Vec<RawTaint>,
     max_pods: Option<u32>,
+    #[serde(default)]
+    kube_reserved: BTreeMap<String, String>,
+    #[serde(default)]
+    system_reserved: BTreeMap<String, String>,
+    #[serde(default)]
+    eviction_hard: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -189,6 +195,7 @@ impl Validator<'_> {
         let credential = self.credential(raw.bootstrap, join_mode)?;
 
         let node = raw.node;
+        let reserved = self.reserved(&node)?;
         if let Some(name) = &node.name {
             if !is_dns_subdomain(name) {
                 return Err(self.invalid(
@@ -320,6 +327,7 @@ impl Validator<'_> {
             labels: node.labels,
             taints,
             max_pods: node.max_pods,
+            reserved,
             kubelet_extra_args: kubelet.extra_args,
             kubelet_dropin,
             sysctl,

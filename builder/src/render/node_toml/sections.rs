@@ -3,11 +3,56 @@
 
 use std::collections::BTreeMap;
 
-use super::{RawKubelet, Validator};
+use super::{RawKubelet, RawNodeSection, Validator};
 use crate::render::config::{ApiServer, ConfigError};
 use crate::render::kubelet_dropin;
 
 impl Validator<'_> {
+    /// `node.kube_reserved`, `node.system_reserved`, `node.eviction_hard`: the node.env
+    /// overrides of the image's RESERVATION formula (docs/contract.md, "Sizing"), each checked
+    /// twice, as node.env's shape (what kiln-firstboot reads: `contract::sizing::parse_pairs`)
+    /// and as kubelet parses it before it starts (`kiln-kubelet-config`'s `run_checks`:
+    /// cpu, memory, ephemeral-storage and pid only; known eviction signals; quantities).
+    pub(super) fn reserved(
+        &self,
+        node: &RawNodeSection,
+    ) -> Result<[Option<String>; 3], ConfigError> {
+        use kiln_firstboot::contract::sizing::parse_pairs;
+        let mut out: [Option<String>; 3] = Default::default();
+        let tables = [
+            ("node.kube_reserved", &node.kube_reserved, '='),
+            ("node.system_reserved", &node.system_reserved, '='),
+            ("node.eviction_hard", &node.eviction_hard, '<'),
+        ];
+        for (i, (key, table, sep)) in tables.into_iter().enumerate() {
+            if table.is_empty() {
+                continue;
+            }
+            let value = table
+                .iter()
+                .map(|(k, v)| format!("{k}{sep}{v}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            parse_pairs(&value, sep).map_err(|e| self.invalid(key, e, format!("{value:?}")))?;
+            let map = Some(table.clone());
+            let mut kc = kiln_kubelet_config::KubeletConfiguration::default();
+            match i {
+                0 => kc.kube_reserved = map,
+                1 => kc.system_reserved = map,
+                _ => kc.eviction_hard = map,
+            }
+            kiln_kubelet_config::validate::run_checks(&kc).map_err(|e| {
+                self.invalid(
+                    key,
+                    "values kubelet accepts (it refuses the rest before it starts)",
+                    e,
+                )
+            })?;
+            out[i] = Some(value);
+        }
+        Ok(out)
+    }
+
     /// `[sysctl]`: each name and value by the contract's rules (kiln-firstboot checks names and
     /// values again with the same code), integers as their decimal text, sorted by name.
     pub(super) fn sysctl(
