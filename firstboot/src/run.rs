@@ -132,7 +132,8 @@ fn boot(
     apply_sysctls(paths, &cfg, rep);
     let mut detail = format!("max_pods={}", sized.max_pods.value);
     if !cfg.sysctl.is_empty() {
-        detail.push_str(&format!(" sysctl={}", cfg.sysctl.len()));
+        detail.push_str(" sysctl=");
+        detail.push_str(&cfg.sysctl.len().to_string());
     }
     rep.success(Phase::Write, &detail);
 
@@ -374,7 +375,7 @@ fn apply_sysctls(paths: &NodePaths, cfg: &Config, rep: &mut Reporter) {
             .write(true)
             .truncate(true)
             .open(&file)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{v}\n").as_bytes()));
+            .and_then(|mut f| std::io::Write::write_all(&mut f, &[v.as_bytes(), b"\n"].concat()));
         let err = wrote.err().map(|e| format!("{}: {e}", file.display()));
         applied.push((k.as_str(), v.as_str(), err));
     }

@@ -211,11 +211,17 @@ fn containerd(root: &Root, cni: bool) -> Option<Proc> {
         .spawn()
         .expect("start containerd");
     let p = Proc(child);
+    // The socket comes before the plugins: wait for containerd's own "booted" line too, or a
+    // loaded machine finds the CRI service not registered yet (a CI run did).
     let until = Instant::now() + Duration::from_secs(60);
-    while !sock.exists() {
+    let booted = || {
+        std::fs::read_to_string(d.join("log"))
+            .is_ok_and(|l| l.contains("containerd successfully booted"))
+    };
+    while !(sock.exists() && booted()) {
         assert!(
             Instant::now() < until,
-            "containerd made no socket: {}",
+            "containerd did not boot: {}",
             std::fs::read_to_string(d.join("log")).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(100));

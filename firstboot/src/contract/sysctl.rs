@@ -33,7 +33,7 @@ pub fn check_name(name: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "expected a sysctl name (components of [A-Za-z0-9_-] joined by '.', or by '/' when one holds a '.'; no globs), found {name:?}"
+            "expected a sysctl name ([A-Za-z0-9_-] parts joined by . or /), found {name:?}"
         ))
     }
 }
@@ -51,7 +51,7 @@ pub fn check_value(value: &str) -> Result<(), String> {
         ));
     }
     if value.chars().any(|c| c.is_control() && c != '\t') {
-        return Err("expected one line without control characters, found one".into());
+        return Err("expected one line, found a control character".into());
     }
     Ok(())
 }

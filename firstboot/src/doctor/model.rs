@@ -191,7 +191,9 @@ impl Node {
                 crate::json::parse(&text)
                     .ok()
                     .and_then(|v| match v.get(key)? {
-                        crate::json::Value::Bool(b) => Some(b.to_string()),
+                        crate::json::Value::Bool(b) => {
+                            Some(if *b { "true" } else { "false" }.into())
+                        }
                         other => other.as_text().map(str::to_string),
                     })
             } else {

@@ -303,20 +303,24 @@ impl Client {
                     "{method} {target}: {failure}"
                 )));
             }
-            let now = Instant::now();
             // The last wait is cut short so one more attempt still fits before the deadline:
             // a service that answers late in the window is used, and the run gives up at the
-            // deadline, not a whole backoff before it.
-            let left = self.deadline.saturating_duration_since(now);
-            if left <= LAST_ATTEMPT {
-                return Err(HttpError::Unreachable(format!(
-                    "{method} {target}: {failure} ({attempts} attempt{} over {} ms, deadline reached)",
-                    if attempts == 1 { "" } else { "s" },
-                    now.duration_since(started).as_millis() as u64
-                )));
+            // deadline, not a whole backoff before it. A sleep that overran the deadline (a
+            // loaded machine) leaves no time for an attempt: the failure named is then this
+            // one, not a timeout that tried nothing.
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left > LAST_ATTEMPT {
+                std::thread::sleep(backoff.min(left - LAST_ATTEMPT));
+                backoff = (backoff * 2).min(BACKOFF_CAP);
+                if Instant::now() < self.deadline {
+                    continue;
+                }
             }
-            std::thread::sleep(backoff.min(left - LAST_ATTEMPT));
-            backoff = (backoff * 2).min(BACKOFF_CAP);
+            return Err(HttpError::Unreachable(format!(
+                "{method} {target}: {failure} ({attempts} attempt{} over {} ms, deadline reached)",
+                if attempts == 1 { "" } else { "s" },
+                started.elapsed().as_millis() as u64
+            )));
         }
     }
 

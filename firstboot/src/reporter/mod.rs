@@ -150,7 +150,7 @@ impl Reporter {
                 ",\"result\":\"ok\"}"
             });
             if let Some(e) = err {
-                self.warn(&format!("sysctl {k} = {v} was not applied: {e}"));
+                self.warn(&format!("sysctl {k} was not applied: {e}"));
             }
         }
         s.push(']');
