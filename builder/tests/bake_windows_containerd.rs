@@ -136,7 +136,7 @@ fn windows_zip_holds_containerd_config_hosts_and_proxy() {
     );
     assert_eq!(
         cri["registry"]["config_path"].as_str(),
-        Some(r"C:\k\containerd\certs.d")
+        Some(r"C:\ProgramData\kiln\containerd\certs.d;C:\k\containerd\certs.d")
     );
     assert!(
         !cfg_text.contains("SystemdCgroup") && !cfg_text.contains("runc"),
@@ -187,7 +187,7 @@ fn windows_zip_holds_containerd_config_hosts_and_proxy() {
             r#"runtime_type = "io.containerd.runhcs.v1""#,
             r#"bin_dir = "C:\\k\\cni\\bin""#,
             r#"conf_dir = "C:\\k\\cni\\config""#,
-            r#"config_path = "C:\\k\\containerd\\certs.d""#,
+            r#"config_path = "C:\\ProgramData\\kiln\\containerd\\certs.d;C:\\k\\containerd\\certs.d""#,
         ] {
             assert!(
                 d.contains(want),
@@ -212,7 +212,7 @@ fn containerd_2_gets_config_version_3_that_containerd_parses() {
     );
     assert_eq!(
         images["registry"]["config_path"].as_str(),
-        Some(r"C:\k\containerd\certs.d")
+        Some(r"C:\ProgramData\kiln\containerd\certs.d;C:\k\containerd\certs.d")
     );
     let rt = &cfg["plugins"]["io.containerd.cri.v1.runtime"];
     assert_eq!(rt["cni"]["bin_dirs"][0].as_str(), Some(r"C:\k\cni\bin"));

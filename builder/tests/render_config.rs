@@ -31,7 +31,13 @@ fn kubelet_mode_writes_the_contract_files() {
         [
             ("node.env", 0o644),
             ("ca.crt", 0o644),
-            ("bootstrap-token", 0o600)
+            ("bootstrap-token", 0o600),
+            ("containerd/certs.d/docker.io/hosts.toml", 0o644),
+            ("containerd/certs.d/registry.internal_5000_/ca.crt", 0o644),
+            (
+                "containerd/certs.d/registry.internal_5000_/hosts.toml",
+                0o644
+            )
         ]
     );
     assert_eq!(
@@ -179,6 +185,21 @@ fn errors_name_the_file_the_key_and_what_was_found() {
         (base.replace(", \"169.254.169.254\"", ""), "key `proxy.no_proxy`: expected entries that cover the API server and the metadata address 169.254.169.254 when a proxy is set (kiln-firstboot's doctor fails `proxy` otherwise), found [\"10.0.0.0/8\", \".svc\", \"localhost\"], which does not cover the metadata address 169.254.169.254"),
         (base.replace("https://127.0.0.1:6443", "https://api.example.com"), "which does not cover the API server api.example.com"),
         (format!("kiln_contract = 2\n{base}"), "key `kiln_contract`: expected 1"),
+        // [[containerd.registry]]: each refusal names the registry's index and key.
+        (base.replace("host = \"docker.io\"", "host = \"https://docker.io\""), "key `containerd.registry[1].host`: expected a registry as image references name it"),
+        (base.replace("host = \"docker.io\"", "host = \"registry.internal:5000\""), "key `containerd.registry[1].host`: expected each registry listed once, found \"registry.internal:5000\" a second time"),
+        (base.replace("\"https://hub-mirror.internal\"", "\"https://u:secret-pw@hub-mirror.internal\""), "key `containerd.registry[1].mirrors[0]`: expected a URL without credentials"),
+        (base.replace("\"https://hub-mirror.internal\"", "\"ftp://hub-mirror.internal\""), "key `containerd.registry[1].mirrors[0]`: expected an http:// or https:// URL"),
+        (base.replace("\"https://hub-mirror.internal\"", "\"https://hub-mirror.internal?x=1\""), "key `containerd.registry[1].mirrors[0]`"),
+        (base.replace("\"https://hub-mirror.internal\"", "3"), "key `containerd.registry[1].mirrors[0]`: expected a URL string or a `{ url, capabilities }` table, found integer"),
+        (base.replace("capabilities = [\"pull\"]", "capabilities = [\"pull\", \"fly\"]"), "key `containerd.registry[0].mirrors[1].capabilities`: expected a non-empty list of `pull`, `resolve`, `push`, each once, found \"fly\""),
+        (base.replace("capabilities = [\"pull\"]", "capabilities = []"), "key `containerd.registry[0].mirrors[1].capabilities`"),
+        (base.replace("capabilities = [\"pull\"]", "capability = [\"pull\"]"), "key `containerd.registry[0].mirrors[1]`: expected a mirror table with `url` and optional `capabilities`, found key \"capability\""),
+        (base.replace("mirrors = [\"https://hub-mirror.internal\"]", "skip_verify = true"), "key `containerd.registry[1].skip_verify`: expected no skip_verify: kiln never turns containerd's TLS verification off"),
+        (base.replace("mirrors = [\"https://hub-mirror.internal\"]", ""), "key `containerd.registry[1]`: expected a mirror, a CA or another server"),
+        (base.replace("file = \"./ca.crt\"", "pem = \"-----BEGIN CERTIFICATE-----\\nAAAA\\n\""), "key `containerd.registry[0].ca`: expected a PEM bundle of one or more X.509 certificates, found certificate 1 has no -----END CERTIFICATE----- line"),
+        (base.replace("file = \"./ca.crt\"", "file = \"./ca.crt\", pem = \"x\""), "key `containerd.registry[0].ca`: expected exactly one of `pem` (inline PEM) or `file` (a path), found both"),
+        (base.replace("\"https://mirror-a.internal\", ", "").replace("host = \"registry.internal:5000\"", "host = \"registry.internal:5000\"\nserver = \"http://registry.internal:5000\""), "key `containerd.registry[0].ca`: expected a CA only for a registry with an https:// endpoint, found only http:// endpoints"),
     ];
     for (toml, want) in cases {
         let dir = node_dir(&toml);
@@ -213,7 +234,13 @@ fn kubeadm_mode_writes_a_v1beta4_join_configuration() {
         [
             ("node.env", 0o644),
             ("ca.crt", 0o644),
-            ("kubeadm-join.yaml", 0o600)
+            ("kubeadm-join.yaml", 0o600),
+            ("containerd/certs.d/docker.io/hosts.toml", 0o644),
+            ("containerd/certs.d/registry.internal_5000_/ca.crt", 0o644),
+            (
+                "containerd/certs.d/registry.internal_5000_/hosts.toml",
+                0o644
+            )
         ]
     );
     let pin = openssl_spki_pin(&dir.path().join("ca.crt"));

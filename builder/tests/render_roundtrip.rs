@@ -119,7 +119,7 @@ fn output_is_deterministic_and_goes_to_stdout_by_default() {
         let out = child.wait_with_output().unwrap();
         assert!(out.status.success());
         let text = String::from_utf8(out.stdout).unwrap();
-        assert!(text.contains("writes 3 kiln contract files"), "{text}");
+        assert!(text.contains("writes 6 kiln contract files"), "{text}");
     }
 }
 

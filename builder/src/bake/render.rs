@@ -140,8 +140,15 @@ pub fn modules_conf(def: &ImageDef) -> String {
     s
 }
 
-/// Where containerd reads per-registry `hosts.toml` files on the node.
+/// Where containerd reads the image's per-registry `hosts.toml` files on the node.
 pub const CERTS_DIR: &str = "/usr/lib/kiln/containerd/certs.d";
+/// Where the provisioner places the node's own (node.toml's `[[containerd.registry]]`,
+/// docs/contract.md "Registries"). containerd's `config_path` lists it first: the first
+/// directory holding a registry's host directory wins, so the node's configuration of a
+/// registry replaces the image's for that registry, and the image's stays for the rest.
+pub const PROVISIONED_CERTS_DIR: &str = "/etc/kiln/containerd/certs.d";
+/// The same on Windows (`C:\ProgramData\kiln`, "Windows paths").
+pub const WINDOWS_PROVISIONED_CERTS_DIR: &str = r"C:\ProgramData\kiln\containerd\certs.d";
 
 /// containerd's `config.toml`. containerd 2.x reads config version 3 (new CRI plugin
 /// names); 1.x reads version 2; the layer's containerd version decides. `sandbox` is the
@@ -170,7 +177,7 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
     sandbox = '{sandbox}'
 
   [plugins.'io.containerd.cri.v1.images'.registry]
-    config_path = '{CERTS_DIR}'
+    config_path = '{PROVISIONED_CERTS_DIR}:{CERTS_DIR}'
 
 [plugins.'io.containerd.cri.v1.runtime'.cni]
   {bin}
@@ -213,7 +220,7 @@ disabled_plugins = ['io.containerd.snapshotter.v1.aufs', 'io.containerd.snapshot
         SystemdCgroup = {systemd}
 
   [plugins.'io.containerd.grpc.v1.cri'.registry]
-    config_path = '{CERTS_DIR}'
+    config_path = '{PROVISIONED_CERTS_DIR}:{CERTS_DIR}'
 ",
             ver = containerd_version.unwrap_or("1.x"),
         )
@@ -286,7 +293,7 @@ state = '{WINDOWS_CONTAINERD_STATE}'
     sandbox = '{sandbox}'
 
   [plugins.'io.containerd.cri.v1.images'.registry]
-    config_path = '{WINDOWS_CONTAINERD_DIR}\\certs.d'
+    config_path = '{WINDOWS_PROVISIONED_CERTS_DIR};{WINDOWS_CONTAINERD_DIR}\\certs.d'
 
 [plugins.'io.containerd.cri.v1.runtime'.cni]
   {bin}
@@ -320,7 +327,7 @@ state = '{WINDOWS_CONTAINERD_STATE}'
       runtime_type = 'io.containerd.runhcs.v1'
 
   [plugins.'io.containerd.grpc.v1.cri'.registry]
-    config_path = '{WINDOWS_CONTAINERD_DIR}\\certs.d'
+    config_path = '{WINDOWS_PROVISIONED_CERTS_DIR};{WINDOWS_CONTAINERD_DIR}\\certs.d'
 ",
             head = head(2, "1.x"),
         )

@@ -211,6 +211,15 @@ fn paths_to_mirror(
         let dir = LINUX_DIR.trim_start_matches('/');
         set.extend(CONTRACT_FILES.iter().map(|(n, _)| format!("{dir}/{n}")));
         set.extend(o.node_files.iter().map(|f| format!("{dir}/{}", f.name)));
+        // Registry host directories the base already holds, so that placing the node's files
+        // sees (and refuses or updates) them as it does on a mounted root.
+        let certs = format!("/{dir}/{}", crate::render::registries::CERTS_D);
+        let listed = fs_.list(std::slice::from_ref(&certs), &std::env::temp_dir())?;
+        for host in listed.get(&certs).into_iter().flat_map(|m| m.keys()) {
+            for f in crate::render::registries::HOST_FILES {
+                set.insert(format!("{}/{host}/{f}", certs.trim_start_matches('/')));
+            }
+        }
     }
     Ok(set)
 }

@@ -59,12 +59,16 @@ pub fn place_node_files(mountpoint: &Path, files: &[NodeFile]) -> Result<Vec<Str
     let dir = contract_dir(&root)?;
     let mut written = Vec::new();
     for f in files {
-        write_one(&dir, f).map_err(|e| ImageError::Io {
+        let (parent, base) = f.name.rsplit_once('/').unwrap_or(("", &f.name));
+        let at = |e| ImageError::Io {
             path: dir.host(&f.name),
             source: e,
-        })?;
+        };
+        let sub = subdirs(&dir, parent).map_err(at)?;
+        write_one(sub.as_ref().unwrap_or(&dir), base, f).map_err(at)?;
         written.push(f.linux_path());
     }
+    stale_registries(&dir, files)?;
     for (name, _) in CONTRACT_FILES {
         if files.iter().any(|f| f.name == *name) {
             continue;
@@ -95,9 +99,81 @@ pub fn place_node_files(mountpoint: &Path, files: &[NodeFile]) -> Result<Vec<Str
     Ok(written)
 }
 
-fn write_one(dir: &Dir, f: &NodeFile) -> std::io::Result<()> {
+/// Opens (or creates, 0755) each directory of `rel` under `dir` in turn, refusing a symlink
+/// or anything else that is not a directory on the way; `None` for `""`.
+fn subdirs(dir: &Dir, rel: &str) -> std::io::Result<Option<Dir>> {
+    let mut cur: Option<Dir> = None;
+    for c in rel.split('/').filter(|c| !c.is_empty()) {
+        let here = cur.as_ref().unwrap_or(dir);
+        let next = match here.node(c)? {
+            Node::Missing => here.mkdir(c)?,
+            Node::Dir => here.subdir(c)?,
+            other => {
+                return Err(std::io::Error::other(format!(
+                    "expected a directory or nothing at {}, found {other:?}",
+                    here.host(c).display()
+                )))
+            }
+        };
+        cur = Some(next);
+    }
+    Ok(cur)
+}
+
+/// A registry host directory the base holds and this config does not write would still be
+/// containerd's configuration for that registry (the first root with the host's directory
+/// wins): refused, never left in place or guessed at. In the directories this config does
+/// write, a CA file it does not write is removed.
+fn stale_registries(dir: &Dir, files: &[NodeFile]) -> Result<(), ImageError> {
+    use crate::render::registries::{CERTS_D, HOST_FILES};
+    let io_at = |p: std::path::PathBuf| move |e| ImageError::Io { path: p, source: e };
+    let Some(certs) = (match dir
+        .node("containerd")
+        .map_err(io_at(dir.host("containerd")))?
+    {
+        Node::Dir => {
+            let c = dir
+                .subdir("containerd")
+                .map_err(io_at(dir.host("containerd")))?;
+            match c.node("certs.d").map_err(io_at(dir.host(CERTS_D)))? {
+                Node::Dir => Some(c.subdir("certs.d").map_err(io_at(dir.host(CERTS_D)))?),
+                _ => None,
+            }
+        }
+        _ => None,
+    }) else {
+        return Ok(());
+    };
+    for host in certs.names().map_err(io_at(dir.host(CERTS_D)))? {
+        let prefix = format!("{CERTS_D}/{host}/");
+        let ours: Vec<&str> = files
+            .iter()
+            .filter_map(|f| f.name.strip_prefix(&prefix))
+            .collect();
+        if ours.is_empty() {
+            return Err(ImageError::Io {
+                path: certs.host(&host),
+                source: std::io::Error::other(
+                    "a registry configuration this node.toml does not write (from an earlier \
+                     `kiln image --node`?): containerd would still use it; start from a base \
+                     without it",
+                ),
+            });
+        }
+        let sub = certs.subdir(&host).map_err(io_at(certs.host(&host)))?;
+        for name in HOST_FILES.iter().filter(|n| !ours.contains(n)) {
+            match sub.node(name).map_err(io_at(sub.host(name)))? {
+                Node::Missing => {}
+                _ => sub.unlink(name).map_err(io_at(sub.host(name)))?,
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write_one(dir: &Dir, name: &str, f: &NodeFile) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    if dir.node(&f.name)? == Node::Dir {
+    if dir.node(name)? == Node::Dir {
         return Err(std::io::Error::other(
             "is a directory where the contract has a file; remove it from the base",
         ));
@@ -107,7 +183,7 @@ fn write_one(dir: &Dir, f: &NodeFile) -> std::io::Result<()> {
         file.write_all(&f.contents)?;
         file.set_permissions(std::fs::Permissions::from_mode(f.mode))?;
         file.sync_all()?;
-        dir.rename(&tmp, &f.name)
+        dir.rename(&tmp, name)
     })();
     if done.is_err() {
         let _ = dir.unlink(&tmp);
@@ -166,5 +242,43 @@ mod tests {
         // Resolved inside the image, the target does not exist: a named error.
         let e = r.unwrap_err().to_string();
         assert!(e.contains("etc/kiln"), "{e}");
+    }
+
+    #[test]
+    fn registry_directories_are_made_inside_and_a_stale_one_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let root = t.path();
+        std::fs::create_dir_all(root.join("etc/kiln")).unwrap();
+        let hosts = "containerd/certs.d/r.example_5000_/hosts.toml";
+        let ca = "containerd/certs.d/r.example_5000_/ca.crt";
+        let files = [
+            file("node.env", 0o644, "A=1\n"),
+            file(ca, 0o644, "PEM"),
+            file(hosts, 0o644, "server = 'https://r.example:5000'\n"),
+        ];
+        place_node_files(root, &files).unwrap();
+        let dir = root.join("etc/kiln/containerd/certs.d/r.example_5000_");
+        assert_eq!(std::fs::read_to_string(dir.join("ca.crt")).unwrap(), "PEM");
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o755);
+        // The same registry without its CA: the old CA goes.
+        place_node_files(root, &[files[0].clone(), files[2].clone()]).unwrap();
+        assert!(!dir.join("ca.crt").exists() && dir.join("hosts.toml").exists());
+        // A config without that registry: refused, named, nothing guessed.
+        let e = place_node_files(root, &files[..1]).unwrap_err().to_string();
+        assert!(
+            e.contains("r.example_5000_") && e.contains("does not write"),
+            "{e}"
+        );
+        // A base whose `containerd` is a link out of the image: nothing written outside.
+        std::fs::remove_dir_all(root.join("etc/kiln/containerd")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("etc/kiln/containerd")).unwrap();
+        let e = place_node_files(root, &files).unwrap_err().to_string();
+        assert!(
+            std::fs::read_dir(outside.path()).unwrap().next().is_none(),
+            "wrote outside the image"
+        );
+        assert!(e.contains("containerd"), "{e}");
     }
 }

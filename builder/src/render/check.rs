@@ -6,8 +6,11 @@ use kiln_firstboot::contract::{self, envfile, node_env};
 use crate::render::cloudinit;
 use crate::render::ignition;
 use crate::render::model::gunzip;
-use crate::render::model::{NodeFile, Provisioner, RenderError, CONTRACT_FILES, LINUX_DIR};
+use crate::render::model::{
+    contract_mode, NodeFile, Provisioner, RenderError, CONTRACT_FILES, LINUX_DIR,
+};
 use crate::render::pki;
+use crate::render::registries;
 use crate::render::windows;
 
 /// What `--check` found in a piece of user data.
@@ -78,17 +81,19 @@ fn is_mime(text: &str) -> bool {
 pub fn contract_problems(files: &[NodeFile]) -> Vec<String> {
     let mut problems = Vec::new();
     for file in files {
-        match CONTRACT_FILES.iter().find(|(name, _)| *name == file.name) {
+        match contract_mode(&file.name) {
             None => problems.push(format!(
-                "{}: not a file of node contract v1 (known: {})",
+                "{}: not a file of node contract v1 (known: {}, {}/<registry>/{})",
                 file.linux_path(),
                 CONTRACT_FILES
                     .iter()
                     .map(|(n, _)| *n)
                     .collect::<Vec<_>>()
-                    .join(", ")
+                    .join(", "),
+                registries::CERTS_D,
+                registries::HOST_FILES.join(" or "),
             )),
-            Some((_, mode)) if *mode != file.mode => problems.push(format!(
+            Some(mode) if mode != file.mode => problems.push(format!(
                 "{}: mode {:04o}, the contract requires {:04o}",
                 file.linux_path(),
                 file.mode,
@@ -128,7 +133,7 @@ pub fn contract_problems(files: &[NodeFile]) -> Vec<String> {
         problems.push(format!("{LINUX_DIR}/ca.crt: missing (required)"));
     }
     for file in files {
-        if let Err(e) = content_problem(file) {
+        if let Err(e) = content_problem(file, files) {
             problems.push(format!("{}: {e}", file.linux_path()));
         }
     }
@@ -160,7 +165,7 @@ pub fn contract_problems(files: &[NodeFile]) -> Vec<String> {
 }
 
 /// Checks one contract file's contents against its format; secrets are described, not shown.
-fn content_problem(file: &NodeFile) -> Result<(), String> {
+fn content_problem(file: &NodeFile, all: &[NodeFile]) -> Result<(), String> {
     let text = || std::str::from_utf8(&file.contents).map_err(|_| "not UTF-8 text".to_string());
     let yaml_kind = |kind: &str, api: &str| -> Result<(), String> {
         let doc: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&file.contents)
@@ -174,15 +179,20 @@ fn content_problem(file: &NodeFile) -> Result<(), String> {
         }
         Ok(())
     };
+    if registries::is_host_file(&file.name) {
+        let (dir, base) = file.name.rsplit_once('/').unwrap_or(("", &file.name));
+        return if base == "hosts.toml" {
+            let siblings: Vec<&str> = all
+                .iter()
+                .filter_map(|f| f.name.strip_prefix(dir)?.strip_prefix('/'))
+                .collect();
+            registries::check_hosts_toml(text()?, &siblings)
+        } else {
+            certificates(text()?)
+        };
+    }
     match file.name.as_str() {
-        "ca.crt" => {
-            let ders = pki::pem_certificates(text()?)
-                .map_err(|e| format!("expected a PEM certificate bundle: {e}"))?;
-            for der in ders {
-                pki::spki_sha256(&der).map_err(|e| format!("a certificate does not parse: {e}"))?;
-            }
-            Ok(())
-        }
+        "ca.crt" => certificates(text()?),
         "bootstrap-token" => {
             let t = text()?.trim();
             if kiln_firstboot::redact::valid_token(t) {
@@ -213,4 +223,14 @@ fn content_problem(file: &NodeFile) -> Result<(), String> {
         }
         _ => Ok(()),
     }
+}
+
+/// A PEM bundle whose every certificate parses far enough to find its public key.
+fn certificates(text: &str) -> Result<(), String> {
+    let ders = pki::pem_certificates(text)
+        .map_err(|e| format!("expected a PEM certificate bundle: {e}"))?;
+    for der in ders {
+        pki::spki_sha256(&der).map_err(|e| format!("a certificate does not parse: {e}"))?;
+    }
+    Ok(())
 }

@@ -156,6 +156,8 @@ pub struct NodeConfig {
     pub kubelet_dropin: Option<Vec<u8>>,
     /// `[sysctl]`: kernel parameters, checked, sorted by name.
     pub sysctl: Vec<(String, String)>,
+    /// `[[containerd.registry]]`: containerd host directories, in node.toml's order.
+    pub registries: Vec<crate::render::registries::Registry>,
     /// Cluster DNS addresses.
     pub cluster_dns: Vec<String>,
     /// `[kubelet] server_tls_bootstrap`: kubelet asks the cluster for its serving certificate

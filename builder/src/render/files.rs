@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::render::model::{write_atomic, NodeFile, RenderError, CONTRACT_FILES, LINUX_DIR};
+use crate::render::registries::{CERTS_D, HOST_FILES};
 
 /// `DIR/etc/kiln`.
 pub fn kiln_dir(root: &Path) -> PathBuf {
@@ -18,20 +19,52 @@ pub fn write_tree(root: &Path, files: &[NodeFile]) -> Result<PathBuf, RenderErro
     std::fs::create_dir_all(&dir).map_err(|e| RenderError::io(&dir, e))?;
     set_dir_mode(&dir)?;
     for f in files {
-        write_atomic(&dir.join(&f.name), &f.contents, f.mode)?;
+        let path = dir.join(&f.name);
+        if let Some(parent) = path.parent().filter(|p| *p != dir) {
+            std::fs::create_dir_all(parent).map_err(|e| RenderError::io(parent, e))?;
+            for d in parent.ancestors().take_while(|d| *d != dir) {
+                set_dir_mode(d)?;
+            }
+        }
+        write_atomic(&path, &f.contents, f.mode)?;
+    }
+    // A registry directory an earlier render left would still be containerd's
+    // configuration for that registry.
+    let certs = dir.join(CERTS_D);
+    if let Ok(entries) = std::fs::read_dir(&certs) {
+        for entry in entries {
+            let entry = entry.map_err(|e| RenderError::io(&certs, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let prefix = format!("{CERTS_D}/{name}/");
+            let path = entry.path();
+            if files.iter().any(|f| f.name.starts_with(&prefix)) {
+                for stale in HOST_FILES {
+                    if !files.iter().any(|f| f.name == format!("{prefix}{stale}")) {
+                        remove_if_there(&path.join(stale))?;
+                    }
+                }
+            } else if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                std::fs::remove_dir_all(&path).map_err(|e| RenderError::io(&path, e))?;
+            } else {
+                remove_if_there(&path)?;
+            }
+        }
     }
     for (name, _) in CONTRACT_FILES {
         if files.iter().any(|f| f.name == *name) {
             continue;
         }
-        let stale = dir.join(name);
-        match std::fs::remove_file(&stale) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(RenderError::io(&stale, e)),
-        }
+        remove_if_there(&dir.join(name))?;
     }
     Ok(dir)
+}
+
+fn remove_if_there(path: &Path) -> Result<(), RenderError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(RenderError::io(path, e)),
+    }
 }
 
 #[cfg(unix)]
@@ -47,13 +80,37 @@ fn set_dir_mode(_dir: &Path) -> Result<(), RenderError> {
 }
 
 /// Reads a tree written by [`write_tree`] (or by hand) back: every regular file directly in
-/// `DIR/etc/kiln/`, sorted by the contract's order, then by name.
+/// `DIR/etc/kiln/` and in its registry host directories (`containerd/certs.d/*/`), sorted by
+/// the contract's order, then by name.
 pub fn read_tree(root: &Path) -> Result<Vec<NodeFile>, RenderError> {
     let dir = kiln_dir(root);
-    let entries = std::fs::read_dir(&dir).map_err(|e| RenderError::io(&dir, e))?;
+    let mut files = read_files(&dir, "")?;
+    let certs = dir.join(CERTS_D);
+    if let Ok(entries) = std::fs::read_dir(&certs) {
+        for entry in entries {
+            let entry = entry.map_err(|e| RenderError::io(&certs, e))?;
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                files.extend(read_files(&entry.path(), &format!("{CERTS_D}/{name}/"))?);
+            }
+        }
+    }
+    let rank = |n: &str| {
+        CONTRACT_FILES
+            .iter()
+            .position(|(c, _)| *c == n)
+            .unwrap_or(CONTRACT_FILES.len())
+    };
+    files.sort_by(|a, b| (rank(&a.name), &a.name).cmp(&(rank(&b.name), &b.name)));
+    Ok(files)
+}
+
+/// The regular files directly in `dir`, named `prefix` + their name.
+fn read_files(dir: &Path, prefix: &str) -> Result<Vec<NodeFile>, RenderError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| RenderError::io(dir, e))?;
     let mut files = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| RenderError::io(&dir, e))?;
+        let entry = entry.map_err(|e| RenderError::io(dir, e))?;
         let path = entry.path();
         let meta = entry.metadata().map_err(|e| RenderError::io(&path, e))?;
         if !meta.is_file() {
@@ -65,18 +122,11 @@ pub fn read_tree(root: &Path) -> Result<Vec<NodeFile>, RenderError> {
         }
         let contents = std::fs::read(&path).map_err(|e| RenderError::io(&path, e))?;
         files.push(NodeFile {
-            name,
+            name: format!("{prefix}{name}"),
             mode: mode_of(&meta),
             contents,
         });
     }
-    let rank = |n: &str| {
-        CONTRACT_FILES
-            .iter()
-            .position(|(c, _)| *c == n)
-            .unwrap_or(CONTRACT_FILES.len())
-    };
-    files.sort_by(|a, b| (rank(&a.name), &a.name).cmp(&(rank(&b.name), &b.name)));
     Ok(files)
 }
 

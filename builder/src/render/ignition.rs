@@ -62,6 +62,23 @@ pub fn render(files: &[NodeFile], gzip: bool, spec: Spec, sysext: Option<&Sysext
     let mut entries = entries;
     let mut directories =
         vec![json!({"path": LINUX_DIR, "mode": 0o755, "user": root, "group": root})];
+    // Registry host directories (`containerd/certs.d/<host>/`) and their parents, each once.
+    let mut nested: Vec<String> = Vec::new();
+    for f in files {
+        let mut at = 0;
+        while let Some(i) = f.name[at..].find('/') {
+            let d = format!("{LINUX_DIR}/{}", &f.name[..at + i]);
+            if !nested.contains(&d) {
+                nested.push(d);
+            }
+            at += i + 1;
+        }
+    }
+    directories.extend(
+        nested
+            .iter()
+            .map(|d| json!({"path": d, "mode": 0o755, "user": root, "group": root})),
+    );
     let mut config = json!({"ignition": {"version": spec.version()}});
     if let Some(x) = sysext {
         entries.extend(x.files(&root));

@@ -16,6 +16,7 @@ mod names;
 pub mod node_files;
 pub mod node_toml;
 pub mod pki;
+pub mod registries;
 pub mod sysext;
 pub mod windows;
 

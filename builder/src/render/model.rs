@@ -33,6 +33,17 @@ pub const CONTRACT_FILES: &[(&str, u32)] = &[
     ("sysctl.conf", PUBLIC_MODE),
 ];
 
+/// The mode node contract v1 requires of the file `name` (relative to `/etc/kiln/`): one
+/// of [`CONTRACT_FILES`] or a registry host directory's file
+/// (`containerd/certs.d/<host>/hosts.toml`, `…/ca.crt`); `None` for any other name.
+pub fn contract_mode(name: &str) -> Option<u32> {
+    CONTRACT_FILES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, m)| *m)
+        .or_else(|| crate::render::registries::is_host_file(name).then_some(PUBLIC_MODE))
+}
+
 /// One file of the node contract: its name inside `/etc/kiln/`, its mode and its bytes.
 #[derive(Clone, PartialEq, Eq)]
 pub struct NodeFile {
@@ -52,7 +63,7 @@ impl NodeFile {
 
     /// The file's absolute path on a Windows node.
     pub fn windows_path(&self) -> String {
-        format!(r"{WINDOWS_DIR}\{}", self.name)
+        format!(r"{WINDOWS_DIR}\{}", self.name.replace('/', "\\"))
     }
 
     /// Lower-case hex SHA-256 of the contents.

@@ -50,6 +50,26 @@ impl NodeConfig {
                 contents: kiln_firstboot::contract::sysctl::render(&self.sysctl).into_bytes(),
             });
         }
+        // Sorted by name (a host directory's CA before its hosts.toml), the order a file
+        // tree reads back in.
+        let mut registries: Vec<NodeFile> = Vec::new();
+        for r in &self.registries {
+            let dir = format!("{}/{}", crate::render::registries::CERTS_D, r.dir_name());
+            registries.push(NodeFile {
+                name: format!("{dir}/hosts.toml"),
+                mode: PUBLIC_MODE,
+                contents: r.hosts_toml().into_bytes(),
+            });
+            if let Some(ca) = &r.ca_pem {
+                registries.push(NodeFile {
+                    name: format!("{dir}/ca.crt"),
+                    mode: PUBLIC_MODE,
+                    contents: ca.clone(),
+                });
+            }
+        }
+        registries.sort_by(|a, b| a.name.cmp(&b.name));
+        files.extend(registries);
         files
     }
 }

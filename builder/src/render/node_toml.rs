@@ -14,6 +14,7 @@ use crate::render::config::{ApiServer, ConfigError, Credential, JoinMode, NodeCo
 use crate::render::names::{is_dns_subdomain, is_label_value, is_qualified_key};
 use crate::render::{config::Provider, config::Taint, input, pki};
 
+mod registries;
 mod sections;
 
 // ---- the file as written by the user ----
@@ -39,6 +40,8 @@ struct RawNode {
     proxy: RawProxy,
     #[serde(default)]
     sysctl: BTreeMap<String, toml::Value>,
+    #[serde(default)]
+    containerd: registries::RawContainerd,
 }
 
 #[derive(Debug, Deserialize)]
@@ -293,6 +296,7 @@ impl Validator<'_> {
         }
         let kubelet_dropin = self.kubelet_dropin(&kubelet)?;
         let sysctl = self.sysctl(&raw.sysctl)?;
+        let registries = self.registries(raw.containerd)?;
 
         let proxy = raw.proxy;
         for (key, url) in [("proxy.http", &proxy.http), ("proxy.https", &proxy.https)] {
@@ -331,6 +335,7 @@ impl Validator<'_> {
             kubelet_extra_args: kubelet.extra_args,
             kubelet_dropin,
             sysctl,
+            registries,
             cluster_dns: kubelet.cluster_dns,
             server_tls_bootstrap: kubelet.server_tls_bootstrap,
             http_proxy: proxy.http,

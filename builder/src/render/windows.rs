@@ -46,10 +46,20 @@ pub fn render(files: &[NodeFile]) -> Vec<u8> {
     s.push_str("  }\n");
     s.push_str("  Move-Item -Force -LiteralPath $tmp -Destination $path\n");
     s.push_str("}\n");
+    let mut made: Vec<String> = Vec::new();
     for f in files {
+        if let Some((parent, _)) = f.name.replace('/', "\\").rsplit_once('\\') {
+            if !made.iter().any(|m| m == parent) {
+                // A registry host directory (inheriting the kiln directory's permissions).
+                s.push_str(&format!(
+                    "New-Item -ItemType Directory -Force -Path (Join-Path $dir '{parent}') | Out-Null\n"
+                ));
+                made.push(parent.to_string());
+            }
+        }
         s.push_str(&format!(
             "{WRITE_FN} '{}' '{}' ${}\n",
-            f.name,
+            f.name.replace('/', "\\"),
             base64::engine::general_purpose::STANDARD.encode(&f.contents),
             if f.mode == SECRET_MODE {
                 "true"
@@ -110,11 +120,17 @@ pub fn parse(text: &str, source: &str) -> Result<(Vec<NodeFile>, Vec<String>), R
                 )))
             }
         };
-        if name.is_empty() || name.contains(['\\', '/', ':']) {
-            return Err(err(format!(
-                "{at}: file name {name:?} must be a plain name"
-            )));
-        }
+        // A registry host directory's file is the one nested name (`containerd\certs.d\…`).
+        let name = match name.replace('\\', "/") {
+            n if crate::render::registries::is_host_file(&n) => n,
+            _ if name.is_empty() || name.contains(['\\', '/', ':']) => {
+                return Err(err(format!(
+                    "{at}: file name {name:?} must be a plain name or a registry's file \
+                     (containerd\\certs.d\\<registry>\\hosts.toml or ca.crt)"
+                )));
+            }
+            n => n,
+        };
         files.push(NodeFile {
             name,
             mode,

@@ -106,6 +106,15 @@ cluster_dns = ["10.96.0.10"]
 http = "http://proxy.internal:3128"
 https = "http://proxy.internal:3128"
 no_proxy = ["10.0.0.0/8", ".svc", "localhost", "169.254.169.254"]
+
+[[containerd.registry]]
+host = "registry.internal:5000"
+mirrors = ["https://mirror-a.internal", {{ url = "http://cache.internal:5000/prefix", capabilities = ["pull"] }}]
+ca = {{ file = "./ca.crt" }}
+
+[[containerd.registry]]
+host = "docker.io"
+mirrors = ["https://hub-mirror.internal"]
 "#
     )
 }

@@ -67,6 +67,8 @@ pub struct Registry {
     pub ca: Option<PathBuf>,
     /// A directory with `ca.crt` for skopeo's `--*-cert-dir`.
     pub cert_dir: Option<PathBuf>,
+    /// Whether it asks for [`USER`] and [`PASSWORD`].
+    pub auth: bool,
 }
 
 impl Drop for Registry {
@@ -80,6 +82,13 @@ impl Registry {
     /// Starts a registry: TLS from a fresh test CA and htpasswd auth when `secure`, plain
     /// HTTP and anonymous otherwise (the proxy adds auth and faults in front of that one).
     pub fn start(dir: &Path, secure: bool) -> Registry {
+        Registry::start_with(dir, secure, secure)
+    }
+
+    /// [`Registry::start`] with TLS and auth chosen apart: TLS without auth is a node's
+    /// mirror that serves anyone who trusts its CA.
+    pub fn start_with(dir: &Path, tls: bool, auth: bool) -> Registry {
+        assert!(tls || !auth, "auth needs TLS");
         std::fs::create_dir_all(dir).unwrap();
         let port = free_port();
         let mut cfg = format!(
@@ -87,7 +96,7 @@ impl Registry {
             dir.join("data").display()
         );
         let (mut ca, mut cert_dir) = (None, None);
-        if secure {
+        if tls {
             let c = dir.join("ca.pem");
             let k = dir.join("ca.key");
             ok(Command::new("openssl")
@@ -139,15 +148,20 @@ impl Registry {
             let cd = dir.join("certs.d");
             std::fs::create_dir_all(&cd).unwrap();
             std::fs::copy(&c, cd.join("ca.crt")).unwrap();
-            let pw = ok(Command::new("htpasswd").args(["-Bbn", USER, PASSWORD]));
-            let htp = dir.join("htpasswd");
-            std::fs::write(&htp, pw).unwrap();
             cfg.push_str(&format!(
-                "  tls:\n    certificate: {}\n    key: {}\nauth:\n  htpasswd:\n    realm: kiln-test\n    path: {}\n",
+                "  tls:\n    certificate: {}\n    key: {}\n",
                 sc.display(),
                 sk.display(),
-                htp.display()
             ));
+            if auth {
+                let pw = ok(Command::new("htpasswd").args(["-Bbn", USER, PASSWORD]));
+                let htp = dir.join("htpasswd");
+                std::fs::write(&htp, pw).unwrap();
+                cfg.push_str(&format!(
+                    "auth:\n  htpasswd:\n    realm: kiln-test\n    path: {}\n",
+                    htp.display()
+                ));
+            }
             ca = Some(c);
             cert_dir = Some(cd);
         }
@@ -177,6 +191,7 @@ impl Registry {
             dir: dir.to_path_buf(),
             ca,
             cert_dir,
+            auth,
         }
     }
 
@@ -187,7 +202,9 @@ impl Registry {
         match &self.cert_dir {
             Some(d) => {
                 c.arg("--dest-cert-dir").arg(d);
-                c.arg(format!("--dest-creds={USER}:{PASSWORD}"));
+                if self.auth {
+                    c.arg(format!("--dest-creds={USER}:{PASSWORD}"));
+                }
             }
             None => {
                 c.arg("--dest-tls-verify=false");

@@ -10,8 +10,10 @@ use cri_smoke::CgroupDriver;
 
 const USAGE: &str = "usage: cri-smoke --image REF --expect LINE [--endpoint unix:///run/containerd/containerd.sock] \
 [--cni-conf-dir /etc/cni/net.d] [--cgroup-driver systemd|cgroupfs] [--report FILE] \
-[--call-timeout-secs 60] [--settle-secs 60] [--pod-log-root /var/log/pods] [-- COMMAND…]
-(without a COMMAND the container runs its image's own)";
+[--call-timeout-secs 60] [--settle-secs 60] [--pod-log-root /var/log/pods] [--pull] [-- COMMAND…]
+(without a COMMAND the container runs its image's own; --pull pulls the image through the runtime first)
+       cri-smoke pull --image REF [--endpoint …] [--call-timeout-secs 60]
+(one PullImage, as kubelet asks for a pod's image; prints the runtime's image reference)";
 
 struct Args {
     config: Config,
@@ -24,6 +26,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
         cni_conf_dir: "/etc/cni/net.d".into(),
         cgroup_driver: CgroupDriver::Cgroupfs,
         image: String::new(),
+        pull: false,
         command: Vec::new(),
         expect_output: String::new(),
         call_timeout: Duration::from_secs(60),
@@ -62,6 +65,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--call-timeout-secs" => cfg.call_timeout = secs(value()?)?,
             "--settle-secs" => cfg.settle = secs(value()?)?,
             "--pod-log-root" => cfg.pod_log_root = value()?.into(),
+            "--pull" => cfg.pull = true,
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
@@ -75,8 +79,45 @@ fn parse(args: &[String]) -> Result<Args, String> {
     })
 }
 
+/// `cri-smoke pull`: the same flags as a pod run, of which it reads `--image`, `--endpoint`
+/// and `--call-timeout-secs`.
+fn pull_main(args: &[String]) -> ExitCode {
+    let mut with_expect = args.to_vec();
+    with_expect.extend(["--expect".to_string(), "-".to_string()]);
+    let cfg = match parse(&with_expect) {
+        Ok(a) => a.config,
+        Err(e) => {
+            eprintln!("cri-smoke pull: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cri-smoke: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(pod::pull_only(&cfg.endpoint, cfg.call_timeout, &cfg.image)) {
+        Ok(image_ref) => {
+            println!("{image_ref}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("cri-smoke pull: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("pull") {
+        return pull_main(&args[1..]);
+    }
     let args = match parse(&args) {
         Ok(a) => a,
         Err(e) => {

@@ -15,8 +15,9 @@ use k8s_cri::v1::{
     ContainerConfig, ContainerMetadata, ContainerState, ContainerStatusRequest,
     CreateContainerRequest, ImageSpec, ImageStatusRequest, LinuxPodSandboxConfig,
     ListPodSandboxRequest, PodSandboxConfig, PodSandboxFilter, PodSandboxMetadata,
-    PodSandboxStatusRequest, RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest,
-    StartContainerRequest, StatusRequest, StopPodSandboxRequest, VersionRequest,
+    PodSandboxStatusRequest, PullImageRequest, RemoveContainerRequest, RemovePodSandboxRequest,
+    RunPodSandboxRequest, StartContainerRequest, StatusRequest, StopPodSandboxRequest,
+    VersionRequest,
 };
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -34,8 +35,12 @@ pub struct Config {
     pub cni_conf_dir: PathBuf,
     /// kubelet's cgroup driver, which decides the pod's cgroup parent.
     pub cgroup_driver: CgroupDriver,
-    /// The container's image; it must already be in the node's image store.
+    /// The container's image; it must already be in the node's image store, unless `pull`.
     pub image: String,
+    /// Pull the container's image through the runtime first (kubelet's `PullImage`, which
+    /// resolves the registry through containerd's `hosts.toml` files), as a node pulls a
+    /// pod's image that is not there.
+    pub pull: bool,
     /// The container's command (empty: the image's own).
     pub command: Vec<String>,
     /// A line the container must print.
@@ -183,6 +188,10 @@ pub async fn run(cfg: &Config) -> Result<Report, Error> {
     report.note("cni_config", net.file.display().to_string());
     report.note("cni_network", net.name.clone());
 
+    if cfg.pull {
+        let image_ref = pull(&mut img, t, &cfg.image).await?;
+        report.note("pulled", format!("{} {image_ref}", cfg.image));
+    }
     // The test image comes with the sandbox stand-in in one import: wait for it (kubelet
     // retries a pod whose image is not there yet), then the runtime's own sandbox image
     // (containerd's `sandbox_image`) must be there too. Nothing is pulled: the guest has no
@@ -509,6 +518,35 @@ async fn remove(
         });
     }
     Ok(())
+}
+
+/// kubelet's `PullImage` of `image` without credentials; the runtime's image reference.
+async fn pull(
+    img: &mut ImageServiceClient<Channel>,
+    t: Duration,
+    image: &str,
+) -> Result<String, Error> {
+    let r = call(
+        "PullImage",
+        t,
+        img.pull_image(PullImageRequest {
+            image: Some(ImageSpec {
+                image: image.into(),
+                ..Default::default()
+            }),
+            auth: None,
+            sandbox_config: None,
+        }),
+    )
+    .await?;
+    Ok(r.image_ref)
+}
+
+/// `cri-smoke pull`: one `PullImage` on the runtime at `endpoint`; the image reference.
+pub async fn pull_only(endpoint: &str, t: Duration, image: &str) -> Result<String, Error> {
+    let channel = connect(endpoint).await?;
+    let mut img = ImageServiceClient::new(channel);
+    pull(&mut img, t, image).await
 }
 
 /// Waits until the image is in the runtime's store (ImageStatus answers "no image" rather
