@@ -698,3 +698,43 @@ fn reservations_reach_node_env_in_kubelets_terms() {
         assert!(e.contains("key `node.") && e.contains(says), "{entry}: {e}");
     }
 }
+
+/// docs/render.md's registry example: the node.toml snippet renders exactly the hosts.toml
+/// the page shows.
+#[test]
+fn the_documented_registry_example_renders_as_shown() {
+    let page =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/render.md")).unwrap();
+    let section = &page[page.find("### Registries").expect("the section")..];
+    let blocks: Vec<&str> = section
+        .split("```toml\n")
+        .skip(1)
+        .take(2)
+        .map(|b| &b[..b.find("```").unwrap()])
+        .collect();
+    let [snippet, hosts] = blocks[..] else {
+        panic!("two toml blocks expected")
+    };
+    let base = full_node_toml("kubelet");
+    let base = &base[..base.find("\n[[containerd.registry]]").unwrap()];
+    let dir = node_dir(&format!("{base}\n{snippet}"));
+    std::fs::copy(
+        dir.path().join("ca.crt"),
+        dir.path().join("registry-ca.pem"),
+    )
+    .unwrap();
+    let files = load(dir.path()).unwrap().files();
+    let got = file(
+        &files,
+        "containerd/certs.d/registry.example.com_5000_/hosts.toml",
+    );
+    assert_eq!(String::from_utf8_lossy(&got.contents), hosts);
+    let ca = file(
+        &files,
+        "containerd/certs.d/registry.example.com_5000_/ca.crt",
+    );
+    assert_eq!(
+        ca.contents,
+        std::fs::read(dir.path().join("ca.crt")).unwrap()
+    );
+}

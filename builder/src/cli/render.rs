@@ -282,16 +282,25 @@ fn write_file_table(
     node_files: &[NodeFile],
     provisioner: Provisioner,
 ) -> std::io::Result<()> {
-    for f in node_files {
-        let path = if provisioner == Provisioner::Windows {
+    let path = |f: &NodeFile| {
+        if provisioner == Provisioner::Windows {
             f.windows_path()
         } else {
             f.linux_path()
-        };
+        }
+    };
+    // Paths padded to the longest (at least 36), so a registry's files line up too.
+    let width = node_files
+        .iter()
+        .map(|f| path(f).len())
+        .max()
+        .unwrap_or(0)
+        .max(36);
+    for f in node_files {
         writeln!(
             out,
-            "  {:<36} {:04o} {:>6}  sha256:{}",
-            path,
+            "  {:<width$} {:04o} {:>6}  sha256:{}",
+            path(f),
             f.mode,
             f.contents.len(),
             f.sha256()

@@ -41,7 +41,7 @@ struct RawNode {
     #[serde(default)]
     sysctl: BTreeMap<String, toml::Value>,
     #[serde(default)]
-    containerd: registries::RawContainerd,
+    containerd: RawContainerd,
 }
 
 #[derive(Debug, Deserialize)]
@@ -105,6 +105,26 @@ struct RawProxy {
     https: Option<String>,
     #[serde(default)]
     no_proxy: Vec<String>,
+}
+
+/// `[containerd]` of node.toml.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawContainerd {
+    #[serde(default, rename = "registry")]
+    registries: Vec<RawRegistry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRegistry {
+    host: String,
+    server: Option<String>,
+    #[serde(default)]
+    mirrors: Vec<toml::Value>,
+    ca: Option<RawCa>,
+    // Named so that it gets its own refusal rather than serde's "unknown field".
+    skip_verify: Option<toml::Value>,
 }
 
 // ---- the validated, runtime form ----

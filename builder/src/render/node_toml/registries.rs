@@ -1,33 +1,11 @@
 //! `[[containerd.registry]]` as written, checked into [`Registry`] values
 //! (`crate::render::registries` renders them; docs/render.md, "Registries").
 
-use serde::Deserialize;
-
-use super::{RawCa, Validator};
+use super::{RawCa, RawContainerd, Validator};
 use crate::proxy_url;
 use crate::render::config::ConfigError;
 use crate::render::pki;
 use crate::render::registries::{self, Registry, CAPABILITIES, MAX_MIRRORS, MAX_REGISTRIES};
-
-/// `[containerd]` of node.toml.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawContainerd {
-    #[serde(default, rename = "registry")]
-    registries: Vec<RawRegistry>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRegistry {
-    host: String,
-    server: Option<String>,
-    #[serde(default)]
-    mirrors: Vec<toml::Value>,
-    ca: Option<RawCa>,
-    // Named so that it gets its own refusal rather than serde's "unknown field".
-    skip_verify: Option<toml::Value>,
-}
 
 impl Validator<'_> {
     /// Every registry: its host as image references name it, its URLs, its capabilities and
