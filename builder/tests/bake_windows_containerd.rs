@@ -210,6 +210,7 @@ fn containerd_2_gets_config_version_3_that_containerd_parses() {
         images["pinned_images"]["sandbox"].as_str(),
         Some("registry.example.com:5000/pause:3.10")
     );
+    assert_eq!(images["use_local_image_pull"].as_bool(), Some(true));
     assert_eq!(
         images["registry"]["config_path"].as_str(),
         Some(r"C:\ProgramData\kiln\containerd\certs.d;C:\k\containerd\certs.d")

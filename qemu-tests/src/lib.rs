@@ -19,6 +19,7 @@ pub mod metadata;
 pub mod node;
 pub mod outcome;
 pub mod pod;
+pub mod registry;
 pub mod relay;
 pub mod scenario;
 #[path = "../../testkit/serve.rs"]

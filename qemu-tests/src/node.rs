@@ -461,6 +461,19 @@ pub fn nocloud_seed(dir: &Path, user_data: &str, instance_id: &str) -> Result<Pa
 /// `/etc/kiln/` files arriving only through a NoCloud seed rendered by
 /// `kiln render --provisioner cloud-init`.
 pub fn boot_cloudinit_node(spec: &NodeBoot) -> Result<(Booted, String)> {
+    boot_cloudinit(spec, false)
+}
+
+/// [`boot_cloudinit_node`] whose pod's image is pulled, not imported: node.toml gets a
+/// `[[containerd.registry]]` for [`crate::pod::PULL_IMAGE`]'s registry whose only mirror is a
+/// TLS registry on loopback ([`crate::registry`]) with its own CA, reached through the
+/// guest's forward; the pod check pulls through the `hosts.toml` cloud-init wrote. Needs
+/// `spec.pod`.
+pub fn boot_cloudinit_node_pulling(spec: &NodeBoot) -> Result<(Booted, String)> {
+    boot_cloudinit(spec, true)
+}
+
+fn boot_cloudinit(spec: &NodeBoot, pull: bool) -> Result<(Booted, String)> {
     let t0 = Instant::now();
     let assets = crate::assets::ensure_cloudinit()?;
     let tools = scenario::tools()?;
@@ -476,10 +489,31 @@ pub fn boot_cloudinit_node(spec: &NodeBoot) -> Result<(Booted, String)> {
         0o644,
     )?;
     finish_root(&root, &spec.kubelet_mode, Arch::Amd64)?;
-    if spec.pod {
-        crate::pod::install(&root, "ubuntu")?;
-    }
-    let node_toml = scenario::node_toml(&work.path().join("node"), &spec.node)?;
+    let mut node = spec.node.clone();
+    let mirror = if pull {
+        let sandbox = crate::pod::sandbox_image("ubuntu")?;
+        let archive = crate::pod::images_archive(&sandbox, Arch::Amd64)?;
+        let (repo, tag) = crate::pod::PULL_IMAGE
+            .split_once('/')
+            .and_then(|(_, rest)| rest.rsplit_once(':'))
+            .expect("PULL_IMAGE is registry/repo:tag");
+        let m = crate::registry::start(&archive, tag, repo)?;
+        let registry = crate::pod::PULL_IMAGE.split('/').next().unwrap_or_default();
+        node.extra.push_str(&format!(
+            "\n[[containerd.registry]]\nhost = \"{registry}\"\n\
+             mirrors = [\"https://{}\"]\nca = {{ pem = \"\"\"\n{}\"\"\" }}\n",
+            crate::vm::MIRROR_ADDR,
+            m.ca_pem
+        ));
+        crate::pod::install_pulling(&root, "ubuntu")?;
+        Some(m)
+    } else {
+        if spec.pod {
+            crate::pod::install(&root, "ubuntu")?;
+        }
+        None
+    };
+    let node_toml = scenario::node_toml(&work.path().join("node"), &node)?;
     root.write(
         scenario::SIGNED_CLIENT,
         scenario::signed_client(&work.path().join("node"))?,
@@ -488,13 +522,12 @@ pub fn boot_cloudinit_node(spec: &NodeBoot) -> Result<(Booted, String)> {
     let user_data = scenario::render_cloud_init(tools, &node_toml)?;
     let seed = nocloud_seed(work.path(), &user_data, "i-kiln-cloudinit")?;
     let disk = root.into_disk(&work.path().join("root.ext4"), 512)?;
-    let b = boot(
-        assets,
-        spec,
-        disk,
-        vec![seed],
-        t0.elapsed().as_millis() as u64,
-    )?;
+    let b = boot_with(assets, spec, t0.elapsed().as_millis() as u64, |cfg| {
+        cfg.root = Some(disk);
+        cfg.extra_disks = vec![seed];
+        cfg.mirror_port = mirror.as_ref().map(|m| m.port);
+    })?;
+    drop(mirror);
     Ok((b, user_data))
 }
 

@@ -17,6 +17,10 @@ use crate::{io_err, run, Error, Result};
 /// The test container's image: busybox-static, imported into the guest (`.invalid`: no
 /// registry could ever serve it).
 pub const TEST_IMAGE: &str = "boot-test.kiln.invalid/busybox:1";
+/// The same image under a registry only a mirror serves (`.invalid` never resolves): the
+/// registry-mirror scenario's pod pulls it through the `hosts.toml` kiln render wrote
+/// ([`crate::registry`]).
+pub const PULL_IMAGE: &str = "pull-test.kiln.invalid/busybox:1";
 /// The line the test container prints (cri-images.sh bakes it into the image's command).
 pub const CONTAINER_LINE: &str = "kiln-cri-smoke:container-ran";
 /// The pod network the scenario's CNI configuration hands out.
@@ -162,9 +166,15 @@ pub const IMPORT_PATH_UNIT: &str =
 /// What the stand-in kubelet runs after its bootstrap (`STANDIN_POD_CHECK`, words split on
 /// whitespace; kubelet's endpoint and cgroup driver are appended by the stand-in).
 pub fn pod_check_command() -> String {
+    pod_check_command_for(TEST_IMAGE, false)
+}
+
+/// [`pod_check_command`] for `image`, pulled first through the runtime when `pull`.
+pub fn pod_check_command_for(image: &str, pull: bool) -> String {
     format!(
-        "{GUEST_BIN} --image {TEST_IMAGE} --expect {CONTAINER_LINE} --report {REPORT} \
-         --settle-secs 120 --call-timeout-secs 120"
+        "{GUEST_BIN} --image {image} --expect {CONTAINER_LINE} --report {REPORT} \
+         --settle-secs 120 --call-timeout-secs 120{}",
+        if pull { " --pull" } else { "" }
     )
 }
 
@@ -177,6 +187,21 @@ pub fn install(root: &Root, image: &str) -> Result<()> {
 
 /// [`install`] for a guest of `arch`: its `cri-smoke` build and images of its architecture.
 pub fn install_for(root: &Root, image: &str, arch: Arch) -> Result<()> {
+    install_with(root, image, arch, &pod_check_command())
+}
+
+/// [`install`] with a pod whose image ([`PULL_IMAGE`]) is not imported but pulled through
+/// the runtime, as a node pulls a pod's image.
+pub fn install_pulling(root: &Root, image: &str) -> Result<()> {
+    install_with(
+        root,
+        image,
+        Arch::Amd64,
+        &pod_check_command_for(PULL_IMAGE, true),
+    )
+}
+
+fn install_with(root: &Root, image: &str, arch: Arch, check: &str) -> Result<()> {
     let sandbox = sandbox_image(image)?;
     let archive = images_archive(&sandbox, arch)?;
     let bin = cri_smoke_bin(arch)?;
@@ -203,7 +228,7 @@ pub fn install_for(root: &Root, image: &str, arch: Arch) -> Result<()> {
     )?;
     let env = root.dir.join("etc/kubernetes/standin-kubelet.env");
     let mut text = std::fs::read_to_string(&env).map_err(io_err(&env))?;
-    text.push_str(&format!("STANDIN_POD_CHECK={}\n", pod_check_command()));
+    text.push_str(&format!("STANDIN_POD_CHECK={check}\n"));
     root.write("etc/kubernetes/standin-kubelet.env", text, 0o644)?;
     Ok(())
 }

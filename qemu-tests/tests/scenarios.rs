@@ -523,13 +523,16 @@ fn flatcar_sysext() {
 fn cloud_init() {
     // A provisioning-time kubelet drop-in (node.toml's [kubelet.config]), carried by
     // cloud-init's write_files like every contract file.
-    let mut s = spec("cloud_init", "success", Metadata::Aws, 240);
+    let mut s = spec_with_pod("cloud_init", "success", Metadata::Aws, 240);
     // And kernel parameters, other than the guest kernel's defaults (4096 and 65530).
     s.node.extra =
         "\n[kubelet.config]\nimageGCHighThresholdPercent = 90\nimageGCLowThresholdPercent = 75\n\
                     \n[sysctl]\n\"net.core.somaxconn\" = 8192\n\"vm.max_map_count\" = 262144\n"
             .into();
-    let (b, user_data) = expect_ok(kiln_qemu_tests::node::boot_cloudinit_node(&s));
+    // And a registry mirror with its own CA ([[containerd.registry]]): the pod's image is not
+    // imported but pulled by the node's containerd through the hosts.toml and CA cloud-init
+    // wrote, from a TLS registry on loopback that only that CA verifies.
+    let (b, user_data) = expect_ok(kiln_qemu_tests::node::boot_cloudinit_node_pulling(&s));
     eprintln!(
         "cloud-init timeline ({}):\n{}",
         b.log.display(),
@@ -540,8 +543,19 @@ fn cloud_init() {
     let o = &b.outcome;
     assert_eq!(o.result(), "success", "status: {}", o.status);
     assert_registered(o);
-    // The pod is ubuntu_aws's: the same layer from the same bake (cloud-init only puts
-    // the node files in place).
+    // The pod ran with the image the node pulled through the mirror.
+    assert_pod_ran(o, "ubuntu");
+    let pod = kiln_qemu_tests::pod::report(o);
+    let pull = kiln_qemu_tests::pod::PULL_IMAGE;
+    assert!(
+        pod.get("pulled")
+            .is_some_and(|p| p.starts_with(&format!("{pull} sha256:"))),
+        "{pod:?}"
+    );
+    assert!(
+        user_data.contains("path: /etc/kiln/containerd/certs.d/pull-test.kiln.invalid/hosts.toml"),
+        "cloud-init carried the registry's hosts.toml"
+    );
     // cloud-init itself ran on this boot (its own console banner) and wrote /etc/kiln/.
     assert!(
         b.lines

@@ -142,10 +142,8 @@ pub fn modules_conf(def: &ImageDef) -> String {
 
 /// Where containerd reads the image's per-registry `hosts.toml` files on the node.
 pub const CERTS_DIR: &str = "/usr/lib/kiln/containerd/certs.d";
-/// Where the provisioner places the node's own (node.toml's `[[containerd.registry]]`,
-/// docs/contract.md "Registries"). containerd's `config_path` lists it first: the first
-/// directory holding a registry's host directory wins, so the node's configuration of a
-/// registry replaces the image's for that registry, and the image's stays for the rest.
+/// The node's own, from node.toml's `[[containerd.registry]]`: first in `config_path`, so it
+/// wins for the registries it has (docs/contract.md, "Registries").
 pub const PROVISIONED_CERTS_DIR: &str = "/etc/kiln/containerd/certs.d";
 /// The same on Windows (`C:\ProgramData\kiln`, "Windows paths").
 pub const WINDOWS_PROVISIONED_CERTS_DIR: &str = r"C:\ProgramData\kiln\containerd\certs.d";
@@ -172,6 +170,8 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
 
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = 'overlayfs'
+  # The CRI pull that reads every directory of config_path (docs/contract.md, 'Registries').
+  use_local_image_pull = true
 
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = '{sandbox}'
@@ -288,6 +288,8 @@ state = '{WINDOWS_CONTAINERD_STATE}'
 {head}
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = 'windows'
+  # The CRI pull that reads every directory of config_path (docs/contract.md, 'Registries').
+  use_local_image_pull = true
 
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = '{sandbox}'
@@ -527,7 +529,23 @@ mod tests {
         for (ver, a, b) in cases {
             let c = containerd_config(&d, *ver, &d.containerd.sandbox_image);
             assert!(c.contains(a) && c.contains(b), "{ver:?}:\n{c}");
-            toml::from_str::<toml::Value>(&c).unwrap();
+            let v = toml::from_str::<toml::Value>(&c).unwrap();
+            // The node's registries first, then the image's; on 2.x the pull that reads both.
+            let (images, local) = if a.ends_with('3') {
+                (&v["plugins"]["io.containerd.cri.v1.images"], Some(true))
+            } else {
+                (&v["plugins"]["io.containerd.grpc.v1.cri"], None)
+            };
+            assert_eq!(
+                images["registry"]["config_path"].as_str(),
+                Some("/etc/kiln/containerd/certs.d:/usr/lib/kiln/containerd/certs.d")
+            );
+            assert_eq!(
+                images
+                    .get("use_local_image_pull")
+                    .and_then(toml::Value::as_bool),
+                local
+            );
         }
     }
 
