@@ -119,10 +119,18 @@ case "$variant" in
     # issue 37). What it gives up is keeping the read-only data non-executable, a hardening
     # step against code-reuse attacks; in a non-PIE static executable at a fixed address that
     # step buys little, since every gadget's address is already known.
+    # -z norelro: no GNU_RELRO segment. Only a dynamic loader makes RELRO read-only after
+    # relocating (musl's ldso/dynlink.c); a static musl executable has none, and
+    # `strace -e trace=mprotect kiln-firstboot --version` shows no mprotect of it at all. What
+    # the segment did cost: the linker starts the read-write segment so that RELRO ends on a
+    # page boundary, so the file grew in whole 4 KiB steps (issue 37: 12 bytes of room left
+    # before the next one, at 407024 bytes). -z common-page-size=64: with RELRO gone GNU ld
+    # still padded the file to a page to spare one page of memory; now the read-write data
+    # follows the code in the file (docs/building.md, item 8).
     RUSTC="$debian_rustc" RUSTDOC="${debian_rustc%rustc}rustdoc" RUSTC_BOOTSTRAP=1 \
       CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_LINKER="$cc" \
       CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER="$cc" \
-      RUSTFLAGS="$panic -C target-feature=+crt-static -C relocation-model=static -C link-self-contained=no -C link-arg=-Wl,-z,noseparate-code -L native=$link_dir" \
+      RUSTFLAGS="$panic -C target-feature=+crt-static -C relocation-model=static -C link-self-contained=no -C link-arg=-Wl,-z,noseparate-code -C link-arg=-Wl,-z,norelro -C link-arg=-Wl,-z,common-page-size=64 -L native=$link_dir" \
       "$debian_cargo" build --locked -p kiln-firstboot --bin kiln-firstboot --profile firstboot \
       --target "$target" --target-dir "$target_dir" \
       -Z build-std=std,panic_abort -Z build-std-features=optimize_for_size

@@ -738,3 +738,61 @@ fn the_documented_registry_example_renders_as_shown() {
         std::fs::read(dir.path().join("ca.crt")).unwrap()
     );
 }
+
+/// `[trust]`: a parsed PEM bundle becomes `trust.d/bundle.crt`; Linux provisioners only.
+#[test]
+fn trust_bundle_is_checked_and_linux_only() {
+    let base = full_node_toml("kubelet");
+    let dir = node_dir(&format!("{base}\n[trust]\nfile = \"ca.crt\"\n"));
+    let files = load(dir.path()).unwrap().files();
+    let bundle = file(&files, "trust.d/bundle.crt");
+    assert_eq!(bundle.mode, 0o644);
+    assert_eq!(
+        bundle.contents,
+        std::fs::read(dir.path().join("ca.crt")).unwrap()
+    );
+    // Read back from cloud-init user data and Ignition, it keeps to the contract.
+    for p in [
+        kiln::render::Provisioner::CloudInit,
+        kiln::render::Provisioner::Ignition,
+    ] {
+        let payload = kiln::render::render_payload(&files, p, Default::default()).unwrap();
+        let back = kiln::render::check_payload(&payload, "ud").unwrap().files;
+        assert_eq!(back, files);
+        assert_eq!(kiln::render::contract_problems(&back), Vec::<String>::new());
+        let mut broken = back.clone();
+        broken
+            .iter_mut()
+            .find(|f| f.name == "trust.d/bundle.crt")
+            .unwrap()
+            .contents = b"x".to_vec();
+        let problems = kiln::render::contract_problems(&broken);
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.starts_with("/etc/kiln/trust.d/bundle.crt: expected a PEM")),
+            "{problems:?}"
+        );
+    }
+    let out = kiln()
+        .args(["render", "-p", "windows"])
+        .arg(dir.path().join("node.toml"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("[trust] reaches containerd and kubelet through Go's SSL_CERT_DIR"),
+        "{err}"
+    );
+    for (trust, want) in [
+        ("pem = \"not a cert\"", "key `trust`: expected a PEM bundle of one or more X.509 certificates, found no -----BEGIN CERTIFICATE----- block"),
+        ("file = \"ca.crt\"\npem = \"x\"", "key `trust`: expected exactly one of `pem` (inline PEM) or `file` (a path), found both"),
+        ("file = \"/dev/zero\"", "not a regular file"),
+        ("files = [\"ca.crt\"]", "unknown field `files`"),
+    ] {
+        let dir = node_dir(&format!("{base}\n[trust]\n{trust}\n"));
+        let err = load(dir.path()).expect_err(want);
+        assert!(err.contains(want), "want {want:?} in:\n{err}");
+    }
+}

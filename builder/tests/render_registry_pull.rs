@@ -51,7 +51,7 @@ fn cri_smoke() -> Option<PathBuf> {
 
 /// Debian's containerd with only the CRI pieces a pull needs (the `native` snapshotter: the
 /// temp dir may not take overlayfs), `config_path` as kiln bakes it with `root` in front.
-fn containerd(work: &Path, root: &Path) -> Option<(Killed, String)> {
+fn containerd(work: &Path, root: &Path, vars: &[(&str, String)]) -> Option<(Killed, String)> {
     if Command::new("containerd")
         .arg("--version")
         .output()
@@ -63,7 +63,7 @@ fn containerd(work: &Path, root: &Path) -> Option<(Killed, String)> {
         );
         return None;
     }
-    let d = work.join("containerd");
+    let d = work.join(format!("containerd-{}", vars.len()));
     std::fs::create_dir_all(&d).unwrap();
     let sock = d.join("containerd.sock");
     let config_path = format!("{0}{PROVISIONED_CERTS_DIR}:{0}{CERTS_DIR}", root.display());
@@ -78,6 +78,7 @@ fn containerd(work: &Path, root: &Path) -> Option<(Killed, String)> {
     std::fs::write(d.join("config.toml"), cfg).unwrap();
     let log = std::fs::File::create(d.join("log")).unwrap();
     let child = Command::new("containerd")
+        .envs(vars.iter().map(|(k, v)| (k, v)))
         .arg("--config")
         .arg(d.join("config.toml"))
         .stdout(log.try_clone().unwrap())
@@ -160,7 +161,7 @@ fn containerd_pulls_through_the_mirror_and_ca_kiln_render_wrote() {
             reg.host
         )
     };
-    let Some((_containerd, endpoint)) = containerd(w, &root) else {
+    let Some((_containerd, endpoint)) = containerd(w, &root, &[]) else {
         return;
     };
 
@@ -183,7 +184,7 @@ fn containerd_pulls_through_the_mirror_and_ca_kiln_render_wrote() {
         out.status.success(),
         "{}\ncontainerd: {}",
         String::from_utf8_lossy(&out.stderr),
-        std::fs::read_to_string(w.join("containerd/log")).unwrap_or_default()
+        std::fs::read_to_string(w.join("containerd-0/log")).unwrap_or_default()
     );
     assert!(
         String::from_utf8_lossy(&out.stdout).starts_with("sha256:"),
@@ -212,5 +213,69 @@ fn containerd_pulls_through_the_mirror_and_ca_kiln_render_wrote() {
     assert!(
         err.contains("127.0.0.1:9"),
         "the image's mirror was tried: {err}"
+    );
+}
+
+/// `[trust]`: the registry's CA only in the node's trust bundle (no per-registry `ca`); the
+/// bundle reaches containerd through the `SSL_CERT_DIR` of the unit kiln bakes, and Go's own
+/// `crypto/x509` reads it. Without the bundle the same pull fails on the certificate.
+#[test]
+fn containerd_trusts_the_bundle_through_the_baked_ssl_cert_dir() {
+    if !registry::tools_or_skip("registry pull") {
+        return;
+    }
+    let Some(bin) = cri_smoke() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let reg = Registry::start_with(&w.join("registry"), true, false);
+    let layout = w.join("layout");
+    registry::build_image(&layout, "1", &[("amd64", b"not run, only pulled".to_vec())]);
+    reg.push(&layout, "1", "team/app");
+    std::fs::copy(reg.ca.as_ref().unwrap(), w.join("proxy-ca.pem")).unwrap();
+    std::fs::copy(reg.ca.as_ref().unwrap(), w.join("ca.crt")).unwrap();
+    let root = w.join("root");
+    let node = |trust: &str| {
+        format!(
+            "api_server = \"https://127.0.0.1:6443\"\ncluster_name = \"c\"\n[ca]\nfile = \"ca.crt\"\n\
+             [bootstrap]\ntoken = \"{}\"\n{trust}\n[[containerd.registry]]\nhost = \"{REGISTRY}\"\n\
+             mirrors = [\"https://{}\"]\n",
+            crate::render_support::TOKEN,
+            reg.host
+        )
+    };
+    // The unit's SSL_CERT_DIR, with the test's root in front of the node's directory.
+    let unit = kiln::bake::units::containerd(&[], true);
+    let dirs = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("Environment=SSL_CERT_DIR="))
+        .expect("containerd.service sets SSL_CERT_DIR");
+    let dirs = dirs.replace(
+        kiln::render::model::TRUST_DIR,
+        &format!("{}{}", root.display(), kiln::render::model::TRUST_DIR),
+    );
+    let env = [("SSL_CERT_DIR", dirs)];
+
+    // No bundle: Go's system roots do not know the registry's CA.
+    render_files(w, &node(""), &root);
+    let Some((first, endpoint)) = containerd(w, &root, &[]) else {
+        return;
+    };
+    let out = pull(&bin, &endpoint);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("x509"), "{err}");
+    drop(first);
+
+    // The bundle, and a containerd started as the unit starts it (Go reads the roots once,
+    // at the first TLS connection).
+    render_files(w, &node("[trust]\nfile = \"proxy-ca.pem\"\n"), &root);
+    assert!(root.join("etc/kiln/trust.d/bundle.crt").is_file());
+    let Some((_second, endpoint)) = containerd(w, &root, &env) else {
+        return;
+    };
+    let out = pull(&bin, &endpoint);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }

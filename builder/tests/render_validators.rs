@@ -21,14 +21,18 @@ fn node_files(join_mode: &str) -> (tempfile::TempDir, Vec<NodeFile>) {
 
 /// Extra files that make every encoding path of the renderers run.
 fn awkward_files(mut base: Vec<NodeFile>) -> Vec<NodeFile> {
-    base.push(NodeFile {
-        name: "kubelet-config.yaml".into(),
-        mode: 0o644,
-        // Tabs, no final newline and non-ASCII force base64 in cloud-init.
-        contents: "kind: KubeletConfiguration\n# caf\u{e9}\tx"
-            .as_bytes()
-            .to_vec(),
-    });
+    // In the contract's order, as a tree reads back: after node.env, ca.crt and the credential.
+    base.insert(
+        3,
+        NodeFile {
+            name: "kubelet-config.yaml".into(),
+            mode: 0o644,
+            // Tabs, no final newline and non-ASCII force base64 in cloud-init.
+            contents: "kind: KubeletConfiguration\n# caf\u{e9}\tx"
+                .as_bytes()
+                .to_vec(),
+        },
+    );
     base
 }
 

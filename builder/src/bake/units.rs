@@ -52,6 +52,7 @@ After=network-online.target containerd.service
 OnFailure=kiln-report.service
 
 [Service]
+Environment=SSL_CERT_DIR=/etc/ssl/certs:/etc/pki/tls/certs:/etc/kiln/trust.d
 EnvironmentFile=/run/kiln/kubelet.env
 EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
 ExecStart=/usr/bin/kubelet $KUBELET_KUBEADM_ARGS $KUBELET_ARGS
@@ -192,6 +193,13 @@ WantedBy=multi-user.target
     )
 }
 
+/// Go's certificate directories (`crypto/x509`, `root_unix.go`: `SSL_CERT_DIR`, `:`-separated,
+/// replacing its defaults `/etc/ssl/certs` and `/etc/pki/tls/certs`, which stay first) and the
+/// node's `[trust]` directory: every file in each is read as PEM when the process first needs
+/// the system roots. containerd and kubelet (and the credential providers it runs) get it
+/// (docs/contract.md, "Trust bundle").
+pub const SSL_CERT_DIR: &str = "/etc/ssl/certs:/etc/pki/tls/certs:/etc/kiln/trust.d";
+
 /// `containerd.service`, after upstream's unit, pointed at kiln's config. `proxy` lines are
 /// the image's `KEY=value` pairs added as `Environment=`; the node's proxy from node.env
 /// comes later through `/run/kiln/containerd.env`, which kiln-firstboot writes (restarting
@@ -218,6 +226,7 @@ Documentation=https://containerd.io
 After=local-fs.target
 
 [Service]
+Environment=SSL_CERT_DIR={SSL_CERT_DIR}
 {env}EnvironmentFile=-/run/kiln/containerd.env
 {modprobe}ExecStart=/usr/bin/containerd --config /usr/lib/kiln/containerd/config.toml
 Type=notify

@@ -73,26 +73,25 @@ pub fn place_node_files(mountpoint: &Path, files: &[NodeFile]) -> Result<Vec<Str
         if files.iter().any(|f| f.name == *name) {
             continue;
         }
-        match dir.node(name) {
-            Ok(Node::Missing) => {}
-            Ok(Node::Dir) => {
-                return Err(ImageError::Io {
-                    path: dir.host(name),
-                    source: std::io::Error::other(
-                        "is a directory where the contract has a file; remove it from the base",
-                    ),
-                })
+        // A nested name's directories are opened one by one, never through a link.
+        let (parent, base) = name.rsplit_once('/').unwrap_or(("", name));
+        let at = |e| ImageError::Io {
+            path: dir.host(name),
+            source: e,
+        };
+        let sub = match existing_subdirs(&dir, parent).map_err(at)? {
+            Some(sub) => sub,
+            None => continue,
+        };
+        let d = sub.as_ref().unwrap_or(&dir);
+        match d.node(base).map_err(at)? {
+            Node::Missing => {}
+            Node::Dir => {
+                return Err(at(std::io::Error::other(
+                    "is a directory where the contract has a file; remove it from the base",
+                )))
             }
-            Ok(_) => dir.unlink(name).map_err(|e| ImageError::Io {
-                path: dir.host(name),
-                source: e,
-            })?,
-            Err(e) => {
-                return Err(ImageError::Io {
-                    path: dir.host(name),
-                    source: e,
-                })
-            }
+            _ => d.unlink(base).map_err(at)?,
         }
     }
     dir.sync();
@@ -118,6 +117,26 @@ fn subdirs(dir: &Dir, rel: &str) -> std::io::Result<Option<Dir>> {
         cur = Some(next);
     }
     Ok(cur)
+}
+
+/// Opens each existing directory of `rel` under `dir` (never through a link); `None` when one
+/// is missing (nothing to remove there), `Some(None)` for `""`.
+fn existing_subdirs(dir: &Dir, rel: &str) -> std::io::Result<Option<Option<Dir>>> {
+    let mut cur: Option<Dir> = None;
+    for c in rel.split('/').filter(|c| !c.is_empty()) {
+        let here = cur.as_ref().unwrap_or(dir);
+        match here.node(c)? {
+            Node::Dir => cur = Some(here.subdir(c)?),
+            Node::Missing => return Ok(None),
+            other => {
+                return Err(std::io::Error::other(format!(
+                    "expected a directory or nothing at {}, found {other:?}",
+                    here.host(c).display()
+                )))
+            }
+        }
+    }
+    Ok(Some(cur))
 }
 
 /// A registry host directory the base holds and this config does not write would still be

@@ -192,7 +192,7 @@ fn content_problem(file: &NodeFile, all: &[NodeFile]) -> Result<(), String> {
         };
     }
     match file.name.as_str() {
-        "ca.crt" => certificates(text()?),
+        "ca.crt" | crate::render::model::TRUST_BUNDLE => certificates(text()?),
         "bootstrap-token" => {
             let t = text()?.trim();
             if kiln_firstboot::redact::valid_token(t) {

@@ -158,6 +158,8 @@ pub struct NodeConfig {
     pub sysctl: Vec<(String, String)>,
     /// `[[containerd.registry]]`: containerd host directories, in node.toml's order.
     pub registries: Vec<crate::render::registries::Registry>,
+    /// `[trust]`: CA certificates containerd and kubelet trust beside the system's (PEM).
+    pub trust_pem: Option<Vec<u8>>,
     /// Cluster DNS addresses.
     pub cluster_dns: Vec<String>,
     /// `[kubelet] server_tls_bootstrap`: kubelet asks the cluster for its serving certificate

@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::render::model::{write_atomic, NodeFile, RenderError, CONTRACT_FILES, LINUX_DIR};
+use crate::render::model::{
+    write_atomic, NodeFile, RenderError, CONTRACT_FILES, LINUX_DIR, TRUST_BUNDLE,
+};
 use crate::render::registries::{CERTS_D, HOST_FILES};
 
 /// `DIR/etc/kiln`.
@@ -85,6 +87,11 @@ fn set_dir_mode(_dir: &Path) -> Result<(), RenderError> {
 pub fn read_tree(root: &Path) -> Result<Vec<NodeFile>, RenderError> {
     let dir = kiln_dir(root);
     let mut files = read_files(&dir, "")?;
+    if let Some((trust, _)) = TRUST_BUNDLE.split_once('/') {
+        if dir.join(trust).is_dir() {
+            files.extend(read_files(&dir.join(trust), &format!("{trust}/"))?);
+        }
+    }
     let certs = dir.join(CERTS_D);
     if let Ok(entries) = std::fs::read_dir(&certs) {
         for entry in entries {

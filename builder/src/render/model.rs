@@ -31,7 +31,14 @@ pub const CONTRACT_FILES: &[(&str, u32)] = &[
     ("kubelet-config.yaml", PUBLIC_MODE),
     ("kubelet-dropin.conf", PUBLIC_MODE),
     ("sysctl.conf", PUBLIC_MODE),
+    (TRUST_BUNDLE, PUBLIC_MODE),
 ];
+
+/// node.toml's `[trust]`, in the directory the image's containerd and kubelet units add to
+/// Go's `SSL_CERT_DIR` (docs/contract.md, "Trust bundle").
+pub const TRUST_BUNDLE: &str = "trust.d/bundle.crt";
+/// That directory on the node.
+pub const TRUST_DIR: &str = "/etc/kiln/trust.d";
 
 /// The mode node contract v1 requires of the file `name` (relative to `/etc/kiln/`): one
 /// of [`CONTRACT_FILES`] or a registry host directory's file

@@ -50,6 +50,13 @@ impl NodeConfig {
                 contents: kiln_firstboot::contract::sysctl::render(&self.sysctl).into_bytes(),
             });
         }
+        if let Some(pem) = &self.trust_pem {
+            files.push(NodeFile {
+                name: crate::render::model::TRUST_BUNDLE.into(),
+                mode: PUBLIC_MODE,
+                contents: pem.clone(),
+            });
+        }
         // Sorted by name (a host directory's CA before its hosts.toml), the order a file
         // tree reads back in.
         let mut registries: Vec<NodeFile> = Vec::new();

@@ -42,6 +42,7 @@ struct RawNode {
     sysctl: BTreeMap<String, toml::Value>,
     #[serde(default)]
     containerd: RawContainerd,
+    trust: Option<RawCa>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -317,6 +318,7 @@ impl Validator<'_> {
         let kubelet_dropin = self.kubelet_dropin(&kubelet)?;
         let sysctl = self.sysctl(&raw.sysctl)?;
         let registries = self.registries(raw.containerd)?;
+        let trust_pem = raw.trust.map(|t| self.pem_bundle("trust", t)).transpose()?;
 
         let proxy = raw.proxy;
         for (key, url) in [("proxy.http", &proxy.http), ("proxy.https", &proxy.https)] {
@@ -356,6 +358,7 @@ impl Validator<'_> {
             kubelet_dropin,
             sysctl,
             registries,
+            trust_pem,
             cluster_dns: kubelet.cluster_dns,
             server_tls_bootstrap: kubelet.server_tls_bootstrap,
             http_proxy: proxy.http,

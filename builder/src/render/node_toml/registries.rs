@@ -70,7 +70,7 @@ impl Validator<'_> {
                             "only http:// endpoints",
                         ));
                     }
-                    Some(self.registry_ca(&format!("{key}.ca"), ca)?)
+                    Some(self.pem_bundle(&format!("{key}.ca"), ca)?)
                 }
             };
             if mirrors.is_empty() && ca_pem.is_none() && server == Registry::default_server(&host) {
@@ -192,7 +192,9 @@ impl Validator<'_> {
         }
     }
 
-    fn registry_ca(&self, key: &str, ca: RawCa) -> Result<Vec<u8>, ConfigError> {
+    /// A PEM bundle given as `pem` or `file` under `key` (a registry's `ca`, `[trust]`),
+    /// every certificate parsed far enough to find its key.
+    pub(super) fn pem_bundle(&self, key: &str, ca: RawCa) -> Result<Vec<u8>, ConfigError> {
         let mut pem = match (ca.pem, ca.file) {
             (Some(pem), None) => pem.into_bytes(),
             (None, Some(file)) => self.read(&format!("{key}.file"), &file)?,
