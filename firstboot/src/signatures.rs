@@ -42,6 +42,11 @@ pub const SIGNATURES: &[Signature] = &[
         Reason::KubeletConfigInvalid,
         &["failed to merge kubelet configs"],
     ),
+    // An unknown gate, or a locked one set to the other value (featuregate SetFromMap).
+    sig(
+        Reason::KubeletConfigInvalid,
+        &["failed to set feature gates"],
+    ),
     sig(
         Reason::CgroupDriverMismatch,
         &["expected cgroupsPath to be of format"],

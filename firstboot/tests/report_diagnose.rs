@@ -185,6 +185,12 @@ fn each_named_failure_is_diagnosed_from_real_wording() {
             7,
             "50-kiln-provisioned.conf",
         ),
+        (
+            "kubelet-feature-gate",
+            "KUBELET_CONFIG_INVALID",
+            7,
+            "unrecognized feature gate: NodeSwapp",
+        ),
     ];
     let unhealthy = Server::start(|_| status(503));
     for (case, code, exit, needle) in cases {

@@ -133,6 +133,15 @@ pub fn render(parts: Vec<Part<'_>>) -> Result<Option<Vec<u8>>, Refusal> {
         ));
     }
     validate::run_checks(&config).map_err(|e| refuse(&key, "values kubelet can parse", e))?;
+    if let Some(gates) = &config.feature_gates {
+        kiln_kubelet_config::feature_gates::set_from_map(gates).map_err(|e| {
+            refuse(
+                format!("{key}.featureGates"),
+                "gates a v1.36 kubelet knows, locked ones at their value (kubelet refuses the rest before it starts)",
+                e,
+            )
+        })?;
+    }
     let mut out = serde_json::to_string_pretty(&merged).expect("JSON of a JSON tree");
     out.push('\n');
     Ok(Some(out.into_bytes()))
@@ -190,14 +199,30 @@ mod tests {
     }
 
     #[test]
+    fn feature_gates_are_kubelets() {
+        for (gates, want) in [
+            ("  Bogus: true\n", "unrecognized feature gate: Bogus"),
+            (
+                "  NodeSwap: false\n",
+                "cannot set feature gate NodeSwap to false, feature is locked to true",
+            ),
+        ] {
+            let e = file(&format!("featureGates:\n{gates}")).unwrap_err();
+            assert_eq!(e.key, "kubelet.config_file.featureGates");
+            assert_eq!(e.found, want);
+        }
+        assert!(file("featureGates:\n  NodeSwap: true\n").is_ok());
+    }
+
+    #[test]
     fn a_file_and_a_table_merge_as_kubelet_merges_them() {
         let table: toml::Table =
-            toml::from_str("imageGCHighThresholdPercent = 90\n[featureGates]\nB = false\n")
+            toml::from_str("imageGCHighThresholdPercent = 90\n[featureGates]\nKubeletCrashLoopBackOffMax = false\n")
                 .unwrap();
         let parts = vec![
             file_part(
                 "kubelet.config_file",
-                &format!("{HEAD}imageGCHighThresholdPercent: 80\nimageGCLowThresholdPercent: 70\nfeatureGates:\n  A: true\n"),
+                &format!("{HEAD}imageGCHighThresholdPercent: 80\nimageGCLowThresholdPercent: 70\nfeatureGates:\n  AllAlpha: true\n"),
             )
             .unwrap(),
             table_part("kubelet.config", &table).unwrap(),
@@ -208,7 +233,7 @@ mod tests {
         assert_eq!(v["imageGCLowThresholdPercent"], 70);
         assert_eq!(
             v["featureGates"],
-            serde_json::json!({"A": true, "B": false})
+            serde_json::json!({"AllAlpha": true, "KubeletCrashLoopBackOffMax": false})
         );
         assert_eq!(v["kind"], "KubeletConfiguration");
     }

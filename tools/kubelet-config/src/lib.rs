@@ -21,6 +21,7 @@
 //! The drop-in directory (`--config-dir`) is [`dropin`].
 
 pub mod dropin;
+pub mod feature_gates;
 pub mod types;
 pub mod units;
 pub mod validate;

@@ -254,6 +254,20 @@ fn main() -> ExitCode {
     );
     // Flags win over the file; then ValidateKubeletConfiguration.
     config::apply_flags(&mut kc, &flags);
+    // SetFromMap on the merged configuration's gates, before validation (server.go).
+    let gates = kc.feature_gates.clone().unwrap_or_default();
+    match config::feature_gates::set_from_map(&gates) {
+        Ok(warnings) => {
+            for w in warnings {
+                klog('I', "feature_gate.go:444", &w);
+            }
+        }
+        Err(e) => {
+            return command_failed(&format!(
+                "failed to set feature gates from initial flags-based config: {e}"
+            ))
+        }
+    }
     let errs = config::validate::validate(&kc);
     if !errs.is_empty() {
         return command_failed(&format!(

@@ -397,3 +397,38 @@ fn drop_ins_merge_over_the_config_in_order_and_flags_still_win() {
     assert_eq!(code, Some(1));
     assert!(err.contains("no such file or directory"), "{err}");
 }
+
+/// featureGates, from the merged configuration, as kubelet's SetFromMap takes them: an
+/// unknown gate and a locked gate set to the other value stop it before validation; a GA
+/// gate is logged as a warning and the run goes on.
+#[test]
+fn feature_gates_are_set_as_kubelet_sets_them() {
+    let dir = tempdir("gates");
+    let (sock, _listener) = setup(&dir, "success");
+    let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    let d = dir.join("conf.d");
+    std::fs::create_dir_all(&d).unwrap();
+    let dir_flag = format!("--config-dir={}", d.display());
+    for (gates, want) in [
+        ("Bogus: true", "failed to set feature gates from initial flags-based config: unrecognized feature gate: Bogus"),
+        ("NodeSwap: false", "failed to set feature gates from initial flags-based config: cannot set feature gate NodeSwap to false, feature is locked to true"),
+    ] {
+        std::fs::write(d.join("50-gates.conf"), format!("{head}featureGates:\n  {gates}\n")).unwrap();
+        let (code, err) = run_quick(&dir, &sock, &[&dir_flag]);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains(want), "{err}");
+    }
+    // Accepted: the warning, then validation (which a bad value stops, ending the run here).
+    std::fs::write(
+        d.join("50-gates.conf"),
+        format!("{head}featureGates:\n  NodeSwap: true\nimageGCHighThresholdPercent: 101\n"),
+    )
+    .unwrap();
+    let (code, err) = run_quick(&dir, &sock, &[&dir_flag]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("\"Warning: setting GA feature gate. It will be removed in a future release.\" featureGate=\"NodeSwap\" value=true"), "{err}");
+    assert!(
+        err.contains("imageGCHighThresholdPercent (--image-gc-high-threshold) 101"),
+        "{err}"
+    );
+}
