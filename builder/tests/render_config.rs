@@ -796,3 +796,42 @@ fn trust_bundle_is_checked_and_linux_only() {
         assert!(err.contains(want), "want {want:?} in:\n{err}");
     }
 }
+
+/// `[swap]`: kubelet's two fields in the drop-in, the file's size in node.env (the rule
+/// kiln-firstboot applies again), one place deciding, Linux only.
+#[test]
+fn swap_is_the_drop_in_and_node_envs_file_size() {
+    let base = full_node_toml("kubelet");
+    let dir = node_dir(&format!(
+        "{base}\n[swap]\nfile_size = \"4Gi\"\nbehavior = \"NoSwap\"\n"
+    ));
+    let node = load(dir.path()).unwrap();
+    let files = node.files();
+    let env = String::from_utf8(file(&files, "node.env").contents.clone()).unwrap();
+    assert!(env.contains("\nSWAP_FILE_SIZE=4294967296\n"), "{env}");
+    let parsed = kiln_firstboot::contract::envfile::parse(&env).unwrap();
+    let typed = kiln_firstboot::contract::node_env::NodeEnv::from_env(&parsed).unwrap();
+    assert_eq!(typed.swap_file_size, Some(4 << 30));
+    let dropin: serde_json::Value =
+        serde_json::from_slice(&file(&files, "kubelet-dropin.conf").contents).unwrap();
+    assert_eq!(dropin["failSwapOn"], false);
+    assert_eq!(dropin["memorySwap"]["swapBehavior"], "NoSwap");
+    let out = kiln()
+        .args(["render", "-p", "windows"])
+        .arg(dir.path().join("node.toml"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("swap.file_size makes a Linux swap file"));
+    for (extra, want) in [
+        ("[swap]\nfile_size = 40000\n", "key `swap.file_size`: expected a size in bytes or a quantity"),
+        ("[swap]\nfile_size = \"2.5Ki\"\n", "key `swap.file_size`"),
+        ("[swap]\nbehavior = \"UnlimitedSwap\"\n", "key `swap.behavior`: expected LimitedSwap or NoSwap (kubelet's memorySwap.swapBehavior), found \"UnlimitedSwap\""),
+        ("[swap]\n[kubelet.config]\nfailSwapOn = false\n", "key `kubelet.config.failSwapOn`: expected swap set in one place"),
+        ("[swap]\nsize = 1\n", "unknown field `size`"),
+    ] {
+        let dir = node_dir(&format!("{base}\n{extra}"));
+        let err = load(dir.path()).expect_err(want);
+        assert!(err.contains(want), "want {want:?} in:\n{err}");
+    }
+}

@@ -31,6 +31,7 @@ pub mod service;
 pub mod signatures;
 pub mod sizing;
 pub mod standin;
+pub mod swap;
 #[cfg(unix)]
 pub mod systemd_bus;
 pub mod text;

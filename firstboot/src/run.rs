@@ -135,6 +135,19 @@ fn boot(
         detail.push_str(" sysctl=");
         detail.push_str(&cfg.sysctl.len().to_string());
     }
+    // The swap file: its outcome in the phase's detail; a failure is a warning, not a stop
+    // (kubelet runs without swap).
+    #[cfg(target_os = "linux")]
+    if let Some(bytes) = cfg.node.swap_file_size {
+        detail.push_str(" swap=");
+        match crate::swap::ensure(&paths.root, bytes) {
+            Ok(how) => detail.push_str(how),
+            Err(e) => {
+                detail.push_str("failed");
+                rep.warn(&format!("swap file not on: {e}"));
+            }
+        }
+    }
     rep.success(Phase::Write, &detail);
 
     if opts.no_start {

@@ -32,6 +32,7 @@ mod run_hostile;
 mod run_kubeadm;
 mod run_providers;
 mod run_proxy;
+mod run_swap;
 mod sizing;
 mod windows;
 mod windows_eventlog;

@@ -527,7 +527,8 @@ fn cloud_init() {
     // And kernel parameters, other than the guest kernel's defaults (4096 and 65530).
     s.node.extra =
         "\n[kubelet.config]\nimageGCHighThresholdPercent = 90\nimageGCLowThresholdPercent = 75\n\
-                    \n[sysctl]\n\"net.core.somaxconn\" = 8192\n\"vm.max_map_count\" = 262144\n"
+                    \n[sysctl]\n\"net.core.somaxconn\" = 8192\n\"vm.max_map_count\" = 262144\n\
+                    \n[swap]\nfile_size = \"64Mi\"\n"
             .into();
     // And a registry mirror with its own CA ([[containerd.registry]]): the pod's image is not
     // imported but pulled by the node's containerd through the hosts.toml and CA cloud-init
@@ -589,6 +590,16 @@ fn cloud_init() {
             o.facts
         );
     }
+    // [swap]: the swap file kiln-firstboot made is on (in /proc/swaps, 64 MiB in KiB), and
+    // kubelet runs with LimitedSwap and failSwapOn off from the provisioned drop-in.
+    assert_eq!(
+        o.facts.get("swaps").map(|s| s.trim()),
+        Some("/var/lib/kiln/swapfile:65532"),
+        "{:?}",
+        o.facts
+    );
+    assert_eq!(kc["failSwapOn"], false, "{kc}");
+    assert_eq!(kc["memorySwap"]["swapBehavior"], "LimitedSwap", "{kc}");
     let sysctl = o.status["sysctl"].as_array().cloned().unwrap_or_default();
     assert_eq!(sysctl.len(), 2, "{}", o.status);
     assert!(sysctl.iter().all(|e| e["result"] == "ok"), "{}", o.status);

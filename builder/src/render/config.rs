@@ -160,6 +160,8 @@ pub struct NodeConfig {
     pub registries: Vec<crate::render::registries::Registry>,
     /// `[trust]`: CA certificates containerd and kubelet trust beside the system's (PEM).
     pub trust_pem: Option<Vec<u8>>,
+    /// `swap.file_size` in bytes: node.env's `SWAP_FILE_SIZE`.
+    pub swap_file_size: Option<u64>,
     /// Cluster DNS addresses.
     pub cluster_dns: Vec<String>,
     /// `[kubelet] server_tls_bootstrap`: kubelet asks the cluster for its serving certificate
@@ -213,6 +215,10 @@ impl NodeConfig {
             .set_opt(
                 node_env::KILN_DEADLINE,
                 self.deadline.map(|n| n.to_string()),
+            )
+            .set_opt(
+                node_env::SWAP_FILE_SIZE,
+                self.swap_file_size.map(|n| n.to_string()),
             )
             .set_opt(node_env::HTTP_PROXY, self.http_proxy.clone())
             .set_opt(node_env::HTTPS_PROXY, self.https_proxy.clone())

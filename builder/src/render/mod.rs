@@ -64,6 +64,19 @@ pub fn render_payload(
                 "[trust] reaches containerd and kubelet through Go's SSL_CERT_DIR, which Go on Windows does not read (it asks the Windows certificate store): leave it out for the windows provisioner and add the CA to the image's LocalMachine\\Root store",
             ))
         }
+        Provisioner::Windows
+            if files.iter().any(|f| {
+                f.name == "node.env"
+                    && String::from_utf8_lossy(&f.contents)
+                        .lines()
+                        .any(|l| l.starts_with("SWAP_FILE_SIZE="))
+            }) =>
+        {
+            return Err(RenderError::check(
+                "node.toml",
+                "swap.file_size makes a Linux swap file: leave it out for the windows provisioner",
+            ))
+        }
         Provisioner::Windows => windows::render(files),
         Provisioner::Files => return Err(RenderError::NotAPayload),
     };

@@ -43,6 +43,14 @@ struct RawNode {
     #[serde(default)]
     containerd: RawContainerd,
     trust: Option<RawCa>,
+    swap: Option<RawSwap>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSwap {
+    behavior: Option<String>,
+    file_size: Option<toml::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -315,7 +323,8 @@ impl Validator<'_> {
                 ));
             }
         }
-        let kubelet_dropin = self.kubelet_dropin(&kubelet)?;
+        let swap_file_size = self.swap_file_size(raw.swap.as_ref())?;
+        let kubelet_dropin = self.kubelet_dropin(&kubelet, raw.swap.as_ref())?;
         let sysctl = self.sysctl(&raw.sysctl)?;
         let registries = self.registries(raw.containerd)?;
         let trust_pem = raw.trust.map(|t| self.pem_bundle("trust", t)).transpose()?;
@@ -359,6 +368,7 @@ impl Validator<'_> {
             sysctl,
             registries,
             trust_pem,
+            swap_file_size,
             cluster_dns: kubelet.cluster_dns,
             server_tls_bootstrap: kubelet.server_tls_bootstrap,
             http_proxy: proxy.http,

@@ -39,6 +39,8 @@ pub const KUBELET_EXTRA_ARGS: &str = "KUBELET_EXTRA_ARGS";
 pub const KUBELET_SERVER_TLS_BOOTSTRAP: &str = "KUBELET_SERVER_TLS_BOOTSTRAP";
 /// Overrides the image's boot deadline, in seconds.
 pub const KILN_DEADLINE: &str = "KILN_DEADLINE";
+/// A swap file of this many bytes, made and turned on before kubelet starts.
+pub const SWAP_FILE_SIZE: &str = "SWAP_FILE_SIZE";
 /// Proxy for kubelet and containerd.
 pub const HTTP_PROXY: &str = "HTTP_PROXY";
 /// Proxy for kubelet and containerd.
@@ -290,6 +292,14 @@ pub fn check(key: &str, value: &str) -> Result<(), &'static str> {
         KILN_DEADLINE if set && value.parse::<u64>().map_or(true, |n| n == 0) => {
             return Err("a positive number of seconds")
         }
+        SWAP_FILE_SIZE
+            if set
+                && value
+                    .parse::<u64>()
+                    .map_or(true, |n| n < 40960 || n % 4096 != 0) =>
+        {
+            return Err("bytes: a multiple of 4096, at least 40960")
+        }
         CLUSTER_DNS if set && value.split(',').any(|ip| ip.parse::<IpAddr>().is_err()) => {
             return Err("comma-separated IP addresses")
         }
@@ -379,6 +389,8 @@ pub struct NodeEnv {
     pub server_tls_bootstrap: bool,
     /// `KILN_DEADLINE` in seconds, when set.
     pub deadline_secs: Option<u64>,
+    /// `SWAP_FILE_SIZE` in bytes, when set.
+    pub swap_file_size: Option<u64>,
     /// `HTTP_PROXY`.
     pub http_proxy: String,
     /// `HTTPS_PROXY`.
@@ -432,6 +444,7 @@ impl NodeEnv {
             kubelet_extra_args: text(KUBELET_EXTRA_ARGS),
             server_tls_bootstrap: env.get(KUBELET_SERVER_TLS_BOOTSTRAP) == Some("true"),
             deadline_secs: env.non_empty(KILN_DEADLINE).and_then(|v| v.parse().ok()),
+            swap_file_size: env.non_empty(SWAP_FILE_SIZE).and_then(|v| v.parse().ok()),
             http_proxy: text(HTTP_PROXY),
             https_proxy: text(HTTPS_PROXY),
             no_proxy: text(NO_PROXY),
@@ -501,7 +514,7 @@ mod tests {
             "KILN_CONTRACT=1\nAPI_SERVER=https://10.0.0.10:6443\nCLUSTER_NAME=prod\n\
              JOIN_MODE=kubeadm\nPROVIDER=gcp\nNODE_NAME=w1\nNODE_IP=10.0.0.7\n\
              NODE_LABELS=a=b\nNODE_TAINTS=gpu:NoSchedule\nMAX_PODS=58\nCLUSTER_DNS=10.96.0.10\n\
-             KUBELET_EXTRA_ARGS=\" --v=2 \"\nKUBELET_SERVER_TLS_BOOTSTRAP=true\nKILN_DEADLINE=600\nNO_PROXY=.local\nHTTP_PROXY=http://p:3128\n",
+             KUBELET_EXTRA_ARGS=\" --v=2 \"\nKUBELET_SERVER_TLS_BOOTSTRAP=true\nKILN_DEADLINE=600\nSWAP_FILE_SIZE=4096000\nNO_PROXY=.local\nHTTP_PROXY=http://p:3128\n",
         )
         .unwrap();
         let n = NodeEnv::from_env(&env).unwrap();
@@ -523,6 +536,7 @@ mod tests {
                 kubelet_extra_args: " --v=2 ".into(),
                 server_tls_bootstrap: true,
                 deadline_secs: Some(600),
+                swap_file_size: Some(4_096_000),
                 http_proxy: "http://p:3128".into(),
                 https_proxy: String::new(),
                 no_proxy: ".local".into(),

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{RawKubelet, RawNodeSection, Validator};
+use super::{RawKubelet, RawNodeSection, RawSwap, Validator};
 use crate::render::config::{ApiServer, ConfigError};
 use crate::render::kubelet_dropin;
 
@@ -86,10 +86,39 @@ impl Validator<'_> {
         Ok(out)
     }
 
-    /// `kubelet.config_file`, then `[kubelet.config]` over it, as one checked drop-in.
+    /// `swap.file_size`: bytes (an integer or a quantity such as `"2Gi"`), whole 4 KiB pages,
+    /// at least 40 KiB (mkswap's 10 pages), at most 1 TiB; kiln-firstboot's rule for
+    /// `SWAP_FILE_SIZE` checks it again on the node.
+    pub(super) fn swap_file_size(
+        &self,
+        swap: Option<&RawSwap>,
+    ) -> Result<Option<u64>, ConfigError> {
+        let Some(v) = swap.and_then(|s| s.file_size.as_ref()) else {
+            return Ok(None);
+        };
+        let key = "swap.file_size";
+        let expected =
+            "a size in bytes or a quantity (\"2Gi\"), whole 4 KiB pages, 40 KiB to 1 TiB";
+        let bytes = match v {
+            toml::Value::Integer(n) => u64::try_from(*n).ok(),
+            toml::Value::String(q) => kiln_kubelet_config::units::parse_quantity(q)
+                .ok()
+                .filter(|b| b.fract() == 0.0 && *b >= 0.0 && *b < 2f64.powi(62))
+                .map(|b| b as u64),
+            _ => None,
+        };
+        match bytes {
+            Some(b) if (40 << 10..=1 << 40).contains(&b) && b % 4096 == 0 => Ok(Some(b)),
+            _ => Err(self.invalid(key, expected, v)),
+        }
+    }
+
+    /// `kubelet.config_file`, then `[kubelet.config]` over it, then what `[swap]` sets, as one
+    /// checked drop-in.
     pub(super) fn kubelet_dropin(
         &self,
         kubelet: &RawKubelet,
+        swap: Option<&RawSwap>,
     ) -> Result<Option<Vec<u8>>, ConfigError> {
         let refused = |r: kubelet_dropin::Refusal| self.invalid(&r.key, &r.expected, r.found);
         let mut parts = Vec::new();
@@ -103,6 +132,34 @@ impl Validator<'_> {
         }
         if let Some(table) = &kubelet.config {
             parts.push(kubelet_dropin::table_part("kubelet.config", table).map_err(refused)?);
+        }
+        if let Some(swap) = swap {
+            for p in &parts {
+                if let Some(f) = ["failSwapOn", "memorySwap"]
+                    .into_iter()
+                    .find(|f| p.tree.get(f).is_some())
+                {
+                    return Err(self.invalid(
+                        &format!("{}.{f}", p.key),
+                        "swap set in one place: [swap] sets failSwapOn and memorySwap",
+                        format!("{f} set beside [swap]"),
+                    ));
+                }
+            }
+            let behavior = swap.behavior.as_deref().unwrap_or("LimitedSwap");
+            if !matches!(behavior, "LimitedSwap" | "NoSwap") {
+                return Err(self.invalid(
+                    "swap.behavior",
+                    "LimitedSwap or NoSwap (kubelet's memorySwap.swapBehavior)",
+                    format!("{behavior:?}"),
+                ));
+            }
+            let mut table = toml::Table::new();
+            table.insert("failSwapOn".into(), toml::Value::Boolean(false));
+            let mut mem = toml::Table::new();
+            mem.insert("swapBehavior".into(), toml::Value::String(behavior.into()));
+            table.insert("memorySwap".into(), toml::Value::Table(mem));
+            parts.push(kubelet_dropin::table_part("swap", &table).map_err(refused)?);
         }
         kubelet_dropin::render(parts).map_err(refused)
     }
