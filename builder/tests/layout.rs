@@ -444,7 +444,7 @@ const FIRSTBOOT_LAYERS: &[&[&str]] = &[
         "netaddr",
     ],
     // helpers on those: redaction, waits, sizing, the console, the Windows system calls
-    &["redact", "wait", "sizing", "console", "windows"],
+    &["redact", "wait", "sizing", "console", "windows", "swap"],
     // the node's inputs read: its config, its platform, kubelet's flags
     &["config", "provider", "kubelet_env"],
     // the command line; checks and steps on a configured node
