@@ -16,7 +16,7 @@ trap 'rm -rf "$work"' EXIT
 
 # Two nodes: the docs example (token) and a heavier one using every section of node.toml (a
 # 3-certificate CA bundle, a kubelet drop-in from a file and an inline table, sysctls, a
-# proxy), to see what grows.
+# proxy, swap, a trust bundle, two registries), to see what grows.
 cp docs/examples/render/node.toml docs/examples/render/ca.crt "$work/"
 mkdir -p "$work/heavy"
 for i in 1 2 3; do
@@ -64,6 +64,17 @@ no_proxy = ["10.0.0.0/8", ".svc", ".cluster.local", ".example.internal", "169.25
 "net.ipv4.tcp_rmem" = "4096 87380 16777216"
 "net.ipv4.tcp_wmem" = "4096 65536 16777216"
 "vm.max_map_count" = 262144
+[swap]
+file_size = "4Gi"
+[trust]
+file = "ca-2.crt"
+[[containerd.registry]]
+host = "docker.io"
+mirrors = ["https://mirror-a.example.internal", "https://mirror-b.example.internal:5000"]
+ca = { file = "ca-1.crt" }
+[[containerd.registry]]
+host = "registry.example.internal:5000"
+mirrors = [{ url = "http://cache.example.internal:5000/proxy", capabilities = ["pull"] }]
 TOML
 
 # The baseline: what people write by hand, from the same files kiln writes.
@@ -72,9 +83,10 @@ bash_baseline() { # tree_dir -> script on stdout
   echo '#!/bin/bash'
   echo 'set -euo pipefail'
   echo 'mkdir -p /etc/kiln'
-  for f in "$tree"/etc/kiln/*; do
-    n=$(basename "$f")
+  find "$tree/etc/kiln" -type f | sort | while read -r f; do
+    n=${f#"$tree"/etc/kiln/}
     mode=$(stat -c %a "$f")
+    case "$n" in */*) echo "mkdir -p /etc/kiln/$(dirname "$n")" ;; esac
     echo "cat > /etc/kiln/$n <<'KILN_EOF'"
     cat "$f"
     echo "KILN_EOF"

@@ -118,6 +118,15 @@ fn render_files(work: &Path, node_toml: &str, root: &Path) {
     );
 }
 
+/// Debian's registry with TLS from its own CA and no auth, holding `team/app:1`.
+fn registry_with_image(w: &Path) -> Registry {
+    let reg = Registry::start_with(&w.join("registry"), true, false);
+    let layout = w.join("layout");
+    registry::build_image(&layout, "1", &[("amd64", b"not run, only pulled".to_vec())]);
+    reg.push(&layout, "1", "team/app");
+    reg
+}
+
 fn pull(bin: &Path, endpoint: &str) -> std::process::Output {
     Command::new(bin)
         .args(["pull", "--image", IMAGE, "--call-timeout-secs", "60"])
@@ -134,10 +143,7 @@ fn containerd_pulls_through_the_mirror_and_ca_kiln_render_wrote() {
     let Some(bin) = cri_smoke() else { return };
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
-    let reg = Registry::start_with(&w.join("registry"), true, false);
-    let layout = w.join("layout");
-    registry::build_image(&layout, "1", &[("amd64", b"not run, only pulled".to_vec())]);
-    reg.push(&layout, "1", "team/app");
+    let reg = registry_with_image(w);
     let ca = reg.ca.clone().unwrap();
     std::fs::copy(&ca, w.join("mirror-ca.pem")).unwrap();
     std::fs::copy(&ca, w.join("ca.crt")).unwrap();
@@ -227,10 +233,7 @@ fn containerd_trusts_the_bundle_through_the_baked_ssl_cert_dir() {
     let Some(bin) = cri_smoke() else { return };
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
-    let reg = Registry::start_with(&w.join("registry"), true, false);
-    let layout = w.join("layout");
-    registry::build_image(&layout, "1", &[("amd64", b"not run, only pulled".to_vec())]);
-    reg.push(&layout, "1", "team/app");
+    let reg = registry_with_image(w);
     std::fs::copy(reg.ca.as_ref().unwrap(), w.join("proxy-ca.pem")).unwrap();
     std::fs::copy(reg.ca.as_ref().unwrap(), w.join("ca.crt")).unwrap();
     let root = w.join("root");

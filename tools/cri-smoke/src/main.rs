@@ -79,6 +79,15 @@ fn parse(args: &[String]) -> Result<Args, String> {
     })
 }
 
+/// The single-threaded runtime both commands run on; `None` (said on stderr) if it cannot start.
+fn runtime() -> Option<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| eprintln!("cri-smoke: cannot start the async runtime: {e}"))
+        .ok()
+}
+
 /// `cri-smoke pull`: the same flags as a pod run, of which it reads `--image`, `--endpoint`
 /// and `--call-timeout-secs`.
 fn pull_main(args: &[String]) -> ExitCode {
@@ -91,15 +100,8 @@ fn pull_main(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("cri-smoke: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = runtime() else {
+        return ExitCode::FAILURE;
     };
     match runtime.block_on(pod::pull_only(&cfg.endpoint, cfg.call_timeout, &cfg.image)) {
         Ok(image_ref) => {
@@ -125,15 +127,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("cri-smoke: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = runtime() else {
+        return ExitCode::FAILURE;
     };
     let result = runtime.block_on(pod::run(&args.config));
     let (text, code) = match &result {
