@@ -9,11 +9,12 @@ use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use kiln::bake::render::{CERTS_DIR, PROVISIONED_CERTS_DIR};
 use support::registry::{self, Registry};
 
+#[path = "../../testkit/containerd.rs"]
+mod containerd_run;
 #[path = "../../testkit/optout.rs"]
 mod optout;
 
@@ -76,29 +77,12 @@ fn containerd(work: &Path, root: &Path, vars: &[(&str, String)]) -> Option<(Kill
         sock.display()
     );
     std::fs::write(d.join("config.toml"), cfg).unwrap();
-    let log = std::fs::File::create(d.join("log")).unwrap();
-    let child = Command::new("containerd")
-        .envs(vars.iter().map(|(k, v)| (k, v)))
-        .arg("--config")
-        .arg(d.join("config.toml"))
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("start containerd");
-    let p = Killed(child);
-    let until = Instant::now() + Duration::from_secs(60);
-    let booted = || {
-        std::fs::read_to_string(d.join("log"))
-            .is_ok_and(|l| l.contains("containerd successfully booted"))
-    };
-    while !(sock.exists() && booted()) {
-        assert!(
-            Instant::now() < until,
-            "containerd did not boot: {}",
-            std::fs::read_to_string(d.join("log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let p = Killed(containerd_run::start(
+        &d.join("config.toml"),
+        &sock,
+        &d.join("log"),
+        vars,
+    ));
     Some((p, format!("unix://{}", sock.display())))
 }
 

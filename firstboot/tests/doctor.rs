@@ -8,6 +8,8 @@
 #![cfg(unix)]
 
 use crate::common;
+#[path = "../../testkit/containerd.rs"]
+mod containerd_run;
 #[path = "../../testkit/optout.rs"]
 mod optout;
 
@@ -177,7 +179,7 @@ fn tls_server(cert: &Path, key: &Path, extra: &[&str]) -> (Proc, u16) {
 /// Debian's containerd with its CRI plugin, its socket at `run/containerd/containerd.sock`
 /// inside the root; a CNI conflist in its conf dir when `cni`.
 fn containerd(root: &Root, cni: bool) -> Option<Proc> {
-    let Ok(bin) = which("containerd") else {
+    let Ok(_) = which("containerd") else {
         optout::cannot_run(
             "containerd",
             "no containerd on PATH (make deps installs it)",
@@ -202,30 +204,12 @@ fn containerd(root: &Root, cni: bool) -> Option<Proc> {
         sock.display()
     );
     std::fs::write(d.join("config.toml"), cfg).unwrap();
-    let log = std::fs::File::create(d.join("log")).unwrap();
-    let child = Command::new(bin)
-        .arg("--config")
-        .arg(d.join("config.toml"))
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("start containerd");
-    let p = Proc(child);
-    // The socket comes before the plugins: wait for containerd's own "booted" line too, or a
-    // loaded machine finds the CRI service not registered yet (a CI run did).
-    let until = Instant::now() + Duration::from_secs(60);
-    let booted = || {
-        std::fs::read_to_string(d.join("log"))
-            .is_ok_and(|l| l.contains("containerd successfully booted"))
-    };
-    while !(sock.exists() && booted()) {
-        assert!(
-            Instant::now() < until,
-            "containerd did not boot: {}",
-            std::fs::read_to_string(d.join("log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let p = Proc(containerd_run::start(
+        &d.join("config.toml"),
+        &sock,
+        &d.join("log"),
+        &[],
+    ));
     Some(p)
 }
 
