@@ -42,11 +42,9 @@ pub const SIGNATURES: &[Signature] = &[
         Reason::KubeletConfigInvalid,
         &["failed to merge kubelet configs"],
     ),
-    // An unknown gate, or a locked one set to the other value (featuregate SetFromMap).
-    sig(
-        Reason::KubeletConfigInvalid,
-        &["failed to set feature gates"],
-    ),
+    // An unknown gate, or a locked one set to the other value (featuregate SetFromMap): the
+    // flags' error `failed to set feature gates …`, the config's panic `cannot set feature gate …`.
+    sig(Reason::KubeletConfigInvalid, &["set feature gate"]),
     sig(
         Reason::CgroupDriverMismatch,
         &["expected cgroupsPath to be of format"],

@@ -189,7 +189,7 @@ fn each_named_failure_is_diagnosed_from_real_wording() {
             "kubelet-feature-gate",
             "KUBELET_CONFIG_INVALID",
             7,
-            "unrecognized feature gate: NodeSwapp",
+            "cannot set feature gate NodeSwap to false",
         ),
     ];
     let unhealthy = Server::start(|_| status(503));

@@ -142,8 +142,12 @@ fn the_restart_waits_for_the_image_import_first() {
     root.node_env("NODE_NAME=n1\nNODE_IP=10.0.0.5\n");
     let out = run(&root, false);
     assert_eq!(out.code, 0, "{out:#?}");
-    assert_eq!(
-        root.calls("systemctl"),
-        ["start --no-block kubelet.service"]
-    );
+    // A `show` is only a look at kubelet's state (a loaded machine's kubelet stand-in may
+    // not answer /healthz at the first try); what is started or restarted is the point.
+    let acts: Vec<String> = root
+        .calls("systemctl")
+        .into_iter()
+        .filter(|c| !c.starts_with("show "))
+        .collect();
+    assert_eq!(acts, ["start --no-block kubelet.service"]);
 }

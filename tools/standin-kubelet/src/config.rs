@@ -95,6 +95,16 @@ pub fn apply_flags(kc: &mut KubeletConfiguration, f: &Parsed) {
     if let Some(v) = f.get("register-with-taints") {
         kc.register_with_taints = Some(parse_taints(v));
     }
+    // `--feature-gates=K=V,…` over the file's map, key by key, the flag winning
+    // (`kubeletConfigFlagPrecedence`, cmd/kubelet/app/server.go).
+    if let Some(pairs) = map("feature-gates", '=') {
+        let gates = kc.feature_gates.get_or_insert_with(BTreeMap::new);
+        for (k, v) in pairs {
+            if let Some(b) = parse_bool(&v) {
+                gates.insert(k, b);
+            }
+        }
+    }
 }
 
 /// `--register-with-taints`: `key=value:Effect` or `key:Effect`, comma-separated.

@@ -252,14 +252,24 @@ fn main() -> ExitCode {
         &root_dir.join("standin").join("config.json"),
         format!("{effective}\n").as_bytes(),
     );
-    // Flags win over the file; then ValidateKubeletConfiguration.
+    // The file's and the drop-ins' gates are set while their defaults are applied
+    // (`SetDefaults_KubeletConfiguration`, pkg/kubelet/apis/config/v1beta1/defaults.go), which
+    // panics on an error: a real v1.36 kubelet exits 2 with Go's panic text (checked by hand).
+    let gates = kc.feature_gates.clone().unwrap_or_default();
+    if let Err(e) = config::feature_gates::set_from_map(&gates) {
+        eprintln!(
+            "panic: failed to merge global and in-flight KubeletConfiguration while setting defaults, error: {e}\n\ngoroutine 1 [running]:"
+        );
+        return ExitCode::from(2);
+    }
+    // Flags win over the file; then the command line's gates go through SetFromMap
+    // (server.go), whose error is the run's; then ValidateKubeletConfiguration.
     config::apply_flags(&mut kc, &flags);
-    // SetFromMap on the merged configuration's gates, before validation (server.go).
     let gates = kc.feature_gates.clone().unwrap_or_default();
     match config::feature_gates::set_from_map(&gates) {
         Ok(warnings) => {
             for w in warnings {
-                klog('I', "feature_gate.go:444", &w);
+                klog('I', "feature_gate.go:476", &w);
             }
         }
         Err(e) => {

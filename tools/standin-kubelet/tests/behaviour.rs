@@ -300,12 +300,39 @@ fn without_a_kubeconfig_it_is_standalone_and_never_joins() {
         .env("STANDIN_KUBELET_CONFIG", dir.join("standin.env"))
         .stderr(Stdio::piped());
     let mut child = c.spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    // Its log, read as it comes: a loaded machine takes longer than any fixed wait.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let seen = seen.clone();
+        let mut stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stderr.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                seen.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    let until = Instant::now() + Duration::from_secs(30);
+    while !seen
+        .lock()
+        .unwrap()
+        .contains("\"Standalone mode, no API client\"")
+        && Instant::now() < until
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
     // Still running (the x509 failure needs an API client), and no certificate.
     assert!(child.try_wait().unwrap().is_none());
     child.kill().unwrap();
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8(out.stderr).unwrap();
+    child.wait().unwrap();
+    reader.join().unwrap();
+    let err = seen.lock().unwrap().clone();
     assert!(err.contains("\"Standalone mode, no API client\""), "{err}");
     assert!(!dir
         .join("var-lib-kubelet/pki/kubelet-client-current.pem")
@@ -409,15 +436,21 @@ fn feature_gates_are_set_as_kubelet_sets_them() {
     let d = dir.join("conf.d");
     std::fs::create_dir_all(&d).unwrap();
     let dir_flag = format!("--config-dir={}", d.display());
+    // In a drop-in (or the file) the gates are set while defaults are applied, which panics.
     for (gates, want) in [
-        ("Bogus: true", "failed to set feature gates from initial flags-based config: unrecognized feature gate: Bogus"),
-        ("NodeSwap: false", "failed to set feature gates from initial flags-based config: cannot set feature gate NodeSwap to false, feature is locked to true"),
+        ("Bogus: true", "panic: failed to merge global and in-flight KubeletConfiguration while setting defaults, error: unrecognized feature gate: Bogus"),
+        ("NodeSwap: false", "panic: failed to merge global and in-flight KubeletConfiguration while setting defaults, error: cannot set feature gate NodeSwap to false, feature is locked to true"),
     ] {
         std::fs::write(d.join("50-gates.conf"), format!("{head}featureGates:\n  {gates}\n")).unwrap();
         let (code, err) = run_quick(&dir, &sock, &[&dir_flag]);
-        assert_eq!(code, Some(1), "{err}");
+        assert_eq!(code, Some(2), "{err}");
         assert!(err.contains(want), "{err}");
     }
+    // On the command line they are the run's error.
+    std::fs::remove_file(d.join("50-gates.conf")).unwrap();
+    let (code, err) = run_quick(&dir, &sock, &[&dir_flag, "--feature-gates=NodeSwap=false"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("\"command failed\" err=\"failed to set feature gates from initial flags-based config: cannot set feature gate NodeSwap to false, feature is locked to true\""), "{err}");
     // Accepted: the warning, then validation (which a bad value stops, ending the run here).
     std::fs::write(
         d.join("50-gates.conf"),
