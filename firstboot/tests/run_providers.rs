@@ -24,7 +24,7 @@ pub fn imdsv2() -> Server {
     Server::start(aws_imdsv2(token, move |r| fixture_reply(&base, &hdrs, r)))
 }
 
-fn start_ok(root: &Root, extra: &[&str], url: &str) -> Outcome {
+pub fn start_ok(root: &Root, extra: &[&str], url: &str) -> Outcome {
     let systemctl = root.stub("systemctl", "exit 0");
     let mut args = vec![
         "--metadata-url",

@@ -44,7 +44,7 @@ fn join_modes() {
 #[test]
 fn a_full_node_env_types_every_key() {
     let env = parse(
-        "KILN_CONTRACT=1\nAPI_SERVER=https://10.0.0.10:6443\nCLUSTER_NAME=prod\n\
+        "KILN_CONTRACT=1\nAPI_SERVER=https://127.0.0.1:6443\nCLUSTER_NAME=prod\n\
          JOIN_MODE=kubeadm\nPROVIDER=gcp\nNODE_NAME=w1\nNODE_IP=10.0.0.7\n\
          NODE_LABELS=a=b\nNODE_TAINTS=gpu:NoSchedule\nMAX_PODS=58\nCLUSTER_DNS=10.96.0.10\n\
          KUBELET_EXTRA_ARGS=\" --v=2 \"\nKUBELET_SERVER_TLS_BOOTSTRAP=true\nKILN_DEADLINE=600\nSWAP_FILE_SIZE=4096000\nNO_PROXY=.local\nHTTP_PROXY=http://p:3128\n",
@@ -54,7 +54,7 @@ fn a_full_node_env_types_every_key() {
     assert_eq!(
         n,
         NodeEnv {
-            api_server: "https://10.0.0.10:6443".into(),
+            api_server: "https://127.0.0.1:6443".into(),
             cluster_name: "prod".into(),
             join_mode: JoinMode::Kubeadm,
             provider: Some(Provider::Gcp),
