@@ -49,6 +49,7 @@ mod prop_archive;
 mod prop_parsers;
 mod prop_squashfs;
 mod render_config;
+mod render_containerd_config;
 mod render_registry_pull;
 mod render_roundtrip;
 mod render_sysext;

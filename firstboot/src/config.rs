@@ -54,6 +54,9 @@ pub struct Config {
     /// The provisioned KubeletConfiguration drop-in (`/etc/kiln/kubelet-dropin.conf`),
     /// copied into kubelet's `--config-dir` after the node's own.
     pub kubelet_dropin: Option<String>,
+    /// The node's containerd configuration (`/etc/kiln/containerd/conf.d/provisioned.toml`),
+    /// its config version checked against the image's.
+    pub containerd_config: Option<String>,
     /// `/etc/kiln/sysctl.conf`'s settings, checked, in the file's order.
     pub sysctl: Vec<(String, String)>,
     /// The sizing settings of image.env and node.env.
@@ -259,6 +262,18 @@ pub fn load_with_secrets(
     // The same cap as `kiln render`'s for the files it reads; kubelet parses the contents.
     let kubelet_dropin =
         fsutil::read_regular(&paths.kubelet_dropin, 1024 * 1024).map_err(invalid)?;
+    let containerd_config =
+        fsutil::read_regular(&paths.containerd_config, 64 * 1024).map_err(invalid)?;
+    if let Some(text) = &containerd_config {
+        containerd_config_version(text, &image.containerd_config_version).map_err(|found| {
+            invalid(format!(
+                "{}: expected `version = {}` (the config version of the image's containerd, \
+                 image.env CONTAINERD_CONFIG_VERSION), found {found}",
+                paths.containerd_config.display(),
+                image.containerd_config_version
+            ))
+        })?;
+    }
     let sysctl = match fsutil::read_regular(&paths.node_sysctl, 256 * 1024).map_err(invalid)? {
         None => Vec::new(),
         Some(text) => crate::contract::sysctl::parse(&text)
@@ -267,6 +282,7 @@ pub fn load_with_secrets(
     Ok(Config {
         kubelet_config,
         kubelet_dropin,
+        containerd_config,
         sysctl,
         sizing,
         image,
@@ -275,6 +291,24 @@ pub fn load_with_secrets(
         deadline_secs,
         max_pods_map,
     })
+}
+
+/// Checks that a containerd config fragment declares the config version the image's
+/// containerd reads: containerd 1.x ignores a version-3 fragment's CRI settings without a
+/// word (measured with Debian's 1.6.20), so the mismatch is caught here. `kiln render` writes `version = N` as
+/// the first setting; the first `version` line counts. An image that does not record its
+/// version (`wanted` empty) is not checked. `Err` is what was found.
+fn containerd_config_version(text: &str, wanted: &str) -> Result<(), String> {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("version") || l.starts_with('['));
+    match line {
+        _ if wanted.is_empty() => Ok(()),
+        Some(l) if l.split('=').map(str::trim).eq(["version", wanted]) => Ok(()),
+        Some(l) if !l.starts_with('[') => Err(format!("`{l}`")),
+        _ => Err("no version".into()),
+    }
 }
 
 /// The most a credential file may hold.

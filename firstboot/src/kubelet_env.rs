@@ -347,12 +347,21 @@ pub fn render(cfg: &Config, node: &Node, sizing: &Sizing) -> String {
     out
 }
 
-/// `/run/kiln/containerd.env`: node.env's proxy keys for containerd, or `None` when no proxy
-/// is set. Go's `net/http` (`httpproxy.FromEnvironment`) reads these upper-case names.
+/// `/run/kiln/containerd.env`: node.env's proxy keys for containerd, and a fingerprint of the
+/// node's containerd configuration (`KILN_CONTAINERD_CONFIG`, FNV-1a of its bytes, which
+/// containerd ignores), or `None` when neither is set. Go's `net/http`
+/// (`httpproxy.FromEnvironment`) reads the upper-case proxy names. A different file means
+/// containerd restarts, so it reads the node's proxy and configuration before kubelet starts.
 pub fn containerd_env(cfg: &Config) -> Option<String> {
     let mut o = String::new();
     for (k, v) in cfg.node.proxies() {
         write_line(&mut o, k, v);
+    }
+    if let Some(text) = &cfg.containerd_config {
+        let h = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        write_line(&mut o, "KILN_CONTAINERD_CONFIG", &format!("{h:016x}"));
     }
     (!o.is_empty()).then(|| {
         let mut out = String::with_capacity(o.len() + 64);

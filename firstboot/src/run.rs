@@ -416,7 +416,7 @@ fn restart_containerd(opts: &Options, cfg: &Config, deadline: Instant) -> Result
         &["restart", &cfg.image.containerd_unit],
         deadline,
         &format!(
-            "restarting {} for the proxy in /etc/kiln/node.env",
+            "restarting {} for the node's proxy or containerd configuration in /etc/kiln",
             cfg.image.containerd_unit
         ),
     )

@@ -1,6 +1,7 @@
-//! node.env's proxy reaches containerd (docs/contract.md, "Proxies"): kiln-firstboot writes
-//! `/run/kiln/containerd.env` (containerd.service's `EnvironmentFile=-`) and restarts the
-//! already running containerd before kubelet is started, only when that file changed.
+//! node.env's proxy and the node's containerd configuration reach containerd (docs/contract.md,
+//! "Proxies", "containerd configuration"): kiln-firstboot writes `/run/kiln/containerd.env`
+//! (containerd.service's `EnvironmentFile=-`) and restarts the already running containerd
+//! before kubelet is started, only when that file changed.
 
 #![cfg(unix)]
 
@@ -104,7 +105,9 @@ fn a_failed_restart_stops_the_boot_before_kubelet() {
     let status = root.read("run/kiln/status.json");
     assert!(status.contains("\"reason\":\"START_FAILED\""), "{status}");
     assert!(
-        status.contains("restarting containerd.service for the proxy in /etc/kiln/node.env"),
+        status.contains(
+            "restarting containerd.service for the node's proxy or containerd configuration in /etc/kiln"
+        ),
         "{status}"
     );
     assert_eq!(root.calls("systemctl"), ["restart containerd.service"]);
@@ -150,4 +153,126 @@ fn the_restart_waits_for_the_image_import_first() {
         .filter(|c| !c.starts_with("show "))
         .collect();
     assert_eq!(acts, ["start --no-block kubelet.service"]);
+}
+
+const FRAGMENT: &str = "etc/kiln/containerd/conf.d/provisioned.toml";
+
+/// The image records the config version its containerd reads.
+fn image_with_config_version(root: &Root, version: &str) {
+    let env = root.read("usr/lib/kiln/image.env");
+    root.write(
+        "usr/lib/kiln/image.env",
+        &format!("{env}CONTAINERD_CONFIG_VERSION={version}\n"),
+    );
+}
+
+#[test]
+fn the_node_containerd_configuration_restarts_containerd_once_and_again_when_it_changes() {
+    let root = Root::node("");
+    image_with_config_version(&root, "3");
+    root.node_env("NODE_NAME=n1\nNODE_IP=10.0.0.5\n");
+    root.write(
+        FRAGMENT,
+        "version = 3\n\n[plugins.'io.containerd.cri.v1.images']\n  max_concurrent_downloads = 5\n",
+    );
+    let out = run(&root, false);
+    assert_eq!(out.code, 0, "{out:#?}");
+    let env = root.read("run/kiln/containerd.env");
+    let stamp = env
+        .lines()
+        .find_map(|l| l.strip_prefix("KILN_CONTAINERD_CONFIG="))
+        .unwrap_or_else(|| panic!("no fingerprint in {env}"));
+    assert_eq!(stamp.len(), 16, "{env}");
+    // No proxy keys when node.env has none.
+    assert!(!env.contains("PROXY"), "{env}");
+    assert_eq!(
+        root.calls("systemctl"),
+        [
+            "restart containerd.service",
+            "start --no-block kubelet.service"
+        ]
+    );
+
+    // Same file, same boot: containerd already has it.
+    let out = run(&root, false);
+    assert_eq!(out.code, 0, "{out:#?}");
+    assert_eq!(
+        root.calls("systemctl")[2..],
+        ["start --no-block kubelet.service"]
+    );
+
+    // One value changed: a new fingerprint, a restart.
+    root.write(
+        FRAGMENT,
+        "version = 3\n\n[plugins.'io.containerd.cri.v1.images']\n  max_concurrent_downloads = 6\n",
+    );
+    let out = run(&root, false);
+    assert_eq!(out.code, 0, "{out:#?}");
+    assert_ne!(root.read("run/kiln/containerd.env"), env);
+    assert_eq!(
+        root.calls("systemctl")[3..],
+        [
+            "restart containerd.service",
+            "start --no-block kubelet.service"
+        ]
+    );
+
+    // With a proxy too, both are in the one file.
+    root.node_env(&format!("NODE_NAME=n1\nNODE_IP=10.0.0.5\n{PROXY}"));
+    let out = run(&root, false);
+    assert_eq!(out.code, 0, "{out:#?}");
+    let env = root.read("run/kiln/containerd.env");
+    assert!(
+        env.contains("HTTPS_PROXY=") && env.contains("KILN_CONTAINERD_CONFIG="),
+        "{env}"
+    );
+}
+
+/// containerd 1.x skips a version-3 import without a word, and the image says which version
+/// its containerd reads: a fragment of another version stops the run before anything is
+/// written, naming the file, what was expected and what was found.
+#[test]
+fn a_fragment_of_another_config_version_is_refused_naming_both() {
+    for (fragment, found) in [
+        (
+            "version = 2\n[plugins.'io.containerd.grpc.v1.cri']\n",
+            "found `version = 2`",
+        ),
+        (
+            "[plugins.'io.containerd.cri.v1.images']\nversion = 3\n",
+            "found no version",
+        ),
+        ("", "found no version"),
+    ] {
+        let root = Root::node("");
+        image_with_config_version(&root, "3");
+        root.node_env("NODE_NAME=n1\nNODE_IP=10.0.0.5\n");
+        root.write(FRAGMENT, fragment);
+        let out = run(&root, false);
+        assert_eq!(out.code, 3, "{fragment:?}: {out:#?}");
+        for needle in [
+            "etc/kiln/containerd/conf.d/provisioned.toml",
+            "expected `version = 3`",
+            "CONTAINERD_CONFIG_VERSION",
+            found,
+        ] {
+            assert!(
+                out.stderr.contains(needle),
+                "{needle:?} not in {}",
+                out.stderr
+            );
+        }
+        assert!(!root.exists("run/kiln/containerd.env"));
+        assert!(
+            root.calls("systemctl").is_empty(),
+            "{:?}",
+            root.calls("systemctl")
+        );
+    }
+    // An image that does not record its version (older than this contract key) is not
+    // checked: containerd itself is the judge.
+    let root = Root::node("");
+    root.node_env("NODE_NAME=n1\nNODE_IP=10.0.0.5\n");
+    root.write(FRAGMENT, "version = 2\n");
+    assert_eq!(run(&root, false).code, 0);
 }

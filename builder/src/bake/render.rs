@@ -46,6 +46,18 @@ pub fn image_env(
             env.set(k, v.as_str());
         }
     }
+    // The config version node.toml's [containerd.config] must declare (checked on the node).
+    if def.os == Os::Linux {
+        let containerd = versions
+            .get(image_env::CONTAINERD_VERSION)
+            .map(String::as_str);
+        let version = if containerd_major(containerd) >= 2 {
+            "3"
+        } else {
+            "2"
+        };
+        env.set(image_env::CONTAINERD_CONFIG_VERSION, version);
+    }
     env.set(image_env::KUBELET_UNIT, image_env::DEFAULT_KUBELET_UNIT)
         .set(
             image_env::CONTAINERD_UNIT,
@@ -148,6 +160,9 @@ pub const PROVISIONED_CERTS_DIR: &str = "/etc/kiln/containerd/certs.d";
 /// The same on Windows (`C:\ProgramData\kiln`, "Windows paths").
 pub const WINDOWS_PROVISIONED_CERTS_DIR: &str = r"C:\ProgramData\kiln\containerd\certs.d";
 
+/// The directory of the node's containerd settings that the image's config imports.
+pub const NODE_CONF_D: &str = paths::CONTAINERD_CONF_D;
+
 /// containerd's `config.toml`. containerd 2.x reads config version 3 (new CRI plugin
 /// names); 1.x reads version 2; the layer's containerd version decides. `sandbox` is the
 /// sandbox image as [`crate::bake::images::sandbox_image`] resolved it (pinned by digest
@@ -164,6 +179,9 @@ pub fn containerd_config(
             "\
 # Written by kiln bake for containerd {ver} (config version 3).
 version = 3
+# The node's own settings from node.toml's [containerd.config], merged over these
+# (docs/contract.md, 'containerd configuration'); a glob, so no file is no error.
+imports = ['{NODE_CONF_D}/*.toml']
 # Snapshotters this node never uses (the CRI plugin's is overlayfs): skipping them spares
 # containerd's start their probes.
 disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapshotter.v1.devmapper', 'io.containerd.snapshotter.v1.zfs']
@@ -198,6 +216,10 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
             "\
 # Written by kiln bake for containerd {ver} (config version 2).
 version = 2
+# The node's own settings from node.toml's [containerd.config], merged over these
+# (docs/contract.md, 'containerd configuration'); a glob: containerd 1.x refuses a missing
+# file named outright, but not a pattern that matches nothing.
+imports = ['{NODE_CONF_D}/*.toml']
 # Snapshotters this node never uses (the CRI plugin's is overlayfs): skipping them spares
 # containerd's start their probes (aufs's is a `modprobe aufs` process on every start).
 disabled_plugins = ['io.containerd.snapshotter.v1.aufs', 'io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapshotter.v1.devmapper', 'io.containerd.snapshotter.v1.zfs']

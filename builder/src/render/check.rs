@@ -214,6 +214,26 @@ fn content_problem(file: &NodeFile, all: &[NodeFile]) -> Result<(), String> {
                 .try_for_each(|(k, v)| contract::sysctl::check(k, v))
         }),
         // The same checks `kiln render` makes of node.toml's kubelet keys.
+        // The same checks `kiln render` makes of `[containerd.config]`, and the version line
+        // kiln-firstboot reads.
+        crate::render::model::CONTAINERD_CONFIG => {
+            let text = text()?;
+            let table: toml::Table = text
+                .parse()
+                .map_err(|e| format!("expected a containerd config fragment (TOML), found: {e}"))?;
+            let (version, _) = crate::render::containerd_config::render(file.name.as_str(), &table)
+                .map_err(|r| format!("{}: expected {}, found {}", r.key, r.expected, r.found))?;
+            let first = text
+                .lines()
+                .map(str::trim)
+                .find(|l| l.starts_with("version") || l.starts_with('['));
+            if first != Some(format!("version = {version}").as_str()) {
+                return Err(format!(
+                    "expected `version = {version}` before any table (the line kiln-firstboot checks against the image), found {first:?}"
+                ));
+            }
+            Ok(())
+        }
         "kubelet-dropin.conf" => {
             let name = "kubelet-dropin.conf";
             let part = crate::render::kubelet_dropin::file_part(name, text()?);

@@ -158,6 +158,9 @@ pub struct NodeConfig {
     pub sysctl: Vec<(String, String)>,
     /// `[[containerd.registry]]`: containerd host directories, in node.toml's order.
     pub registries: Vec<crate::render::registries::Registry>,
+    /// `[containerd.config]` or `containerd.config_file`, as written for the node (version
+    /// line first).
+    pub containerd_config: Option<String>,
     /// `[trust]`: CA certificates containerd and kubelet trust beside the system's (PEM).
     pub trust_pem: Option<Vec<u8>>,
     /// `swap.file_size` in bytes: node.env's `SWAP_FILE_SIZE`.

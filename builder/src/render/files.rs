@@ -3,9 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::render::model::{
-    write_atomic, NodeFile, RenderError, CONTRACT_FILES, LINUX_DIR, TRUST_BUNDLE,
-};
+use crate::render::model::{write_atomic, NodeFile, RenderError, CONTRACT_FILES, LINUX_DIR};
 use crate::render::registries::{CERTS_D, HOST_FILES};
 
 /// `DIR/etc/kiln`.
@@ -82,14 +80,17 @@ fn set_dir_mode(_dir: &Path) -> Result<(), RenderError> {
 }
 
 /// Reads a tree written by [`write_tree`] (or by hand) back: every regular file directly in
-/// `DIR/etc/kiln/` and in its registry host directories (`containerd/certs.d/*/`), sorted by
-/// the contract's order, then by name.
+/// `DIR/etc/kiln/`, in the directories of the contract's files in subdirectories (`trust.d/`,
+/// `containerd/conf.d/`) and in its registry host directories (`containerd/certs.d/*/`),
+/// sorted by the contract's order, then by name.
 pub fn read_tree(root: &Path) -> Result<Vec<NodeFile>, RenderError> {
     let dir = kiln_dir(root);
     let mut files = read_files(&dir, "")?;
-    if let Some((trust, _)) = TRUST_BUNDLE.split_once('/') {
-        if dir.join(trust).is_dir() {
-            files.extend(read_files(&dir.join(trust), &format!("{trust}/"))?);
+    for (name, _) in CONTRACT_FILES {
+        if let Some((sub, _)) = name.rsplit_once('/') {
+            if dir.join(sub).is_dir() {
+                files.extend(read_files(&dir.join(sub), &format!("{sub}/"))?);
+            }
         }
     }
     let certs = dir.join(CERTS_D);

@@ -5,6 +5,7 @@
 pub mod check;
 pub mod cloudinit;
 pub mod config;
+pub mod containerd_config;
 pub mod files;
 pub mod ignition;
 pub mod input;
@@ -62,6 +63,12 @@ pub fn render_payload(
             return Err(RenderError::check(
                 "node.toml",
                 "[trust] reaches containerd and kubelet through Go's SSL_CERT_DIR, which Go on Windows does not read (it asks the Windows certificate store): leave it out for the windows provisioner and add the CA to the image's LocalMachine\\Root store",
+            ))
+        }
+        Provisioner::Windows if files.iter().any(|f| f.name == model::CONTAINERD_CONFIG) => {
+            return Err(RenderError::check(
+                "node.toml",
+                "[containerd.config] is merged by a containerd that kiln-firstboot restarts once the file is there, which it does on Linux only (containerd.exe is an automatic service that starts before the user data runs): leave it out for the windows provisioner and set it in the image definition",
             ))
         }
         Provisioner::Windows

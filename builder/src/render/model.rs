@@ -32,7 +32,13 @@ pub const CONTRACT_FILES: &[(&str, u32)] = &[
     ("kubelet-dropin.conf", PUBLIC_MODE),
     ("sysctl.conf", PUBLIC_MODE),
     (TRUST_BUNDLE, PUBLIC_MODE),
+    (CONTAINERD_CONFIG, PUBLIC_MODE),
 ];
+
+/// node.toml's `[containerd.config]`, in the directory the image's containerd config imports
+/// (docs/contract.md, "containerd configuration"; kiln-firstboot's
+/// `paths::NODE_CONTAINERD_CONFIG`).
+pub const CONTAINERD_CONFIG: &str = "containerd/conf.d/provisioned.toml";
 
 /// node.toml's `[trust]`, in the directory the image's containerd and kubelet units add to
 /// Go's `SSL_CERT_DIR` (docs/contract.md, "Trust bundle").

@@ -50,6 +50,13 @@ impl NodeConfig {
                 contents: kiln_firstboot::contract::sysctl::render(&self.sysctl).into_bytes(),
             });
         }
+        if let Some(text) = &self.containerd_config {
+            files.push(NodeFile {
+                name: crate::render::model::CONTAINERD_CONFIG.into(),
+                mode: PUBLIC_MODE,
+                contents: text.clone().into_bytes(),
+            });
+        }
         if let Some(pem) = &self.trust_pem {
             files.push(NodeFile {
                 name: crate::render::model::TRUST_BUNDLE.into(),

@@ -122,6 +122,8 @@ struct RawProxy {
 struct RawContainerd {
     #[serde(default, rename = "registry")]
     registries: Vec<RawRegistry>,
+    config: Option<toml::Table>,
+    config_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -326,6 +328,7 @@ impl Validator<'_> {
         let swap_file_size = self.swap_file_size(raw.swap.as_ref())?;
         let kubelet_dropin = self.kubelet_dropin(&kubelet, raw.swap.as_ref())?;
         let sysctl = self.sysctl(&raw.sysctl)?;
+        let containerd_config = self.containerd_config(&raw.containerd)?;
         let registries = self.registries(raw.containerd)?;
         let trust_pem = raw.trust.map(|t| self.pem_bundle("trust", t)).transpose()?;
 
@@ -367,6 +370,7 @@ impl Validator<'_> {
             kubelet_dropin,
             sysctl,
             registries,
+            containerd_config,
             trust_pem,
             swap_file_size,
             cluster_dns: kubelet.cluster_dns,

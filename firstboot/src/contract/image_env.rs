@@ -20,6 +20,9 @@ pub const KILN_ARCH: &str = "KILN_ARCH";
 pub const KUBERNETES_VERSION: &str = "KUBERNETES_VERSION";
 /// containerd's version.
 pub const CONTAINERD_VERSION: &str = "CONTAINERD_VERSION";
+/// The config version the image's containerd reads (`2` for 1.x, `3` for 2.x); node.toml's
+/// `[containerd.config]` must declare the same.
+pub const CONTAINERD_CONFIG_VERSION: &str = "CONTAINERD_CONFIG_VERSION";
 /// runc's version.
 pub const RUNC_VERSION: &str = "RUNC_VERSION";
 /// The CNI plugins' version.
@@ -82,6 +85,8 @@ pub struct ImageEnv {
     pub default_max_pods: u32,
     /// `KILN_DEADLINE`, when set.
     pub deadline_secs: Option<u64>,
+    /// `CONTAINERD_CONFIG_VERSION` (empty when the image predates it).
+    pub containerd_config_version: String,
 }
 
 impl ImageEnv {
@@ -116,6 +121,7 @@ impl ImageEnv {
             runtime_endpoint: text(CONTAINER_RUNTIME_ENDPOINT, DEFAULT_RUNTIME_ENDPOINT),
             default_max_pods,
             deadline_secs,
+            containerd_config_version: text(CONTAINERD_CONFIG_VERSION, ""),
         })
     }
 }

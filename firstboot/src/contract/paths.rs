@@ -60,6 +60,11 @@ pub const NODE_SYSCTL: &str = "/etc/kiln/sysctl.conf";
 /// A KubeletConfiguration drop-in kubelet merges over its config (`kiln render`'s
 /// `[kubelet.config]` and `kubelet.config_file`).
 pub const KUBELET_DROPIN: &str = "/etc/kiln/kubelet-dropin.conf";
+/// The directory the image's containerd config imports (`imports = ['…/conf.d/*.toml']`).
+pub const CONTAINERD_CONF_D: &str = "/etc/kiln/containerd/conf.d";
+/// node.toml's `[containerd.config]`, in [`CONTAINERD_CONF_D`]: containerd merges it over
+/// the image's config when it starts (docs/contract.md, "containerd configuration").
+pub const NODE_CONTAINERD_CONFIG: &str = "/etc/kiln/containerd/conf.d/provisioned.toml";
 
 // `/run/kiln/`: written by kiln-firstboot at every boot.
 
@@ -184,6 +189,8 @@ pub struct NodePaths {
     pub node_sysctl: PathBuf,
     /// [`KUBELET_DROPIN`].
     pub kubelet_dropin: PathBuf,
+    /// [`NODE_CONTAINERD_CONFIG`].
+    pub containerd_config: PathBuf,
     /// [`KUBELET_NODE_DROPIN`].
     pub kubelet_node_dropin: PathBuf,
     /// [`KUBELET_PROVISIONED_DROPIN`].
@@ -229,6 +236,7 @@ impl NodePaths {
             kubelet_config_override: at(KUBELET_CONFIG_OVERRIDE),
             node_sysctl: at(NODE_SYSCTL),
             kubelet_dropin: at(KUBELET_DROPIN),
+            containerd_config: at(NODE_CONTAINERD_CONFIG),
             kubelet_node_dropin: at(KUBELET_NODE_DROPIN),
             kubelet_provisioned_dropin: at(KUBELET_PROVISIONED_DROPIN),
             kubelet_env: at(KUBELET_ENV),

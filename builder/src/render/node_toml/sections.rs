@@ -1,11 +1,11 @@
 //! The node.toml sections beyond identity and credentials: `[kubelet]`'s drop-in, `[sysctl]`,
-//! and the proxy's coverage rule; each checked with the rules the node applies.
+//! `[containerd.config]` and the proxy's coverage rule; each checked with the rules the node applies.
 
 use std::collections::BTreeMap;
 
-use super::{RawKubelet, RawNodeSection, RawSwap, Validator};
+use super::{RawContainerd, RawKubelet, RawNodeSection, RawSwap, Validator};
 use crate::render::config::{ApiServer, ConfigError};
-use crate::render::kubelet_dropin;
+use crate::render::{containerd_config, kubelet_dropin};
 
 impl Validator<'_> {
     /// `node.kube_reserved`, `node.system_reserved`, `node.eviction_hard`: the node.env
@@ -193,5 +193,39 @@ impl Validator<'_> {
             "entries that cover the API server and the metadata address 169.254.169.254 when a proxy is set (kiln-firstboot's doctor fails `proxy` otherwise)",
             format!("{no_proxy:?}, which does not cover {}", caught.join(" or ")),
         ))
+    }
+}
+
+impl Validator<'_> {
+    /// `[containerd.config]` or `containerd.config_file` (one of them): a containerd config
+    /// fragment, checked by [`containerd_config::render`] and written with its version first.
+    pub(super) fn containerd_config(
+        &self,
+        raw: &RawContainerd,
+    ) -> Result<Option<String>, ConfigError> {
+        let (key, table) = match (&raw.config, &raw.config_file) {
+            (None, None) => return Ok(None),
+            (Some(_), Some(_)) => {
+                return Err(self.invalid(
+                    "containerd.config_file",
+                    "one of `containerd.config_file` or `[containerd.config]`",
+                    "both",
+                ))
+            }
+            (Some(t), None) => ("containerd.config", t.clone()),
+            (None, Some(file)) => {
+                let key = "containerd.config_file";
+                let bytes = self.read(key, file)?;
+                let text = String::from_utf8(bytes)
+                    .map_err(|_| self.invalid(key, "a TOML text", "bytes that are not UTF-8"))?;
+                let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+                    self.invalid(key, "a containerd config fragment (TOML)", e.message())
+                })?;
+                (key, table)
+            }
+        };
+        containerd_config::render(key, &table)
+            .map(|(_, text)| Some(text))
+            .map_err(|r| self.invalid(&r.key, &r.expected, r.found))
     }
 }

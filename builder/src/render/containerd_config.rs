@@ -1,0 +1,299 @@
+//! node.toml's `[containerd.config]` (or `containerd.config_file`): a containerd config
+//! fragment that the image's containerd merges over its own through `imports`
+//! (`/etc/kiln/containerd/conf.d/provisioned.toml`; docs/contract.md, "containerd
+//! configuration").
+//!
+//! How containerd merges an import, measured with Debian's containerd 2.1.9 and 1.6.20
+//! (`containerd --config main.toml config dump`; containerd's
+//! `cmd/containerd/server/config/config.go`, `LoadConfig` and `mergeConfig`): a top-level
+//! value replaces the image's and lists such as `disabled_plugins` are appended to, in both.
+//! A plugin's table is where they differ: containerd 2.x merges it key by key (a fragment
+//! that sets `max_concurrent_downloads` keeps the image's sandbox image and registry
+//! directories), containerd 1.x *replaces the whole table* with the fragment's (the same
+//! fragment on 1.6.20 put the CRI plugin back to its defaults: `SystemdCgroup = false`,
+//! `sandbox_image = "registry.k8s.io/pause:3.6"`, `config_path = ""`). So a version-2
+//! fragment may not touch the CRI plugin the image configures. containerd 2.x migrates a
+//! version-2 fragment; containerd 1.x reads a version-3 one without a word but ignores
+//! whatever it sets for plugins 1.x does not have (the version-3 CRI names
+//! `io.containerd.cri.v1.*`), so kiln-firstboot checks the version against the image's at
+//! boot (image.env `CONTAINERD_CONFIG_VERSION`).
+//! containerd only warns about a key it does not know (`Ignoring unknown key in TOML for
+//! plugin`), so this module does not try to know containerd's schema: it refuses what would
+//! take from the node what the image and the rest of node.toml set, each with where it is set.
+
+use toml::{Table, Value};
+
+/// The largest fragment kiln writes (and kiln-firstboot reads).
+pub const MAX_BYTES: usize = 64 * 1024;
+
+/// Why a fragment is refused: the node.toml key (with the path inside the fragment), what was
+/// expected and what was found.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// `containerd.config.plugins."…".…`.
+    pub key: String,
+    /// What was expected.
+    pub expected: String,
+    /// What was found.
+    pub found: String,
+}
+
+/// containerd 1.x's CRI plugin (config version 2).
+const CRI_V2: &str = "io.containerd.grpc.v1.cri";
+/// containerd 2.x's CRI image and runtime plugins (config version 3).
+const IMAGES_V3: &str = "io.containerd.cri.v1.images";
+const RUNTIME_V3: &str = "io.containerd.cri.v1.runtime";
+
+/// Checks `table` (from node.toml key `key`) and returns its config version and the file
+/// kiln writes: a header, `version = N` first (the line kiln-firstboot checks), then the rest
+/// as TOML.
+pub fn render(key: &str, table: &Table) -> Result<(u32, String), Refusal> {
+    let refuse = |at: &str, expected: &str, found: String| Refusal {
+        key: format!("{key}{at}"),
+        expected: expected.to_string(),
+        found,
+    };
+    let version = match table.get("version") {
+        Some(Value::Integer(v @ (2 | 3))) => *v as u32,
+        Some(v) => {
+            return Err(refuse(
+                ".version",
+                "2 (containerd 1.x) or 3 (containerd 2.x), the config version of the image's containerd",
+                v.to_string(),
+            ))
+        }
+        None => {
+            return Err(refuse(
+                ".version",
+                "`version = 3` for containerd 2.x or `version = 2` for 1.x: containerd reads a \
+                 fragment without one as version 1",
+                "no version".into(),
+            ))
+        }
+    };
+    if version == 2 && lookup(table, &["plugins", CRI_V2]).is_some() {
+        return Err(refuse(
+            &format!(".plugins.{CRI_V2:?}"),
+            "no table of the CRI plugin in a version-2 fragment: containerd 1.x replaces a \
+             plugin's whole table with an import's, which would drop the image's cgroup driver, \
+             sandbox image and registry directories; set it in the image definition",
+            "set".into(),
+        ));
+    }
+    let images = ["plugins", IMAGES_V3];
+    let runtime = ["plugins", RUNTIME_V3];
+    let runc_options = ["containerd", "runtimes", "runc", "options", "SystemdCgroup"];
+    let mut owned: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["imports"],
+            "no imports: containerd would read files kiln never checked; put the settings here",
+        ),
+        (
+            vec!["grpc", "address"],
+            "the image's socket: kubelet's containerRuntimeEndpoint (image.env CONTAINER_RUNTIME_ENDPOINT) names it",
+        ),
+    ];
+    for (field, why) in [
+        (
+            "config_path",
+            "the image's registry directories: set registries with [[containerd.registry]]",
+        ),
+        (
+            "mirrors",
+            "no registry.mirrors: use [[containerd.registry]] (containerd refuses mirrors beside config_path)",
+        ),
+        (
+            "configs",
+            "no registry.configs: TLS through [[containerd.registry]] `ca`; credentials do not belong in a 0644 file",
+        ),
+        (
+            "auths",
+            "no registry.auths: credentials do not belong in a 0644 file on every node",
+        ),
+    ] {
+        owned.push((
+            images.iter().copied().chain(["registry", field]).collect(),
+            why,
+        ));
+    }
+    owned.push((
+        images.iter().chain(&["pinned_images", "sandbox"]).copied().collect(),
+        "the image's sandbox image (baked and pinned by digest: a different one would be pulled at boot)",
+    ));
+    owned.push((
+        images
+            .iter()
+            .copied()
+            .chain(["use_local_image_pull"])
+            .collect(),
+        "true, as the image sets it: containerd's transfer-service pull reads only one directory of config_path",
+    ));
+    owned.push((
+        runtime.iter().chain(&runc_options).copied().collect(),
+        "the image's value: it must agree with kubelet's cgroupDriver, baked with it",
+    ));
+    for (path, why) in &owned {
+        if lookup(table, path).is_some() {
+            return Err(refuse(&format!(".{}", dotted(path)), why, "set".into()));
+        }
+    }
+    if let Some(list) = table.get("disabled_plugins") {
+        let Value::Array(items) = list else {
+            return Err(refuse(
+                ".disabled_plugins",
+                "a list of plugin ids",
+                list.type_str().into(),
+            ));
+        };
+        for item in items {
+            let id = item.as_str().unwrap_or_default();
+            if id.contains(".cri") || id == "io.containerd.snapshotter.v1.overlayfs" {
+                return Err(refuse(
+                    ".disabled_plugins",
+                    "no plugin kubelet needs (the CRI plugins and the overlayfs snapshotter)",
+                    format!("{item}"),
+                ));
+            }
+        }
+    }
+    let mut rest = table.clone();
+    rest.remove("version");
+    let body =
+        toml::to_string(&rest).map_err(|e| refuse("", "a table TOML can write", e.to_string()))?;
+    let text = format!(
+        "# Written by kiln render from node.toml's {key}; containerd merges it over the \
+         image's config\n# (docs/contract.md, \"containerd configuration\").\nversion = \
+         {version}\n\n{body}"
+    );
+    if text.len() > MAX_BYTES {
+        return Err(refuse(
+            "",
+            &format!("at most {MAX_BYTES} bytes as written"),
+            format!("{} bytes", text.len()),
+        ));
+    }
+    Ok((version, text))
+}
+
+/// The value at `path` (table keys), if every step is a table.
+fn lookup<'a>(table: &'a Table, path: &[&str]) -> Option<&'a Value> {
+    let (last, parents) = path.split_last()?;
+    let mut t = table;
+    for p in parents {
+        t = t.get(*p)?.as_table()?;
+    }
+    t.get(*last)
+}
+
+/// `plugins."io.containerd.cri.v1.images".registry`: dotted, quoting keys with a dot.
+fn dotted(path: &[&str]) -> String {
+    path.iter()
+        .map(|p| {
+            if p.contains('.') {
+                format!("{p:?}")
+            } else {
+                (*p).to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(text: &str) -> Table {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn a_fragment_is_written_with_its_version_first() {
+        let t = table(
+            "disabled_plugins = ['io.containerd.snapshotter.v1.zfs']\nversion = 3\n\
+             [plugins.'io.containerd.cri.v1.images']\nmax_concurrent_downloads = 5\n",
+        );
+        let (v, text) = render("containerd.config", &t).unwrap();
+        assert_eq!(v, 3);
+        let first = text.lines().find(|l| !l.starts_with('#')).unwrap();
+        assert_eq!(first, "version = 3");
+        let back: Table = text.parse().unwrap();
+        assert_eq!(back, t, "{text}");
+    }
+
+    #[test]
+    fn each_owned_setting_is_refused_naming_where_it_is_set() {
+        for (fragment, key, needle) in [
+            ("", ".version", "no version"),
+            ("version = 1", ".version", "1"),
+            ("version = '3'", ".version", "\"3\""),
+            ("version = 3\nimports = ['/x/*.toml']", ".imports", "no imports"),
+            ("version = 3\n[grpc]\naddress = '/tmp/s'", ".grpc.address", "socket"),
+            (
+                "version = 3\n[plugins.'io.containerd.cri.v1.images'.registry]\nconfig_path = '/x'",
+                ".plugins.\"io.containerd.cri.v1.images\".registry.config_path",
+                "[[containerd.registry]]",
+            ),
+            (
+                "version = 3\n[plugins.'io.containerd.cri.v1.images'.registry.configs.'r.example'.auth]\nusername = 'u'",
+                ".plugins.\"io.containerd.cri.v1.images\".registry.configs",
+                "0644",
+            ),
+            (
+                "version = 3\n[plugins.'io.containerd.cri.v1.images'.pinned_images]\nsandbox = 'x'",
+                ".plugins.\"io.containerd.cri.v1.images\".pinned_images.sandbox",
+                "sandbox image",
+            ),
+            (
+                "version = 2\n[plugins.'io.containerd.grpc.v1.cri']\nmax_concurrent_downloads = 2",
+                ".plugins.\"io.containerd.grpc.v1.cri\"",
+                "whole table",
+            ),
+            (
+                "version = 3\n[plugins.'io.containerd.cri.v1.images']\nuse_local_image_pull = false",
+                "use_local_image_pull",
+                "transfer-service",
+            ),
+            (
+                "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\nSystemdCgroup = false",
+                "runc.options.SystemdCgroup",
+                "cgroupDriver",
+            ),
+            (
+                "version = 3\ndisabled_plugins = ['io.containerd.cri.v1.images']",
+                ".disabled_plugins",
+                "CRI",
+            ),
+            ("version = 3\ndisabled_plugins = 'x'", ".disabled_plugins", "list"),
+        ] {
+            let r = render("containerd.config", &table(fragment)).unwrap_err();
+            assert!(r.key.starts_with("containerd.config"), "{r:?}");
+            assert!(r.key.ends_with(key) || r.key.contains(key), "{fragment}: {r:?}");
+            assert!(
+                r.expected.contains(needle) || r.found.contains(needle),
+                "{fragment}: {r:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn settings_kiln_does_not_own_pass_in_either_version() {
+        for fragment in [
+            "version = 3\nroot = '/data/containerd'\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.gvisor]\nruntime_type = 'io.containerd.runsc.v1'",
+            "version = 2\noom_score = -500\n[plugins.'io.containerd.internal.v1.opt']\npath = '/opt/containerd'",
+            "version = 3\ndisabled_plugins = ['io.containerd.snapshotter.v1.zfs']",
+        ] {
+            render("containerd.config", &table(fragment)).unwrap();
+        }
+    }
+
+    #[test]
+    fn an_oversized_fragment_is_refused() {
+        let big = format!(
+            "version = 3\n[plugins.x]\nv = '{}'\n",
+            "a".repeat(MAX_BYTES)
+        );
+        let r = render("containerd.config", &table(&big)).unwrap_err();
+        assert!(r.expected.contains("65536 bytes"), "{r:?}");
+    }
+}
