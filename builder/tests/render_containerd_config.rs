@@ -291,3 +291,48 @@ fn containerd_1_6_merges_a_version_2_fragment_and_ignores_version_3_cri_settings
         "{ignored}"
     );
 }
+
+/// `kiln render --check` reads the file back with the same rules, and the version line
+/// kiln-firstboot checks.
+#[test]
+fn render_check_refuses_a_tampered_fragment() {
+    let dir = render_support::node_dir(&format!(
+        "{NODE}[containerd.config]\nversion = 3\n\
+         [containerd.config.plugins.'io.containerd.cri.v1.images']\nmax_concurrent_downloads = 5\n"
+    ));
+    let tree = dir.path().join("tree");
+    let node = dir.path().join("node.toml");
+    let o = render_support::run(
+        render_support::kiln()
+            .args(["render", "-p", "files", "-o"])
+            .arg(&tree)
+            .arg(&node),
+    );
+    assert!(o.status.success());
+    let check = || {
+        render_support::kiln()
+            .args(["render", "--check"])
+            .arg(&tree)
+            .output()
+            .unwrap()
+    };
+    assert_eq!(check().status.code(), Some(0), "{:?}", check());
+    let file = tree.join("etc/kiln").join(CONTAINERD_CONFIG);
+    for (text, needle) in [
+        (
+            "version = 3\nimports = ['/x/*.toml']\n",
+            "imports: expected no imports",
+        ),
+        ("version = 4\n", "found 4"),
+        (
+            "\"version\" = 3\n",
+            "expected a line `version = 3` before any table",
+        ),
+    ] {
+        std::fs::write(&file, text).unwrap();
+        let o = check();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "{text}: {err}");
+        assert!(err.contains(needle), "{needle:?} not in {err}");
+    }
+}

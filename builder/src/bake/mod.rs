@@ -5,6 +5,7 @@
 
 pub mod assemble;
 pub mod chunk_cache;
+pub mod containerd;
 pub mod error;
 pub mod extract;
 pub mod gpg;

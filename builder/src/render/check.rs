@@ -227,9 +227,11 @@ fn content_problem(file: &NodeFile, all: &[NodeFile]) -> Result<(), String> {
                 .lines()
                 .map(str::trim)
                 .find(|l| l.starts_with("version") || l.starts_with('['));
-            if first != Some(format!("version = {version}").as_str()) {
+            let wanted = version.to_string();
+            if !first.is_some_and(|l| l.split('=').map(str::trim).eq(["version", wanted.as_str()]))
+            {
                 return Err(format!(
-                    "expected `version = {version}` before any table (the line kiln-firstboot checks against the image), found {first:?}"
+                    "expected a line `version = {version}` before any table (the line kiln-firstboot checks against the image), found {first:?}"
                 ));
             }
             Ok(())
