@@ -39,6 +39,8 @@ for k in {SYSCTLS}; do echo \"KILN-TEST-FACT sysctl:$k $(cat /proc/sys/$k 2>/dev
 for u in {TIMED_UNITS}; do echo \"KILN-TEST-FACT unit-times:$u $(systemctl show -P InactiveExitTimestampMonotonic $u) $(systemctl show -P ActiveEnterTimestampMonotonic $u)\"; done
 echo \"KILN-TEST-FACT kubelet-first-start $(journalctl -b -o short-monotonic --no-pager -u kubelet.service 2>/dev/null | grep -m1 ' Started ' | sed -E 's/^\\[ *([0-9.]+)\\].*/\\1/')\"
 for b in kubelet containerd kiln-firstboot; do echo \"KILN-TEST-FACT elf-machine:/usr/bin/$b $(od -An -tu2 -j18 -N2 /usr/bin/$b 2>/dev/null | tr -d ' ')\"; done
+echo \"KILN-TEST-FACT containerd-opt $(ls /opt/kiln-test/containerd-opt 2>/dev/null | tr '\\n' ' ')\"
+echo \"KILN-TEST-FACT containerd-environ-config $(tr '\\0' '\\n' </proc/$(systemctl show -P MainPID containerd.service)/environ 2>/dev/null | grep -c '^KILN_CONTAINERD_CONFIG=')\"
 echo \"KILN-TEST-FACT swaps $(tail -n +2 /proc/swaps | awk '{{print $1\":\"$3}}' | tr '\\n' ' ')\"
 echo \"KILN-TEST-FACT sysext-link $(readlink /etc/extensions/kubernetes.raw 2>/dev/null)\"
 echo \"KILN-TEST-FACT sysext-status $(systemd-sysext status 2>&1 | tr -s ' ' | tr '\\n' ';')\"

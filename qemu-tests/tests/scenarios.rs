@@ -528,7 +528,10 @@ fn cloud_init() {
     s.node.extra =
         "\n[kubelet.config]\nimageGCHighThresholdPercent = 90\nimageGCLowThresholdPercent = 75\n\
                     \n[sysctl]\n\"net.core.somaxconn\" = 8192\n\"vm.max_map_count\" = 262144\n\
-                    \n[swap]\nfile_size = \"64Mi\"\n"
+                    \n[swap]\nfile_size = \"64Mi\"\n\
+                    \n[containerd.config]\nversion = 3\n\
+                    [containerd.config.plugins.'io.containerd.internal.v1.opt']\n\
+                    path = '/opt/kiln-test/containerd-opt'\n"
             .into();
     // And a registry mirror with its own CA ([[containerd.registry]]): the pod's image is not
     // imported but pulled by the node's containerd through the hosts.toml and CA cloud-init
@@ -590,6 +593,21 @@ fn cloud_init() {
             o.facts
         );
     }
+    // [containerd.config]: containerd ran with the node's fragment (its `opt` plugin made the
+    // directory the fragment names, with `bin` and `lib` in it), and the running containerd
+    // is the one kiln-firstboot restarted for it (the fingerprint in its environment).
+    assert_eq!(
+        o.facts.get("containerd-opt").map(|s| s.trim()),
+        Some("bin lib"),
+        "{:?}",
+        o.facts
+    );
+    assert_eq!(
+        o.facts.get("containerd-environ-config").map(String::as_str),
+        Some("1"),
+        "{:?}",
+        o.facts
+    );
     // [swap]: the swap file kiln-firstboot made is on (in /proc/swaps, 64 MiB in KiB), and
     // kubelet runs with LimitedSwap and failSwapOn off from the provisioned drop-in.
     assert_eq!(
