@@ -44,7 +44,7 @@ put() { # SRC DEST: copy when different
 
 # linux/amd64: the workspace's own toolchain (the stand-in kubelet the boot tests run).
 if [ -n "${KILN_STANDINS_AMD64:-}" ]; then
-  for b in kubelet crictl kubeadm; do
+  for b in kubelet crictl kubeadm credential-provider; do
     [ -x "$KILN_STANDINS_AMD64/$b" ] || die "KILN_STANDINS_AMD64=$KILN_STANDINS_AMD64 holds no $b program"
   done
   amd64=$KILN_STANDINS_AMD64
@@ -52,11 +52,11 @@ else
   (unset RUSTC RUSTDOC RUSTC_BOOTSTRAP && cargo build -q --locked --release -p standin-kubelet -p standin-kubeadm)
   amd64=target/release
 fi
-for b in kubelet crictl kubeadm; do put "$amd64/$b" "$out/linux-amd64/$b"; done
+for b in kubelet crictl kubeadm credential-provider; do put "$amd64/$b" "$out/linux-amd64/$b"; done
 
 # linux/arm64: one cross build with the arm64 cri-smoke (scripts/cross-arm64.sh).
 arm64=$(scripts/cross-arm64.sh)
-for b in kubelet crictl kubeadm; do put "$arm64/$b" "$out/linux-arm64/$b"; done
+for b in kubelet crictl kubeadm credential-provider; do put "$arm64/$b" "$out/linux-arm64/$b"; done
 
 # windows/amd64: Debian's compiler with std rebuilt for the target, the firstboot profile
 # (small, panic=abort) and the same build-std flags as kiln-firstboot, so the Windows std build

@@ -163,6 +163,20 @@ mkdir -p "$work/crictl-win"
 install -m 0755 "$STANDINS/windows-amd64/crictl.exe" "$work/crictl-win/crictl.exe"
 targz "$up/crictl-v$crictl_v-windows-amd64.tar.gz" "$work/crictl-win" crictl.exe
 
+# The image credential providers the real lock pins, in their upstream layouts
+# (artifacts.k8s.io's binaries/<project>/<version>/…), each the stand-in provider
+# (tools/standin-kubelet, credential-provider) under the provider's name.
+cp_v=v1.31.7-standin
+gcp_v=v35.0.0-standin
+for arch in amd64 arm64; do
+  d=$up/cloud-provider-aws/$cp_v/linux/$arch
+  mkdir -p "$d"
+  install -m 0755 "$STANDINS/linux-$arch/credential-provider" "$d/ecr-credential-provider-linux-$arch"
+  d=$up/cloud-provider-gcp/$gcp_v/auth-provider-gcp/linux/$arch
+  mkdir -p "$d"
+  install -m 0755 "$STANDINS/linux-$arch/credential-provider" "$d/auth-provider-gcp"
+done
+
 # Windows containerd (bin/*.exe) and CNI plugins (./*.exe), upstream's layouts, each .exe
 # the named PE stand-in.
 win_ctd=(containerd.exe containerd-shim-runhcs-v1.exe ctr.exe)
@@ -194,6 +208,7 @@ entry() { # NAME VERSION OS ARCH FORMAT FILE MEMBERS...
     case $os/$name in
       linux/kubeadm) echo "verified = \"fixture: the workspace's kubeadm join double (tools/standin-kubeadm) built for $os/$arch by scripts/build-standins.sh; not upstream\"" ;;
       */kube*) echo "verified = \"fixture: the workspace's stand-in kubelet (tools/standin-kubelet) built for $os/$arch by scripts/build-standins.sh, under the name $name; not upstream\"" ;;
+      */ecr-credential-provider | */auth-provider-gcp) echo "verified = \"fixture: the workspace's stand-in credential provider (tools/standin-kubelet) built for $os/$arch by scripts/build-standins.sh, under the name $name; not upstream\"" ;;
       */crictl) echo "verified = \"fixture: the workspace's crictl stand-in (tools/standin-kubelet) built for $os/$arch by scripts/build-standins.sh; Debian 12 has no cri-tools; not upstream\"" ;;
       windows/*) echo "verified = \"fixture: PE stand-ins built with mingw by scripts/build-standins.sh in upstream's $name archive layout; not upstream\"" ;;
       *) echo "verified = \"fixture: repacked by scripts/fixture-mirror.sh from Debian's $arch $name package fetched with $how\"" ;;
@@ -253,6 +268,14 @@ for arch in amd64 arm64; do
   entry crictl "$crictl_v" linux "$arch" tar.gz "crictl-v$crictl_v-linux-$arch.tar.gz" crictl=bin/crictl
 done
 entry crictl "$crictl_v" windows amd64 tar.gz "crictl-v$crictl_v-windows-amd64.tar.gz" crictl.exe=crictl.exe
+for arch in amd64 arm64; do
+  entry ecr-credential-provider "$cp_v" linux "$arch" binary \
+    "cloud-provider-aws/$cp_v/linux/$arch/ecr-credential-provider-linux-$arch" \
+    "ecr-credential-provider-linux-$arch=libexec/kiln/credential-providers/ecr-credential-provider"
+  entry auth-provider-gcp "$gcp_v" linux "$arch" binary \
+    "cloud-provider-gcp/$gcp_v/auth-provider-gcp/linux/$arch/auth-provider-gcp" \
+    "auth-provider-gcp=libexec/kiln/credential-providers/auth-provider-gcp"
+done
 
 mkdir -p "$out/keys"
 rm -f "$out/keys/fixture.key" "$out/keys/fixture.pub"

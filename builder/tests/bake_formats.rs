@@ -375,3 +375,61 @@ fn sysext_in_every_compression_holds_the_same_files() {
         assert_eq!(listing, &trees[0].1, "{comp} differs from zstd");
     }
 }
+
+/// A definition that lists a credential provider from the lock bakes its binary, executable,
+/// where the image's `CREDENTIAL_PROVIDER_BIN_DIR` says and under the provider's own name
+/// (what kubelet looks up), as the committed lock's entries place it.
+#[test]
+fn a_credential_provider_from_the_lock_lands_in_the_bin_dir_image_env_names() {
+    let mut fx = fixture(Bins::Tiny);
+    fx.arts.push(Art {
+        name: "ecr-credential-provider".into(),
+        version: "v1.31.7".into(),
+        os: "linux",
+        arch: "amd64",
+        format: "binary",
+        file: "ecr-credential-provider-linux-amd64".into(),
+        bytes: tiny_elf(X86_64, "ecr-credential-provider"),
+        members: vec![(
+            "ecr-credential-provider-linux-amd64".into(),
+            "libexec/kiln/credential-providers/ecr-credential-provider".into(),
+        )],
+    });
+    let (store, lock) = write_store(fx.dir.path(), &fx.arts);
+    fx.store = store;
+    fx.lock = lock;
+    // Beside a copy of images/data, which the definition names relatively.
+    let def = fx.dir.path().join("def.toml");
+    std::fs::create_dir_all(fx.dir.path().join("data")).unwrap();
+    for e in std::fs::read_dir(repo().join("images/data")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), fx.dir.path().join("data").join(e.file_name())).unwrap();
+    }
+    let base = std::fs::read_to_string(repo().join("images/ubuntu.toml")).unwrap();
+    std::fs::write(
+        &def,
+        format!("{base}\n[[artifact]]\nname = \"ecr-credential-provider\"\n"),
+    )
+    .unwrap();
+    let out = fx.dir.path().join("out");
+    ok(
+        &bake_cli(&fx, &def, "rootfs", "amd64", &out, &[]),
+        "bake rootfs",
+    );
+    let tarball = out.join(format!("ubuntu-{}-amd64.tar.zst", kube_version()));
+    let list = run(Command::new("tar").arg("--zstd").arg("-tvf").arg(&tarball));
+    let line = list
+        .lines()
+        .find(|l| l.ends_with(" usr/libexec/kiln/credential-providers/ecr-credential-provider"))
+        .unwrap_or_else(|| panic!("no provider in:\n{list}"));
+    assert!(line.starts_with("-rwxr-xr-x"), "{line}");
+    let env = run(Command::new("tar")
+        .arg("--zstd")
+        .arg("-xOf")
+        .arg(&tarball)
+        .arg("usr/lib/kiln/image.env"));
+    assert!(
+        env.contains("CREDENTIAL_PROVIDER_BIN_DIR=/usr/libexec/kiln/credential-providers\n"),
+        "{env}"
+    );
+}

@@ -50,6 +50,7 @@ mod prop_parsers;
 mod prop_squashfs;
 mod render_config;
 mod render_containerd_config;
+mod render_credential_providers;
 mod render_registry_pull;
 mod render_roundtrip;
 mod render_sysext;

@@ -57,6 +57,9 @@ pub struct Config {
     /// The node's containerd configuration (`/etc/kiln/containerd/conf.d/provisioned.toml`),
     /// its config version checked against the image's.
     pub containerd_config: Option<String>,
+    /// `/etc/kiln/credential-providers.json` is there, and each provider it names has its
+    /// binary in the image: kubelet gets the two credential provider flags.
+    pub credential_providers: bool,
     /// `/etc/kiln/sysctl.conf`'s settings, checked, in the file's order.
     pub sysctl: Vec<(String, String)>,
     /// The sizing settings of image.env and node.env.
@@ -274,6 +277,16 @@ pub fn load_with_secrets(
             ))
         })?;
     }
+    let credential_providers = match fsutil::read_regular(&paths.credential_providers, 256 * 1024)
+        .map_err(invalid)?
+    {
+        None => false,
+        Some(text) => {
+            credential_provider_binaries(&paths.root, &image.credential_provider_bin_dir, &text)
+                .map_err(|e| invalid(format!("{}: {e}", paths.credential_providers.display())))?;
+            true
+        }
+    };
     let sysctl = match fsutil::read_regular(&paths.node_sysctl, 256 * 1024).map_err(invalid)? {
         None => Vec::new(),
         Some(text) => crate::contract::sysctl::parse(&text)
@@ -283,6 +296,7 @@ pub fn load_with_secrets(
         kubelet_config,
         kubelet_dropin,
         containerd_config,
+        credential_providers,
         sysctl,
         sizing,
         image,
@@ -309,6 +323,39 @@ fn containerd_config_version(text: &str, wanted: &str) -> Result<(), String> {
         Some(l) if !l.starts_with('[') => Err(format!("`{l}`")),
         _ => Err("no version".into()),
     }
+}
+
+/// Checks that every provider the credential provider config names has its binary in the
+/// image: kubelet looks each up at start and, missing, exits 1 with a message that names no
+/// path (`plugin binary executable  did not exist`: `exec.LookPath` returns "" on failure).
+/// The rest of the file is kubelet's to check, as `kiln render` did.
+fn credential_provider_binaries(root: &Path, bin_dir: &str, text: &str) -> Result<(), String> {
+    let doc = crate::json::parse(text).map_err(|e| format!("expected JSON: {e}"))?;
+    let providers = doc
+        .get("providers")
+        .and_then(|p| p.as_array())
+        .filter(|p| !p.is_empty())
+        .ok_or("expected a CredentialProviderConfig with `providers`, found none")?;
+    for p in providers {
+        let name = p.get("name").and_then(|n| n.as_text()).unwrap_or("");
+        let bin = format!("{bin_dir}/{name}");
+        let ok = !name.is_empty()
+            && !name.contains('/')
+            && std::fs::metadata(paths::under(root, &bin)).is_ok_and(|m| {
+                #[cfg(unix)]
+                let exec = std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0;
+                #[cfg(not(unix))]
+                let exec = true;
+                m.is_file() && exec
+            });
+        if !ok {
+            return Err(format!(
+                "provider {name:?}: expected its executable {bin} in this image (image.env \
+                 CREDENTIAL_PROVIDER_BIN_DIR), found none"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The most a credential file may hold.

@@ -143,8 +143,26 @@ pub fn kubelet_args(cfg: &Config, node: &Node) -> String {
     if !cfg.node.node_labels.is_empty() {
         flag("node-labels", &cfg.node.node_labels);
     }
+    push_credential_providers(&mut a, cfg);
     push_extra(&mut a, &cfg.node.kubelet_extra_args);
     a
+}
+
+/// kubelet's two credential provider flags, only with `/etc/kiln/credential-providers.json`:
+/// either alone makes kubelet register plugins (and fail), neither has a config field.
+fn push_credential_providers(a: &mut String, cfg: &Config) {
+    if cfg.credential_providers {
+        push_flag(
+            a,
+            "image-credential-provider-config",
+            paths::CREDENTIAL_PROVIDERS,
+        );
+        push_flag(
+            a,
+            "image-credential-provider-bin-dir",
+            &cfg.image.credential_provider_bin_dir,
+        );
+    }
 }
 
 /// kubelet's `--config-dir` as the node spells it (Windows: under the system drive, as the
@@ -199,6 +217,7 @@ pub fn kubeadm_kubelet_args(cfg: &Config, node: &Node) -> String {
     if !cfg.node.node_labels.is_empty() {
         push_flag(&mut a, "node-labels", &cfg.node.node_labels);
     }
+    push_credential_providers(&mut a, cfg);
     push_extra(&mut a, &cfg.node.kubelet_extra_args);
     a
 }

@@ -27,6 +27,7 @@ mod report_contract;
 mod report_diagnose;
 mod report_run;
 mod run_captured;
+mod run_credential_providers;
 mod run_faults;
 mod run_hostile;
 mod run_kubeadm;

@@ -64,6 +64,12 @@ pub fn image_env(
             "2"
         };
         env.set(image_env::CONTAINERD_CONFIG_VERSION, version);
+        // Where lock entries for credential providers place their binaries
+        // (`libexec/kiln/credential-providers/<name>` under /usr).
+        env.set(
+            image_env::CREDENTIAL_PROVIDER_BIN_DIR,
+            paths::DEFAULT_CREDENTIAL_PROVIDER_BIN_DIR,
+        );
     }
     env.set(image_env::KUBELET_UNIT, image_env::DEFAULT_KUBELET_UNIT)
         .set(

@@ -236,6 +236,17 @@ fn content_problem(file: &NodeFile, all: &[NodeFile]) -> Result<(), String> {
             }
             Ok(())
         }
+        // kubelet's own decoding and rules (kiln-kubelet-config), as `kiln render` applies them.
+        crate::render::model::CREDENTIAL_PROVIDERS => {
+            use kiln_kubelet_config::credential_provider::{decode, validate};
+            let providers = decode(text()?)?;
+            let errs = validate(&providers, true);
+            if errs.is_empty() {
+                Ok(())
+            } else {
+                Err(kiln_kubelet_config::validate::aggregate(&errs))
+            }
+        }
         "kubelet-dropin.conf" => {
             let name = "kubelet-dropin.conf";
             let part = crate::render::kubelet_dropin::file_part(name, text()?);

@@ -161,6 +161,8 @@ pub struct NodeConfig {
     /// `[containerd.config]` or `containerd.config_file`, as written for the node (version
     /// line first).
     pub containerd_config: Option<String>,
+    /// `[[kubelet.credential_provider]]` as kubelet's `CredentialProviderConfig` (JSON).
+    pub credential_providers: Option<Vec<u8>>,
     /// `[trust]`: CA certificates containerd and kubelet trust beside the system's (PEM).
     pub trust_pem: Option<Vec<u8>>,
     /// `swap.file_size` in bytes: node.env's `SWAP_FILE_SIZE`.

@@ -65,6 +65,12 @@ pub fn render_payload(
                 "[trust] reaches containerd and kubelet through Go's SSL_CERT_DIR, which Go on Windows does not read (it asks the Windows certificate store): leave it out for the windows provisioner and add the CA to the image's LocalMachine\\Root store",
             ))
         }
+        Provisioner::Windows if files.iter().any(|f| f.name == model::CREDENTIAL_PROVIDERS) => {
+            return Err(RenderError::check(
+                "node.toml",
+                "[[kubelet.credential_provider]] names binaries under the image's Linux CREDENTIAL_PROVIDER_BIN_DIR; the Windows layer carries none: leave it out for the windows provisioner",
+            ))
+        }
         Provisioner::Windows if files.iter().any(|f| f.name == model::CONTAINERD_CONFIG) => {
             return Err(RenderError::check(
                 "node.toml",

@@ -33,7 +33,13 @@ pub const CONTRACT_FILES: &[(&str, u32)] = &[
     ("sysctl.conf", PUBLIC_MODE),
     (TRUST_BUNDLE, PUBLIC_MODE),
     (CONTAINERD_CONFIG, PUBLIC_MODE),
+    // 0600: a provider's `env` may hold what only kubelet (root) should read.
+    (CREDENTIAL_PROVIDERS, SECRET_MODE),
 ];
+
+/// node.toml's `[[kubelet.credential_provider]]` (kiln-firstboot's
+/// `paths::CREDENTIAL_PROVIDERS`).
+pub const CREDENTIAL_PROVIDERS: &str = "credential-providers.json";
 
 /// node.toml's `[containerd.config]`, in the directory the image's containerd config imports
 /// (docs/contract.md, "containerd configuration"; kiln-firstboot's

@@ -50,6 +50,13 @@ impl NodeConfig {
                 contents: kiln_firstboot::contract::sysctl::render(&self.sysctl).into_bytes(),
             });
         }
+        if let Some(json) = &self.credential_providers {
+            files.push(NodeFile {
+                name: crate::render::model::CREDENTIAL_PROVIDERS.into(),
+                mode: SECRET_MODE,
+                contents: json.clone(),
+            });
+        }
         if let Some(text) = &self.containerd_config {
             files.push(NodeFile {
                 name: crate::render::model::CONTAINERD_CONFIG.into(),

@@ -9,8 +9,7 @@ use kiln_firstboot::contract::{self, envfile};
 use kiln_firstboot::redact::valid_token;
 use serde::Deserialize;
 
-use crate::proxy_url;
-use crate::render::config::{ApiServer, ConfigError, Credential, JoinMode, NodeConfig};
+use crate::render::config::{ConfigError, Credential, JoinMode, NodeConfig};
 use crate::render::names::{is_dns_subdomain, is_label_value, is_qualified_key};
 use crate::render::{config::Provider, config::Taint, input, pki};
 
@@ -105,6 +104,22 @@ struct RawKubelet {
     cluster_dns: Vec<String>,
     #[serde(default)]
     server_tls_bootstrap: bool,
+    #[serde(default)]
+    credential_provider: Vec<RawCredentialProvider>,
+}
+
+/// `[[kubelet.credential_provider]]`: one of kubelet's image credential provider plugins.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCredentialProvider {
+    name: String,
+    match_images: Vec<String>,
+    default_cache_duration: String,
+    api_version: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -327,6 +342,7 @@ impl Validator<'_> {
         }
         let swap_file_size = self.swap_file_size(raw.swap.as_ref())?;
         let kubelet_dropin = self.kubelet_dropin(&kubelet, raw.swap.as_ref())?;
+        let credential_providers = self.credential_providers(&kubelet)?;
         let sysctl = self.sysctl(&raw.sysctl)?;
         let containerd_config = self.containerd_config(&raw.containerd)?;
         let registries = self.registries(raw.containerd)?;
@@ -371,6 +387,7 @@ impl Validator<'_> {
             sysctl,
             registries,
             containerd_config,
+            credential_providers,
             trust_pem,
             swap_file_size,
             cluster_dns: kubelet.cluster_dns,
@@ -378,63 +395,6 @@ impl Validator<'_> {
             http_proxy: proxy.http,
             https_proxy: proxy.https,
             no_proxy: proxy.no_proxy,
-        })
-    }
-
-    fn proxy_url(&self, key: &str, url: &str) -> Result<(), ConfigError> {
-        if let Some(host) = proxy_url::credentials_host(url) {
-            let found = format!("a URL with credentials before `@{host}` (not shown)");
-            return Err(self.invalid(key, proxy_url::NO_CREDENTIALS, found));
-        }
-        let ok = proxy_url::scheme_rest(url).is_some_and(|r| !r.is_empty()) && plain_token(url);
-        if !ok {
-            return Err(self.invalid(
-                key,
-                "an http:// or https:// URL without whitespace or quotes",
-                format!("{url:?}"),
-            ));
-        }
-        Ok(())
-    }
-
-    fn api_server(&self, url: &str) -> Result<ApiServer, ConfigError> {
-        let bad = || {
-            self.invalid(
-                "api_server",
-                "an https://host[:port] URL without a path",
-                format!("{url:?}"),
-            )
-        };
-        let rest = url.strip_prefix("https://").ok_or_else(bad)?;
-        let rest = rest.strip_suffix('/').unwrap_or(rest);
-        if rest.is_empty() || rest.contains(['/', '?', '#', '@']) || !plain_token(rest) {
-            return Err(bad());
-        }
-        let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
-            let (h, after) = v6.split_once(']').ok_or_else(bad)?;
-            if h.parse::<std::net::Ipv6Addr>().is_err() {
-                return Err(bad());
-            }
-            (format!("[{h}]"), after.strip_prefix(':'))
-        } else {
-            match rest.split_once(':') {
-                Some((h, p)) => (h.to_string(), Some(p)),
-                None => (rest.to_string(), None),
-            }
-        };
-        let port = match port {
-            None => 443,
-            Some(p) => match p.parse::<u16>() {
-                Ok(n) if n > 0 => n,
-                _ => return Err(bad()),
-            },
-        };
-        if host.is_empty() {
-            return Err(bad());
-        }
-        Ok(ApiServer {
-            url: format!("https://{rest}"),
-            endpoint: format!("{host}:{port}"),
         })
     }
 

@@ -23,6 +23,8 @@ pub const CONTAINERD_VERSION: &str = "CONTAINERD_VERSION";
 /// The config version the image's containerd reads (`2` for 1.x, `3` for 2.x); node.toml's
 /// `[containerd.config]` must declare the same.
 pub const CONTAINERD_CONFIG_VERSION: &str = "CONTAINERD_CONFIG_VERSION";
+/// Where the image's kubelet image credential provider binaries are.
+pub const CREDENTIAL_PROVIDER_BIN_DIR: &str = "CREDENTIAL_PROVIDER_BIN_DIR";
 /// runc's version.
 pub const RUNC_VERSION: &str = "RUNC_VERSION";
 /// The CNI plugins' version.
@@ -87,6 +89,8 @@ pub struct ImageEnv {
     pub deadline_secs: Option<u64>,
     /// `CONTAINERD_CONFIG_VERSION` (empty when the image predates it).
     pub containerd_config_version: String,
+    /// `CREDENTIAL_PROVIDER_BIN_DIR` (a node path).
+    pub credential_provider_bin_dir: String,
 }
 
 impl ImageEnv {
@@ -122,6 +126,10 @@ impl ImageEnv {
             default_max_pods,
             deadline_secs,
             containerd_config_version: text(CONTAINERD_CONFIG_VERSION, ""),
+            credential_provider_bin_dir: text(
+                CREDENTIAL_PROVIDER_BIN_DIR,
+                paths::DEFAULT_CREDENTIAL_PROVIDER_BIN_DIR,
+            ),
         })
     }
 }

@@ -60,6 +60,13 @@ pub const NODE_SYSCTL: &str = "/etc/kiln/sysctl.conf";
 /// A KubeletConfiguration drop-in kubelet merges over its config (`kiln render`'s
 /// `[kubelet.config]` and `kubelet.config_file`).
 pub const KUBELET_DROPIN: &str = "/etc/kiln/kubelet-dropin.conf";
+/// kubelet's image credential provider config (node.toml's `[[kubelet.credential_provider]]`,
+/// a `CredentialProviderConfig` in JSON): with it, kiln-firstboot passes kubelet
+/// `--image-credential-provider-config` and `--image-credential-provider-bin-dir`.
+pub const CREDENTIAL_PROVIDERS: &str = "/etc/kiln/credential-providers.json";
+/// Where the image carries credential provider binaries (image.env
+/// `CREDENTIAL_PROVIDER_BIN_DIR` unset).
+pub const DEFAULT_CREDENTIAL_PROVIDER_BIN_DIR: &str = "/usr/libexec/kiln/credential-providers";
 /// The directory the image's containerd config imports (`imports = ['…/conf.d/*.toml']`).
 pub const CONTAINERD_CONF_D: &str = "/etc/kiln/containerd/conf.d";
 /// node.toml's `[containerd.config]`, in [`CONTAINERD_CONF_D`]: containerd merges it over
@@ -191,6 +198,8 @@ pub struct NodePaths {
     pub kubelet_dropin: PathBuf,
     /// [`NODE_CONTAINERD_CONFIG`].
     pub containerd_config: PathBuf,
+    /// [`CREDENTIAL_PROVIDERS`].
+    pub credential_providers: PathBuf,
     /// [`KUBELET_NODE_DROPIN`].
     pub kubelet_node_dropin: PathBuf,
     /// [`KUBELET_PROVISIONED_DROPIN`].
@@ -237,6 +246,7 @@ impl NodePaths {
             node_sysctl: at(NODE_SYSCTL),
             kubelet_dropin: at(KUBELET_DROPIN),
             containerd_config: at(NODE_CONTAINERD_CONFIG),
+            credential_providers: at(CREDENTIAL_PROVIDERS),
             kubelet_node_dropin: at(KUBELET_NODE_DROPIN),
             kubelet_provisioned_dropin: at(KUBELET_PROVISIONED_DROPIN),
             kubelet_env: at(KUBELET_ENV),

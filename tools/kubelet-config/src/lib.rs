@@ -20,8 +20,10 @@
 //!
 //! The drop-in directory (`--config-dir`) is [`dropin`].
 
+pub mod credential_provider;
 pub mod dropin;
 pub mod feature_gates;
+pub mod go_syntax;
 pub mod types;
 pub mod units;
 pub mod validate;

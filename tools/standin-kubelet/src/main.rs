@@ -302,6 +302,40 @@ fn main() -> ExitCode {
     if let Err(e) = check_runtime(&endpoint, env_ms(&conf, "STANDIN_RUNTIME_WAIT_MS", 10_000)) {
         return command_failed(&e);
     }
+    // The runtime manager registers the image credential providers once either flag is set,
+    // and exits 1 on any error (tools/kubelet-config/src/credential_provider.rs).
+    let cp_config = flags.get("image-credential-provider-config").unwrap_or("");
+    let cp_bin_dir = flags.get("image-credential-provider-bin-dir").unwrap_or("");
+    if !cp_config.is_empty() || !cp_bin_dir.is_empty() {
+        // KubeletServiceAccountTokenForCredentialProviders: beta, on by default since v1.34.
+        let gate = kc
+            .feature_gates
+            .as_ref()
+            .and_then(|g| {
+                g.get("KubeletServiceAccountTokenForCredentialProviders")
+                    .copied()
+            })
+            .unwrap_or(true);
+        match config::credential_provider::register(cp_config, cp_bin_dir, gate) {
+            Ok(names) => {
+                let _ = write_atomic(
+                    &root_dir.join("standin").join("credential-providers"),
+                    format!("{}\n", names.join(" ")).as_bytes(),
+                );
+            }
+            Err(e) => {
+                klog(
+                    'E',
+                    "kuberuntime_manager.go:315",
+                    &format!(
+                        "\"Failed to register CRI auth plugins\" err=\"{}\"",
+                        quote(&e)
+                    ),
+                );
+                return ExitCode::from(1);
+            }
+        }
+    }
     let client = match bootstrap::decide(flags.get("kubeconfig"), flags.get("bootstrap-kubeconfig"))
     {
         Ok(c) => c,

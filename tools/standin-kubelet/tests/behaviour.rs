@@ -465,3 +465,119 @@ fn feature_gates_are_set_as_kubelet_sets_them() {
         "{err}"
     );
 }
+
+/// `--image-credential-provider-config` / `--image-credential-provider-bin-dir`: either one
+/// registers the plugins, and any error is logged and ends kubelet with exit 1
+/// (kuberuntime_manager.go); a good config with its binaries runs on.
+#[test]
+fn credential_providers_are_registered_as_kubelet_registers_them() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempdir("credprov");
+    let (sock, _listener) = setup(&dir, "success");
+    let bin = dir.join("providers");
+    std::fs::create_dir_all(&bin).unwrap();
+    let cfg = dir.join("credential-providers.json");
+    std::fs::write(
+        &cfg,
+        r#"{"apiVersion":"kubelet.config.k8s.io/v1","kind":"CredentialProviderConfig","providers":[{"name":"ecr-credential-provider","matchImages":["*.dkr.ecr.*.amazonaws.com"],"defaultCacheDuration":"12h","apiVersion":"credentialprovider.kubelet.k8s.io/v1"}]}"#,
+    )
+    .unwrap();
+    let cfg_flag = format!("--image-credential-provider-config={}", cfg.display());
+    let bin_flag = format!("--image-credential-provider-bin-dir={}", bin.display());
+    let failed = |extra: &[&str], want: &str| {
+        let (code, err) = run_quick(&dir, &sock, extra);
+        assert_eq!(code, Some(1), "{extra:?}: {err}");
+        assert!(
+            err.contains(&format!(
+                "\"Failed to register CRI auth plugins\" err=\"{want}"
+            )),
+            "{extra:?}: {err}"
+        );
+    };
+    // One flag alone.
+    failed(&[&cfg_flag], "plugin binary directory  did not exist");
+    failed(&[&bin_flag], "credential provider config path is empty");
+    // The binary is missing: kubelet's message names no path.
+    failed(
+        &[&cfg_flag, &bin_flag],
+        "plugin binary executable  did not exist\"",
+    );
+    // A rule of validateCredentialProviderConfig.
+    let exe = bin.join("ecr-credential-provider");
+    std::fs::write(&exe, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let good = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, good.replace("\"12h\"", "\"-5m\"")).unwrap();
+    failed(
+        &[&cfg_flag, &bin_flag],
+        "failed to validate credential provider config: providers.defaultCacheDuration: Invalid value: \\\"-5m0s\\\"",
+    );
+    // All good: it runs on and records what it registered.
+    std::fs::write(&cfg, good).unwrap();
+    let mut child = kubelet(&dir, &sock, free_port())
+        .args([&cfg_flag, &bin_flag])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let record = dir.join("var-lib-kubelet/standin/credential-providers");
+    let until = Instant::now() + Duration::from_secs(20);
+    while !record.exists() && Instant::now() < until && child.try_wait().unwrap().is_none() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        std::fs::read_to_string(&record).unwrap(),
+        "ecr-credential-provider\n"
+    );
+}
+
+/// The stand-in credential provider answers kubelet's exec protocol: the request's
+/// apiVersion back, credentials for the image's registry; anything else is an error.
+#[test]
+fn the_credential_provider_stand_in_speaks_the_exec_protocol() {
+    let run = |input: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_credential-provider"))
+            .arg("get-credentials")
+            .env("STANDIN_CREDENTIAL_PASSWORD", "pw")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let o = run(
+        r#"{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialProviderRequest","image":"123.dkr.ecr.eu-west-1.amazonaws.com/team/app:1"}"#,
+    );
+    assert!(o.status.success(), "{o:?}");
+    let resp: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(resp["kind"], "CredentialProviderResponse");
+    assert_eq!(resp["apiVersion"], "credentialprovider.kubelet.k8s.io/v1");
+    assert_eq!(
+        resp["auth"]["123.dkr.ecr.eu-west-1.amazonaws.com"]["password"],
+        "pw"
+    );
+    let o = run(
+        r#"{"apiVersion":"credentialprovider.kubelet.k8s.io/v1beta1","kind":"CredentialProviderRequest","image":"busybox"}"#,
+    );
+    let resp: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        resp["apiVersion"],
+        "credentialprovider.kubelet.k8s.io/v1beta1"
+    );
+    assert_eq!(resp["auth"]["docker.io"]["username"], "standin");
+    for bad in [
+        r#"{"apiVersion":"credentialprovider.kubelet.k8s.io/v2","kind":"CredentialProviderRequest","image":"a"}"#,
+        r#"{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialProviderRequest"}"#,
+        "not json",
+    ] {
+        assert!(!run(bad).status.success(), "{bad}");
+    }
+}

@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{RawContainerd, RawKubelet, RawNodeSection, RawSwap, Validator};
+use super::{plain_token, RawContainerd, RawKubelet, RawNodeSection, RawSwap, Validator};
+use crate::proxy_url;
 use crate::render::config::{ApiServer, ConfigError};
 use crate::render::{containerd_config, kubelet_dropin};
 
@@ -227,5 +228,184 @@ impl Validator<'_> {
         containerd_config::render(key, &table)
             .map(|(_, text)| Some(text))
             .map_err(|r| self.invalid(&r.key, &r.expected, r.found))
+    }
+}
+
+/// The most `[[kubelet.credential_provider]]` entries kiln writes.
+pub const MAX_CREDENTIAL_PROVIDERS: usize = 16;
+
+impl Validator<'_> {
+    /// `[[kubelet.credential_provider]]`: kubelet's `CredentialProviderConfig` (kubelet.config.k8s.io/v1)
+    /// as JSON, checked with kubelet's own decoding and rules (`kiln-kubelet-config`'s
+    /// `credential_provider`, which the stand-in kubelet runs) and kiln's: a provider name is
+    /// a plain file name (its binary in the image's `CREDENTIAL_PROVIDER_BIN_DIR`), env names
+    /// are variable names, and `kubelet.extra_args` does not set the two flags as well.
+    pub(super) fn credential_providers(
+        &self,
+        kubelet: &RawKubelet,
+    ) -> Result<Option<Vec<u8>>, ConfigError> {
+        use kiln_kubelet_config::credential_provider::{decode, validate, PROVIDER_API_VERSIONS};
+        let list = &kubelet.credential_provider;
+        if list.is_empty() {
+            return Ok(None);
+        }
+        if let Some((i, a)) = kubelet
+            .extra_args
+            .iter()
+            .enumerate()
+            .find(|(_, a)| a.starts_with("--image-credential-provider-"))
+        {
+            return Err(self.invalid(
+                &format!("kubelet.extra_args[{i}]"),
+                "no credential provider flag beside [[kubelet.credential_provider]], which sets both",
+                format!("{a:?}"),
+            ));
+        }
+        if list.len() > MAX_CREDENTIAL_PROVIDERS {
+            let max = format!("at most {MAX_CREDENTIAL_PROVIDERS} providers");
+            return Err(self.invalid("kubelet.credential_provider", &max, list.len()));
+        }
+        let mut providers = Vec::new();
+        for (i, p) in list.iter().enumerate() {
+            let key = format!("kubelet.credential_provider[{i}]");
+            let plain = |s: &str| {
+                !s.is_empty()
+                    && s.len() <= 64
+                    && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+                    && s.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+            };
+            if !plain(&p.name) {
+                return Err(self.invalid(
+                    &format!("{key}.name"),
+                    "the provider's binary name in the image's CREDENTIAL_PROVIDER_BIN_DIR: 1-64 of [A-Za-z0-9._-], starting with a letter or digit",
+                    format!("{:?}", p.name),
+                ));
+            }
+            for name in p.env.keys() {
+                let var = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                    && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+                if !var {
+                    return Err(self.invalid(
+                        &format!("{key}.env"),
+                        "environment variable names ([A-Za-z_][A-Za-z0-9_]*)",
+                        format!("{name:?}"),
+                    ));
+                }
+            }
+            let env: Vec<serde_json::Value> = p
+                .env
+                .iter()
+                .map(|(k, v)| serde_json::json!({ "name": k, "value": v }))
+                .collect();
+            let mut entry = serde_json::json!({
+                "name": p.name,
+                "matchImages": p.match_images,
+                "defaultCacheDuration": p.default_cache_duration,
+                "apiVersion": p.api_version.as_deref().unwrap_or(PROVIDER_API_VERSIONS[0]),
+            });
+            if !p.args.is_empty() {
+                entry["args"] = serde_json::json!(p.args);
+            }
+            if !env.is_empty() {
+                entry["env"] = serde_json::Value::Array(env);
+            }
+            // One provider at a time, so each of kubelet's errors names its entry.
+            let one = serde_json::json!({
+                "apiVersion": "kubelet.config.k8s.io/v1",
+                "kind": "CredentialProviderConfig",
+                "providers": [entry.clone()],
+            });
+            let checked = decode(&one.to_string()).map(|d| validate(&d, true));
+            let errs = match checked {
+                Ok(errs) => errs,
+                Err(e) => vec![e],
+            };
+            if !errs.is_empty() {
+                return Err(self.invalid(
+                    &key,
+                    "a provider kubelet v1.36 accepts (its CredentialProviderConfig rules)",
+                    kiln_kubelet_config::validate::aggregate(&errs),
+                ));
+            }
+            if providers
+                .iter()
+                .any(|q: &serde_json::Value| q["name"] == entry["name"])
+            {
+                return Err(self.invalid(
+                    &format!("{key}.name"),
+                    "each provider once (kubelet: Duplicate value)",
+                    format!("{:?} again", p.name),
+                ));
+            }
+            providers.push(entry);
+        }
+        let config = serde_json::json!({
+            "apiVersion": "kubelet.config.k8s.io/v1",
+            "kind": "CredentialProviderConfig",
+            "providers": providers,
+        });
+        let mut text = serde_json::to_vec_pretty(&config).unwrap_or_default();
+        text.push(b'\n');
+        Ok(Some(text))
+    }
+}
+
+impl Validator<'_> {
+    pub(super) fn proxy_url(&self, key: &str, url: &str) -> Result<(), ConfigError> {
+        if let Some(host) = proxy_url::credentials_host(url) {
+            let found = format!("a URL with credentials before `@{host}` (not shown)");
+            return Err(self.invalid(key, proxy_url::NO_CREDENTIALS, found));
+        }
+        let ok = proxy_url::scheme_rest(url).is_some_and(|r| !r.is_empty()) && plain_token(url);
+        if !ok {
+            return Err(self.invalid(
+                key,
+                "an http:// or https:// URL without whitespace or quotes",
+                format!("{url:?}"),
+            ));
+        }
+        Ok(())
+    }
+
+    pub(super) fn api_server(&self, url: &str) -> Result<ApiServer, ConfigError> {
+        let bad = || {
+            self.invalid(
+                "api_server",
+                "an https://host[:port] URL without a path",
+                format!("{url:?}"),
+            )
+        };
+        let rest = url.strip_prefix("https://").ok_or_else(bad)?;
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        if rest.is_empty() || rest.contains(['/', '?', '#', '@']) || !plain_token(rest) {
+            return Err(bad());
+        }
+        let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
+            let (h, after) = v6.split_once(']').ok_or_else(bad)?;
+            if h.parse::<std::net::Ipv6Addr>().is_err() {
+                return Err(bad());
+            }
+            (format!("[{h}]"), after.strip_prefix(':'))
+        } else {
+            match rest.split_once(':') {
+                Some((h, p)) => (h.to_string(), Some(p)),
+                None => (rest.to_string(), None),
+            }
+        };
+        let port = match port {
+            None => 443,
+            Some(p) => match p.parse::<u16>() {
+                Ok(n) if n > 0 => n,
+                _ => return Err(bad()),
+            },
+        };
+        if host.is_empty() {
+            return Err(bad());
+        }
+        Ok(ApiServer {
+            url: format!("https://{rest}"),
+            endpoint: format!("{host}:{port}"),
+        })
     }
 }
