@@ -111,6 +111,7 @@ fn boot(
     rep.add_secrets(&found.take());
     let node = node.map_err(|e| fail(rep, Phase::Metadata, e))?;
     rep.identity(node.provider.name(), &node.node_name, cfg.image_id());
+    let metadata_url = base_url.clone();
     rep.set_report_back(
         node.provider,
         ReportTarget {
@@ -160,10 +161,95 @@ fn boot(
     if proxy_changed {
         restart_containerd(opts, &cfg, deadline).map_err(|e| fail(rep, Phase::StartKubelet, e))?;
     }
+    let deadline = if node.provider == Provider::Aws {
+        warm_pool(opts, &cfg, metadata_url.as_deref(), rep, deadline)
+    } else {
+        deadline
+    };
     let via = start(opts, paths, &cfg, deadline).map_err(|e| fail(rep, Phase::StartKubelet, e))?;
     rep.success(Phase::StartKubelet, via);
 
     crate::joined::wait(opts, paths, &cfg, rep, deadline)
+}
+
+/// How often a node in an AWS warm pool asks whether it is in service.
+const WARM_POLL: Duration = Duration::from_secs(5);
+
+/// AWS Auto Scaling warm pools (docs/contract.md, "Warm pools"): while IMDS's target lifecycle
+/// state is `Warmed:*`, the node is prepared (everything written, sysctls and swap applied,
+/// containerd restarted for the node's settings, the baked images imported) and kubelet is
+/// held back: a warmed instance must not join. Then it asks every [`WARM_POLL`] until the state
+/// leaves `Warmed:*` (a `Warmed:Stopped` or `Hibernated` instance is stopped meanwhile, and its
+/// next boot finds `InService`). Returns the deadline to go on with: a fresh one after a wait,
+/// since the time in the pool is not the join's. A state that cannot be read is a warning, and
+/// the node joins: guessing "warmed" could keep a node out for good.
+fn warm_pool(
+    opts: &Options,
+    cfg: &Config,
+    base_url: Option<&str>,
+    rep: &mut Reporter,
+    deadline: Instant,
+) -> Instant {
+    let ask = |rep: &mut Reporter, until: Instant| {
+        let client = Client::new(until);
+        let found = Collected::default();
+        let cx = Context {
+            root: &opts.root,
+            base_url,
+            client: &client,
+            rpctool: &opts.rpctool,
+            api_server: &cfg.node.api_server,
+            ip_family: cfg.node.ip_family,
+            secrets: &found,
+        };
+        let state = provider::aws::target_lifecycle_state(&cx);
+        rep.add_secrets(&found.take());
+        state
+    };
+    // Bounded on its own: a failing IMDS answer is retried by the client until its deadline,
+    // which must not eat the join's.
+    let mut state = match ask(rep, deadline.min(Instant::now() + Duration::from_secs(5))) {
+        Ok(s) => s,
+        Err(e) => {
+            rep.warn(&format!(
+                "warm pool: target lifecycle state not read ({}); joining",
+                e.message()
+            ));
+            return deadline;
+        }
+    };
+    if !state.starts_with("Warmed:") {
+        return deadline;
+    }
+    let images = Path::new(paths::SYSTEMD_UNIT_DIR).join(paths::IMAGES_UNIT);
+    if paths::under(&opts.root, &images.to_string_lossy()).exists() {
+        // Imported now, so a warmed node starts with its images; a failure is the unit's.
+        let _ = service::run(&opts.systemctl, &["start", paths::IMAGES_UNIT], deadline);
+    }
+    rep.warn_now(&format!(
+        "warm pool: target lifecycle state {state}: node prepared, kubelet held until the instance is in service"
+    ));
+    let started = Instant::now();
+    let mut unread = false;
+    while state.starts_with("Warmed:") {
+        std::thread::sleep(WARM_POLL);
+        match ask(rep, Instant::now() + Duration::from_secs(10)) {
+            Ok(s) => state = s,
+            Err(e) if !unread => {
+                unread = true;
+                rep.warn(&format!(
+                    "warm pool: target lifecycle state not read ({}); asking again",
+                    e.message()
+                ));
+            }
+            Err(_) => {}
+        }
+    }
+    rep.warn(&format!(
+        "warm pool: target lifecycle state {state} after {} s: joining",
+        started.elapsed().as_secs()
+    ));
+    Instant::now() + Duration::from_secs(cfg.deadline_secs)
 }
 
 /// The provider `PROVIDER=auto` stands for, from DMI. Finding none is a warning, never

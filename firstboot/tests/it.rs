@@ -34,6 +34,7 @@ mod run_kubeadm;
 mod run_providers;
 mod run_proxy;
 mod run_swap;
+mod run_warm_pool;
 mod sizing;
 mod windows;
 mod windows_eventlog;

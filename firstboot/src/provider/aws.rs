@@ -30,52 +30,8 @@ impl MetadataSource for Aws {
 
     fn fetch(&self, cx: &Context<'_>) -> Result<Metadata, Error> {
         let base = cx.base();
-        let token_url = format!("{base}/latest/api/token");
-        let resp = cx
-            .client
-            .send(
-                "PUT",
-                &token_url,
-                &[("X-aws-ec2-metadata-token-ttl-seconds", TOKEN_TTL)],
-            )
-            .map_err(|e| match http_error(e) {
-                // A hop limit of 1 drops the PUT's answer on its way into a container: say so.
-                Error::Metadata { reason, message } => Error::metadata(
-                    reason,
-                    format!("{message}; if firstboot runs in a container, the IMDS hop limit may be too low"),
-                ),
-                other => other,
-            })?;
-        match resp.status {
-            200 => {}
-            401 | 403 => {
-                return Err(Error::metadata(
-                    Reason::MetadataHopLimit,
-                    format!(
-                        "PUT {token_url}: expected HTTP 200 with an IMDSv2 token, found HTTP {}: the token request was refused (hop limit or IMDSv2 disabled)",
-                        resp.status
-                    ),
-                ))
-            }
-            s => {
-                return Err(Error::metadata(
-                    Reason::MetadataInvalid,
-                    format!("PUT {token_url}: expected HTTP 200 with an IMDSv2 token, found HTTP {s}"),
-                ))
-            }
-        }
-        let token = String::from_utf8(resp.body).unwrap_or_default();
-        let token = token.trim();
-        if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(Error::metadata(
-                Reason::MetadataInvalid,
-                format!(
-                    "PUT {token_url}: expected a printable token, found {} unusable bytes",
-                    token.len()
-                ),
-            ));
-        }
-        cx.secrets.note(token);
+        let token = token(cx)?;
+        let token = token.as_str();
         let headers = [("X-aws-ec2-metadata-token", token)];
         let get = |key: &str, optional: bool| -> Result<String, Error> {
             let url = format!("{base}/latest/meta-data/{key}");
@@ -139,6 +95,71 @@ impl MetadataSource for Aws {
             region,
         })
     }
+}
+
+/// An IMDSv2 session token (`PUT /latest/api/token`), noted as a secret for the redactor.
+fn token(cx: &Context<'_>) -> Result<String, Error> {
+    let base = cx.base();
+    let token_url = format!("{base}/latest/api/token");
+    let resp = cx
+        .client
+        .send(
+            "PUT",
+            &token_url,
+            &[("X-aws-ec2-metadata-token-ttl-seconds", TOKEN_TTL)],
+        )
+        .map_err(|e| match http_error(e) {
+            // A hop limit of 1 drops the PUT's answer on its way into a container: say so.
+            Error::Metadata { reason, message } => Error::metadata(
+                reason,
+                format!("{message}; if firstboot runs in a container, the IMDS hop limit may be too low"),
+            ),
+            other => other,
+        })?;
+    match resp.status {
+        200 => {}
+        401 | 403 => {
+            return Err(Error::metadata(
+                Reason::MetadataHopLimit,
+                format!(
+                    "PUT {token_url}: expected HTTP 200 with an IMDSv2 token, found HTTP {}: the token request was refused (hop limit or IMDSv2 disabled)",
+                    resp.status
+                ),
+            ))
+        }
+        s => {
+            return Err(Error::metadata(
+                Reason::MetadataInvalid,
+                format!("PUT {token_url}: expected HTTP 200 with an IMDSv2 token, found HTTP {s}"),
+            ))
+        }
+    }
+    let token = String::from_utf8(resp.body).unwrap_or_default();
+    let token = token.trim().to_string();
+    if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Error::metadata(
+            Reason::MetadataInvalid,
+            format!(
+                "PUT {token_url}: expected a printable token, found {} unusable bytes",
+                token.len()
+            ),
+        ));
+    }
+    cx.secrets.note(&token);
+    Ok(token)
+}
+
+/// Where IMDS keeps an Auto Scaling group instance's target lifecycle state (EC2 instance
+/// metadata categories, `autoscaling/target-lifecycle-state`): `InService`, `Warmed:Stopped`,
+/// `Warmed:Running`, `Warmed:Hibernated`, `Terminated`. Not there (404) outside a group.
+pub const TARGET_LIFECYCLE_STATE: &str = "autoscaling/target-lifecycle-state";
+
+/// The instance's target lifecycle state through a fresh IMDSv2 token; empty when IMDS has
+/// none (the instance is not in an Auto Scaling group).
+pub fn target_lifecycle_state(cx: &Context<'_>) -> Result<String, Error> {
+    let token = token(cx)?;
+    let url = format!("{}/latest/meta-data/{TARGET_LIFECYCLE_STATE}", cx.base());
+    Ok(get_text(cx, &url, &[("X-aws-ec2-metadata-token", &token)], true)?.unwrap_or_default())
 }
 
 #[cfg(test)]

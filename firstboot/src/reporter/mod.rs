@@ -192,6 +192,13 @@ impl Reporter {
         self.console.line(&line);
     }
 
+    /// Records a warning and writes status.json at once, for a run that will wait for long
+    /// (an AWS warm pool) before its next phase would write it.
+    pub fn warn_now(&mut self, text: &str) {
+        self.warn(text);
+        self.write_status();
+    }
+
     /// The warnings recorded so far.
     pub fn warnings(&self) -> &[String] {
         &self.warnings
