@@ -50,6 +50,15 @@ serializeImagePulls = false
 maxParallelImagePulls = 4
 containerLogMaxSize = "50Mi"
 featureGates = { ImageMaximumGCAge = true }
+[[kubelet.credential_provider]]
+name = "ecr-credential-provider"
+match_images = ["*.dkr.ecr.*.amazonaws.com", "*.dkr.ecr.*.amazonaws.com.cn"]
+default_cache_duration = "12h"
+[[kubelet.credential_provider]]
+name = "auth-provider-gcp"
+match_images = ["gcr.io", "*.gcr.io", "*.pkg.dev", "container.cloud.google.com"]
+default_cache_duration = "1m"
+args = ["get-credentials", "--v=3"]
 [proxy]
 https = "http://proxy.internal:3128"
 no_proxy = ["10.0.0.0/8", ".svc", ".cluster.local", ".example.internal", "169.254.169.254"]
@@ -75,6 +84,12 @@ ca = { file = "ca-1.crt" }
 [[containerd.registry]]
 host = "registry.example.internal:5000"
 mirrors = [{ url = "http://cache.example.internal:5000/proxy", capabilities = ["pull"] }]
+[containerd.config]
+version = 3
+[containerd.config.plugins.'io.containerd.cri.v1.images']
+max_concurrent_downloads = 5
+[containerd.config.plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.gvisor]
+runtime_type = 'io.containerd.runsc.v1'
 TOML
 
 # The baseline: what people write by hand, from the same files kiln writes.
