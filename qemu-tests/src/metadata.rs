@@ -23,6 +23,10 @@ pub struct AwsInstance {
     pub hostname: String,
     /// `mac`
     pub mac: String,
+    /// An instance of an Auto Scaling warm pool: `autoscaling/target-lifecycle-state` is
+    /// `Warmed:Running` for this long after it is first asked, then `InService`. `None`: not
+    /// in a group (404), as on a plain instance.
+    pub warmed_for: Option<std::time::Duration>,
 }
 
 /// The token the IMDSv2 stand-in hands out.
@@ -33,11 +37,24 @@ pub const IMDS_TOKEN: &str = "kiln-test-token-AQAEAH";
 /// [`IMDS_TOKEN`], every other request must carry it, else 401) around the
 /// `GET /latest/meta-data/…` paths the real service has.
 pub fn aws_imdsv2(instance: AwsInstance) -> impl Fn(&Request) -> Response + Send + Sync {
+    let first_asked = std::sync::OnceLock::new();
     standin::aws_imdsv2(IMDS_TOKEN.to_string(), move |req| {
         if req.method != "GET" {
             return Response::status(405);
         }
         let i = &instance;
+        if req.path == "/latest/meta-data/autoscaling/target-lifecycle-state" {
+            let Some(warm) = i.warmed_for else {
+                return Response::status(404);
+            };
+            let t0: &std::time::Instant = first_asked.get_or_init(std::time::Instant::now);
+            let state = if t0.elapsed() < warm {
+                "Warmed:Running"
+            } else {
+                "InService"
+            };
+            return Response::text(state.to_string());
+        }
         let mac_path = format!(
             "/latest/meta-data/network/interfaces/macs/{}/local-ipv4s",
             i.mac
@@ -80,6 +97,7 @@ mod tests {
             region: "eu-west-1".into(),
             hostname: "ip-10-0-3-7.eu-west-1.compute.internal".into(),
             mac: "52:54:00:12:34:56".into(),
+            warmed_for: None,
         }
     }
 

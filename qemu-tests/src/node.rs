@@ -24,6 +24,7 @@ pub fn test_instance() -> AwsInstance {
         region: "eu-west-1".into(),
         hostname: "ip-10-0-3-7.eu-west-1.compute.internal".into(),
         mac: "52:54:00:12:34:56".into(),
+        warmed_for: None,
     }
 }
 

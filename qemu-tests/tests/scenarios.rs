@@ -523,7 +523,13 @@ fn flatcar_sysext() {
 fn cloud_init() {
     // A provisioning-time kubelet drop-in (node.toml's [kubelet.config]), carried by
     // cloud-init's write_files like every contract file.
-    let mut s = spec_with_pod("cloud_init", "success", Metadata::Aws, 240);
+    // An instance of an Auto Scaling warm pool (Warmed:Running for 15 s after the node first
+    // asks, then InService): prepared, held, then joined in the same boot.
+    let warm = AwsInstance {
+        warmed_for: Some(Duration::from_secs(15)),
+        ..test_instance()
+    };
+    let mut s = spec_with_pod("cloud_init", "success", Metadata::AwsAs(warm), 240);
     // And kernel parameters, other than the guest kernel's defaults (4096 and 65530).
     s.node.extra =
         "\n[kubelet.config]\nimageGCHighThresholdPercent = 90\nimageGCLowThresholdPercent = 75\n\
@@ -593,6 +599,23 @@ fn cloud_init() {
             o.facts
         );
     }
+    // The warm pool: kubelet was held while the instance was Warmed:Running, and started
+    // once it was InService (at least the 15 s the stand-in kept it warm, minus a poll).
+    let warnings: Vec<&str> = o.status["warnings"]
+        .as_array()
+        .map(|w| w.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        warnings.contains(&"warm pool: target lifecycle state Warmed:Running: node prepared, kubelet held until the instance is in service"),
+        "{warnings:?}"
+    );
+    let waited: u64 = warnings
+        .iter()
+        .find_map(|w| w.strip_prefix("warm pool: target lifecycle state InService after "))
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no join after the pool in {warnings:?}"));
+    assert!(waited >= 10, "held {waited} s: {warnings:?}");
     // [containerd.config]: containerd ran with the node's fragment (its `opt` plugin made the
     // directory the fragment names, with `bin` and `lib` in it), and the running containerd
     // is the one kiln-firstboot restarted for it (the fingerprint in its environment).
