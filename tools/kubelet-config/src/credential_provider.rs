@@ -26,8 +26,6 @@ use serde_json::{Map, Value};
 use crate::go_syntax::{format_duration, is_qualified_name, schemeless_url};
 use crate::validate::aggregate;
 
-pub use crate::go_syntax::go_duration;
-
 /// The config file's group (`kubelet.config.k8s.io`) and the versions the plugin scheme
 /// registers (`staging/src/k8s.io/kubelet/config/{v1,v1beta1,v1alpha1}/register.go`).
 pub const CONFIG_API_VERSIONS: [&str; 3] = [
@@ -177,7 +175,7 @@ fn decode_provider(
     strings("args")?;
     let default_cache_duration = match p.get("defaultCacheDuration") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(go_duration(s)?),
+        Some(Value::String(s)) => Some(crate::units::parse_duration(s)?),
         Some(v) => {
             return Err(unmarshal(
                 v,

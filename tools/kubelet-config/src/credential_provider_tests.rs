@@ -60,23 +60,6 @@ fn decoding_is_strict_and_typed() {
 }
 
 #[test]
-fn go_durations_parse_as_time_parse_duration() {
-    for (s, ns) in [
-        ("0", 0_i128),
-        ("1h30m", 5_400_000_000_000),
-        ("1.5s", 1_500_000_000),
-        ("-1m", -60_000_000_000),
-        ("300ms", 300_000_000),
-        ("2us", 2_000),
-    ] {
-        assert_eq!(go_duration(s), Ok(ns), "{s}");
-    }
-    for s in ["", "1", "h", "1d", "1..5s", "-"] {
-        assert!(go_duration(s).is_err(), "{s}");
-    }
-}
-
-#[test]
 fn each_field_rule_is_reported_as_kubelet_words_it() {
     let base = Provider {
         name: "p".into(),

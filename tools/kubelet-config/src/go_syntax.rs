@@ -1,53 +1,6 @@
-//! The Go and apimachinery syntax kubelet's credential provider config is read with: Go
-//! durations (`time.ParseDuration`, as `metav1.Duration` unmarshals), the URL parse of a
-//! `matchImages` pattern (`net/url`), and `IsQualifiedName` (apimachinery validation).
-
-/// Go's `time.ParseDuration`, in nanoseconds (what `metav1.Duration` unmarshals with).
-pub fn go_duration(s: &str) -> Result<i128, String> {
-    let bad = || format!("time: invalid duration \"{s}\"");
-    let (neg, mut rest) = match s.as_bytes().first() {
-        Some(b'-') => (true, &s[1..]),
-        Some(b'+') => (false, &s[1..]),
-        _ => (false, s),
-    };
-    if rest == "0" {
-        return Ok(0);
-    }
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    let mut total: f64 = 0.0;
-    while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let num = &rest[..num_end];
-        if num.is_empty() || num == "." || num.matches('.').count() > 1 {
-            return Err(bad());
-        }
-        rest = &rest[num_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_end] {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            "" => return Err(format!("time: missing unit in duration \"{s}\"")),
-            u => return Err(format!("time: unknown unit \"{u}\" in duration \"{s}\"")),
-        };
-        rest = &rest[unit_end..];
-        total += num.parse::<f64>().map_err(|_| bad())? * scale;
-    }
-    if total > i64::MAX as f64 {
-        return Err(bad());
-    }
-    let n = total as i128;
-    Ok(if neg { -n } else { n })
-}
+//! The Go and apimachinery syntax kubelet's credential provider config is read with, beside
+//! [`crate::units`]' durations: the URL parse of a `matchImages` pattern (`net/url`), a
+//! duration as Go prints one, and `IsQualifiedName` (apimachinery validation).
 
 /// apimachinery's `IsQualifiedName`: `[prefix/]name`, the prefix a DNS subdomain.
 pub fn is_qualified_name(s: &str) -> bool {
