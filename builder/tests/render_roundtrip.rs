@@ -408,3 +408,56 @@ fn check_refuses_owners_modes_and_links_around_the_contract_files() {
         assert!(err.contains("expected"), "{name}: {err}");
     }
 }
+
+/// `[trust]` on Windows: the bundle is written, and each of its certificates is added to
+/// `LocalMachine\Root` (what Go on Windows verifies against) by one `Add-KilnRoot` line with
+/// its DER; `--check` reads them back and refuses a payload whose lines and bundle disagree.
+#[test]
+fn windows_trust_goes_into_the_machine_root_store() {
+    let toml = "api_server = \"https://127.0.0.1:6443\"\ncluster_name = \"c\"\n\
+                [ca]\nfile = \"ca.crt\"\n[bootstrap]\ntoken = \"07401b.f395accd246ae52d\"\n\
+                [trust]\nfile = \"bundle.pem\"\n";
+    let dir = node_dir(toml);
+    let second = make_ca(dir.path(), "rsa");
+    let bundle = format!(
+        "{}{}",
+        std::fs::read_to_string(dir.path().join("ca.crt")).unwrap(),
+        std::fs::read_to_string(&second).unwrap()
+    );
+    std::fs::write(dir.path().join("bundle.pem"), &bundle).unwrap();
+    let ps = rendered(dir.path(), "windows");
+    assert!(
+        ps.contains("Write-KilnFile 'trust.d\\bundle.crt' '"),
+        "{ps}"
+    );
+    let ders = kiln::render::pki::pem_certificates(&bundle).unwrap();
+    let lines: Vec<&str> = ps
+        .lines()
+        .filter(|l| l.starts_with("Add-KilnRoot "))
+        .collect();
+    assert_eq!(lines.len(), 2, "{ps}");
+    for (line, der) in lines.iter().zip(&ders) {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+        assert_eq!(*line, format!("Add-KilnRoot '{b64}'"));
+    }
+    assert!(
+        ps.contains("X509Store -ArgumentList 'Root', 'LocalMachine'"),
+        "{ps}"
+    );
+    let (code, err) = check_text(dir.path(), "good.ps1", &ps);
+    assert_eq!(code, Some(0), "{err}");
+    // One certificate fewer in the store than in the bundle: refused.
+    let dropped: String = ps
+        .lines()
+        .filter(|l| *l != lines[1])
+        .map(|l| format!("{l}\n"))
+        .collect();
+    // A payload --check cannot read as kiln's (as a malformed Write-KilnFile line): exit 1.
+    let (code, err) = check_text(dir.path(), "dropped.ps1", &dropped);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("one Add-KilnRoot line per certificate of trust.d/bundle.crt (2 there)"),
+        "{err}"
+    );
+}

@@ -59,12 +59,6 @@ pub fn render_payload(
                 "[sysctl] sets Linux kernel parameters, which a Windows node does not have: leave it out for the windows provisioner",
             ))
         }
-        Provisioner::Windows if files.iter().any(|f| f.name == model::TRUST_BUNDLE) => {
-            return Err(RenderError::check(
-                "node.toml",
-                "[trust] reaches containerd and kubelet through Go's SSL_CERT_DIR, which Go on Windows does not read (it asks the Windows certificate store): leave it out for the windows provisioner and add the CA to the image's LocalMachine\\Root store",
-            ))
-        }
         Provisioner::Windows if files.iter().any(|f| f.name == model::CREDENTIAL_PROVIDERS) => {
             return Err(RenderError::check(
                 "node.toml",

@@ -4,7 +4,9 @@
 
 use base64::Engine as _;
 
-use crate::render::model::{NodeFile, RenderError, PUBLIC_MODE, SECRET_MODE, WINDOWS_DIR};
+use crate::render::model::{
+    NodeFile, RenderError, PUBLIC_MODE, SECRET_MODE, TRUST_BUNDLE, WINDOWS_DIR,
+};
 
 /// The Windows service name of kiln-firstboot the script starts when it is registered.
 pub const SERVICE: &str = "kiln-firstboot";
@@ -12,6 +14,7 @@ pub const SERVICE: &str = "kiln-firstboot";
 pub const BINARY: &str = r"C:\k\kiln-firstboot.exe";
 
 const WRITE_FN: &str = "Write-KilnFile";
+const ROOT_FN: &str = "Add-KilnRoot";
 
 /// Renders the PowerShell user data.
 pub fn render(files: &[NodeFile]) -> Vec<u8> {
@@ -68,6 +71,9 @@ pub fn render(files: &[NodeFile]) -> Vec<u8> {
             }
         ));
     }
+    if let Some(bundle) = files.iter().find(|f| f.name == TRUST_BUNDLE) {
+        add_roots(&mut s, bundle);
+    }
     s.push_str(&format!(
         "if (Get-Service -Name '{SERVICE}' -ErrorAction SilentlyContinue) {{ Start-Service -Name '{SERVICE}' }} \
          else {{ & '{BINARY}' run; exit $LASTEXITCODE }}\n"
@@ -76,16 +82,61 @@ pub fn render(files: &[NodeFile]) -> Vec<u8> {
     s.into_bytes()
 }
 
+/// node.toml's `[trust]` on Windows: Go there takes its roots from the system's certificate
+/// stores, not from files (`crypto/x509`, `root_windows.go`: `systemVerify` builds the chain
+/// with `CertGetCertificateChain`, whose default engine trusts `LocalMachine\Root`), so each
+/// certificate of the bundle goes into `LocalMachine\Root` through .NET's `X509Store`
+/// (no PowerShell module needed, Server Core included), as DER split at render time. The
+/// store is consulted at each verification, so containerd.exe, started before the user data,
+/// trusts them from its next pull.
+fn add_roots(s: &mut String, bundle: &NodeFile) {
+    let ders = std::str::from_utf8(&bundle.contents)
+        .ok()
+        .and_then(|t| crate::render::pki::pem_certificates(t).ok())
+        .unwrap_or_default();
+    s.push_str(
+        "# [trust]: each certificate of trust.d\\bundle.crt into the machine's root store.\n",
+    );
+    s.push_str(&format!("function {ROOT_FN}([string]$Der) {{\n"));
+    s.push_str("  $bytes = [Convert]::FromBase64String($Der)\n");
+    s.push_str("  $cert = New-Object System.Security.Cryptography.X509Certificates.X509Certificate2 -ArgumentList (,$bytes)\n");
+    s.push_str("  $store = New-Object System.Security.Cryptography.X509Certificates.X509Store -ArgumentList 'Root', 'LocalMachine'\n");
+    s.push_str("  $store.Open('ReadWrite')\n");
+    s.push_str("  try { $store.Add($cert) } finally { $store.Close() }\n");
+    s.push_str("}\n");
+    for der in ders {
+        s.push_str(&format!(
+            "{ROOT_FN} '{}'\n",
+            base64::engine::general_purpose::STANDARD.encode(der)
+        ));
+    }
+}
+
 /// Reads the PowerShell user data back into the files it writes.
 pub fn parse(text: &str, source: &str) -> Result<(Vec<NodeFile>, Vec<String>), RenderError> {
     let err = |m: String| RenderError::check(source, m);
     let mut files = Vec::new();
     let mut notes = Vec::new();
     let mut defined = false;
+    let mut roots: Vec<Vec<u8>> = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.starts_with(&format!("function {WRITE_FN}(")) {
             defined = true;
+            continue;
+        }
+        if let Some(arg) = line.strip_prefix(&format!("{ROOT_FN} ")) {
+            let der = arg
+                .strip_prefix('\'')
+                .and_then(|a| a.strip_suffix('\''))
+                .and_then(|a| base64::engine::general_purpose::STANDARD.decode(a).ok())
+                .ok_or_else(|| {
+                    err(format!(
+                        "line {}: expected {ROOT_FN} 'BASE64 DER', found {line}",
+                        i + 1
+                    ))
+                })?;
+            roots.push(der);
             continue;
         }
         let Some(args) = line.strip_prefix(&format!("{WRITE_FN} ")) else {
@@ -122,7 +173,7 @@ pub fn parse(text: &str, source: &str) -> Result<(Vec<NodeFile>, Vec<String>), R
         };
         // A registry host directory's file is the one nested name (`containerd\certs.d\…`).
         let name = match name.replace('\\', "/") {
-            n if crate::render::registries::is_host_file(&n) => n,
+            n if crate::render::registries::is_host_file(&n) || n == TRUST_BUNDLE => n,
             _ if name.is_empty() || name.contains(['\\', '/', ':']) => {
                 return Err(err(format!(
                     "{at}: file name {name:?} must be a plain name or a registry's file \
@@ -141,6 +192,30 @@ pub fn parse(text: &str, source: &str) -> Result<(Vec<NodeFile>, Vec<String>), R
         return Err(err(format!(
             "no `function {WRITE_FN}` found: not PowerShell user data written by kiln render"
         )));
+    }
+    // What goes into LocalMachine\Root must be the bundle the node keeps, no more, no less.
+    let bundle = files
+        .iter()
+        .find(|f| f.name == TRUST_BUNDLE)
+        .map(|f| {
+            std::str::from_utf8(&f.contents)
+                .ok()
+                .and_then(|t| crate::render::pki::pem_certificates(t).ok())
+                .unwrap_or_default()
+        })
+        .unwrap_or_default();
+    if roots != bundle {
+        return Err(err(format!(
+            "expected one {ROOT_FN} line per certificate of {TRUST_BUNDLE} ({} there), in its order; found {} that do not match",
+            bundle.len(),
+            roots.len()
+        )));
+    }
+    if !roots.is_empty() {
+        notes.push(format!(
+            "adds {} certificate(s) to LocalMachine\\Root ([trust])",
+            roots.len()
+        ));
     }
     Ok((files, notes))
 }
