@@ -143,3 +143,54 @@ fn the_windows_provisioner_refuses_and_render_check_reads_the_file_back() {
         "{err}"
     );
 }
+
+/// `render --check` never shows a provider's `env` values, even when kubelet's own error
+/// would echo the whole document; and kiln does not write a file larger than kiln-firstboot
+/// reads.
+#[test]
+fn check_does_not_echo_env_values_and_render_caps_the_file() {
+    let secret = "SUPERSECRETVALUE123";
+    let dir = render_support::node_dir(&format!(
+        "{NODE}[kubelet]\n[[kubelet.credential_provider]]\nname = \"p\"\nmatch_images = [\"gcr.io\"]\n\
+         default_cache_duration = \"1m\"\nenv = {{ TOKEN = \"{secret}\" }}\n"
+    ));
+    let tree = dir.path().join("tree");
+    render_support::run(
+        render_support::kiln()
+            .args(["render", "-p", "files", "-o"])
+            .arg(&tree)
+            .arg(dir.path().join("node.toml")),
+    );
+    let file = tree.join("etc/kiln").join(CREDENTIAL_PROVIDERS);
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(
+        &file,
+        text.replace("\"kind\": \"CredentialProviderConfig\",", ""),
+    )
+    .unwrap();
+    let o = render_support::kiln()
+        .args(["render", "--check"])
+        .arg(&tree)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("Object 'Kind' is missing (the document is not shown)"),
+        "{err}"
+    );
+    assert!(!err.contains(secret), "{err}");
+
+    let big = "x".repeat(300 * 1024);
+    let (_d, cfg) = load(&format!(
+        "\n[[kubelet.credential_provider]]\nname = \"p\"\nmatch_images = [\"gcr.io\"]\n\
+         default_cache_duration = \"1m\"\nenv = {{ BIG = \"{big}\" }}\n"
+    ));
+    let err = cfg.unwrap_err();
+    assert!(
+        err.contains("at most 262144 bytes as written"),
+        "{}",
+        &err[..err.len().min(300)]
+    );
+    assert!(!err.contains(&big[..100]));
+}

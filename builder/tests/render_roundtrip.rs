@@ -461,3 +461,42 @@ fn windows_trust_goes_into_the_machine_root_store() {
         "{err}"
     );
 }
+
+/// The hostile review's ways around the Windows read-back: kiln's commands in another case or
+/// with a tab (PowerShell would run them; --check would not have seen them), and a second write
+/// of the bundle (the node keeps the last).
+#[test]
+fn windows_check_refuses_other_spellings_and_second_writes() {
+    let toml = "api_server = \"https://127.0.0.1:6443\"\ncluster_name = \"c\"\n\
+                [ca]\nfile = \"ca.crt\"\n[bootstrap]\ntoken = \"07401b.f395accd246ae52d\"\n\
+                [trust]\nfile = \"ca.crt\"\n";
+    let dir = node_dir(toml);
+    let ps = rendered(dir.path(), "windows");
+    let root = ps.lines().find(|l| l.starts_with("Add-KilnRoot ")).unwrap();
+    let write = ps
+        .lines()
+        .find(|l| l.starts_with("Write-KilnFile 'trust.d\\bundle.crt'"))
+        .unwrap();
+    for (name, extra, needle) in [
+        (
+            "lower.ps1",
+            root.replacen("Add-KilnRoot", "add-kilnroot", 1),
+            "spelled as kiln render writes it",
+        ),
+        (
+            "tab.ps1",
+            root.replacen("Add-KilnRoot ", "Add-KilnRoot\t", 1),
+            "spelled as kiln render writes it",
+        ),
+        (
+            "twice.ps1",
+            write.to_string(),
+            "trust.d/bundle.crt is written twice",
+        ),
+    ] {
+        let text = ps.replace("</powershell>", &format!("{extra}\n</powershell>"));
+        let (code, err) = check_text(dir.path(), name, &text);
+        assert_ne!(code, Some(0), "{name}: {err}");
+        assert!(err.contains(needle), "{name}: {err}");
+    }
+}

@@ -190,7 +190,8 @@ fn warm_pool(
     rep: &mut Reporter,
     deadline: Instant,
 ) -> Instant {
-    let ask = |rep: &mut Reporter, until: Instant| {
+    let mut token = None;
+    let mut ask = |rep: &mut Reporter, until: Instant| {
         let client = Client::new(until);
         let found = Collected::default();
         let cx = Context {
@@ -202,7 +203,7 @@ fn warm_pool(
             ip_family: cfg.node.ip_family,
             secrets: &found,
         };
-        let state = provider::aws::target_lifecycle_state(&cx);
+        let state = provider::aws::target_lifecycle_state(&cx, &mut token);
         rep.add_secrets(&found.take());
         state
     };

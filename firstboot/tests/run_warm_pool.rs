@@ -119,6 +119,20 @@ fn a_warmed_node_is_prepared_and_joins_only_once_in_service() {
         status.contains("target lifecycle state InService after"),
         "{status}"
     );
+    // Two tokens in all, however many questions: the metadata's and the warm pool's, which
+    // lives 6 h and is kept for the wait.
+    let reqs = srv.requests();
+    let asked = reqs
+        .iter()
+        .filter(|r| r.route().ends_with("target-lifecycle-state"))
+        .count();
+    let tokens: Vec<_> = reqs.iter().filter(|r| r.method == "PUT").collect();
+    assert!(asked >= 3, "{asked} questions");
+    assert_eq!(tokens.len(), 2);
+    assert_eq!(
+        tokens[1].header("x-aws-ec2-metadata-token-ttl-seconds"),
+        Some("21600")
+    );
 }
 
 /// A state IMDS cannot give (a 500) is a warning, and the node joins.

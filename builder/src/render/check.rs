@@ -238,8 +238,10 @@ fn content_problem(file: &NodeFile, all: &[NodeFile]) -> Result<(), String> {
         }
         // kubelet's own decoding and rules (kiln-kubelet-config), as `kiln render` applies them.
         crate::render::model::CREDENTIAL_PROVIDERS => {
-            use kiln_kubelet_config::credential_provider::{decode, validate};
-            let providers = decode(text()?)?;
+            use kiln_kubelet_config::credential_provider::{
+                decode, error_without_document, validate,
+            };
+            let providers = decode(text()?).map_err(|e| error_without_document(&e))?;
             let errs = validate(&providers, true);
             if errs.is_empty() {
                 Ok(())

@@ -53,6 +53,16 @@ pub fn render(key: &str, table: &Table) -> Result<(u32, String), Refusal> {
         expected: expected.to_string(),
         found,
     };
+    // containerd's TOML decoders match keys without regard to case (go-toml; 1.x also tries the
+    // all-capitals form), so `IMPORTS` is `imports` to it: two keys of one table that differ
+    // only in case are refused, and every rule below compares keys that way.
+    if let Some(path) = case_twins(table, "") {
+        return Err(refuse(
+            &path,
+            "each key once: containerd matches keys without regard to case",
+            "two keys that differ only in case".into(),
+        ));
+    }
     let version = match table.get("version") {
         Some(Value::Integer(v @ (2 | 3))) => *v as u32,
         Some(v) => {
@@ -71,7 +81,16 @@ pub fn render(key: &str, table: &Table) -> Result<(u32, String), Refusal> {
             ))
         }
     };
-    if version == 2 && lookup(table, &["plugins", CRI_V2]).is_some() {
+    let lookup = |path: &[&str]| {
+        lookup(table, path).map_err(|at| {
+            refuse(
+                &format!(".{at}"),
+                "a table (containerd refuses to start on an array of tables there)",
+                "an array or a value".into(),
+            )
+        })
+    };
+    if version == 2 && lookup(&["plugins", CRI_V2])?.is_some() {
         return Err(refuse(
             &format!(".plugins.{CRI_V2:?}"),
             "no table of the CRI plugin in a version-2 fragment: containerd 1.x replaces a \
@@ -110,6 +129,11 @@ pub fn render(key: &str, table: &Table) -> Result<(u32, String), Refusal> {
             "auths",
             "no registry.auths: credentials do not belong in a 0644 file on every node",
         ),
+        (
+            "headers",
+            "no registry.headers: containerd sends them to every registry, and an Authorization \
+             header is a credential in a 0644 file",
+        ),
     ] {
         owned.push((
             images.iter().copied().chain(["registry", field]).collect(),
@@ -133,11 +157,11 @@ pub fn render(key: &str, table: &Table) -> Result<(u32, String), Refusal> {
         "the image's value: it must agree with kubelet's cgroupDriver, baked with it",
     ));
     for (path, why) in &owned {
-        if lookup(table, path).is_some() {
+        if lookup(path)?.is_some() {
             return Err(refuse(&format!(".{}", dotted(path)), why, "set".into()));
         }
     }
-    if let Some(list) = table.get("disabled_plugins") {
+    if let Some(list) = lookup(&["disabled_plugins"])? {
         let Value::Array(items) = list else {
             return Err(refuse(
                 ".disabled_plugins",
@@ -146,11 +170,13 @@ pub fn render(key: &str, table: &Table) -> Result<(u32, String), Refusal> {
             ));
         };
         for item in items {
-            let id = item.as_str().unwrap_or_default();
-            if id.contains(".cri") || id == "io.containerd.snapshotter.v1.overlayfs" {
+            let id = item.as_str().unwrap_or_default().to_ascii_lowercase();
+            if NEEDED_PLUGINS.iter().any(|p| id.starts_with(p)) {
                 return Err(refuse(
                     ".disabled_plugins",
-                    "no plugin kubelet needs (the CRI plugins and the overlayfs snapshotter)",
+                    "no plugin the CRI path needs (the CRI plugins and their gRPC services, \
+                     metadata, content, leases, events, gc, runtime, sandbox, transfer, and the \
+                     overlayfs snapshotter); snapshotters and tracing may be disabled",
                     format!("{item}"),
                 ));
             }
@@ -175,14 +201,68 @@ pub fn render(key: &str, table: &Table) -> Result<(u32, String), Refusal> {
     Ok((version, text))
 }
 
-/// The value at `path` (table keys), if every step is a table.
-fn lookup<'a>(table: &'a Table, path: &[&str]) -> Option<&'a Value> {
-    let (last, parents) = path.split_last()?;
+/// Plugin ids (and id prefixes) the image's CRI path cannot run without.
+const NEEDED_PLUGINS: &[&str] = &[
+    "io.containerd.cri.",
+    "io.containerd.grpc.v1.",
+    "io.containerd.service.v1.",
+    "io.containerd.metadata.",
+    "io.containerd.content.",
+    "io.containerd.lease.",
+    "io.containerd.event.",
+    "io.containerd.gc.",
+    "io.containerd.runtime.",
+    "io.containerd.podsandbox.",
+    "io.containerd.sandbox.",
+    "io.containerd.transfer.",
+    "io.containerd.snapshotter.v1.overlayfs",
+];
+
+/// The value at `path`, each step's key compared without regard to case (as containerd's
+/// decoders do); `Ok(None)` when a step is missing, `Err` (the path so far) when a step that
+/// must be a table is something else.
+fn lookup<'a>(table: &'a Table, path: &[&str]) -> Result<Option<&'a Value>, String> {
+    let get = |t: &'a Table, k: &str| {
+        t.iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(k))
+            .map(|(_, v)| v)
+    };
+    let Some((last, parents)) = path.split_last() else {
+        return Ok(None);
+    };
     let mut t = table;
-    for p in parents {
-        t = t.get(*p)?.as_table()?;
+    for (i, p) in parents.iter().enumerate() {
+        match get(t, p) {
+            None => return Ok(None),
+            Some(Value::Table(next)) => t = next,
+            Some(_) => return Err(dotted(&path[..=i])),
+        }
     }
-    t.get(*last)
+    Ok(get(t, last))
+}
+
+/// The first table (dotted path under `at`) holding two keys that differ only in case.
+fn case_twins(table: &Table, at: &str) -> Option<String> {
+    let keys: Vec<&String> = table.keys().collect();
+    for (i, k) in keys.iter().enumerate() {
+        if keys[i + 1..].iter().any(|o| o.eq_ignore_ascii_case(k)) {
+            return Some(format!("{at}.{k}"));
+        }
+    }
+    table.iter().find_map(|(k, v)| {
+        let here = if k.contains('.') {
+            format!("{at}.{k:?}")
+        } else {
+            format!("{at}.{k}")
+        };
+        match v {
+            Value::Table(t) => case_twins(t, &here),
+            Value::Array(a) => a
+                .iter()
+                .find_map(|v| v.as_table().and_then(|t| case_twins(t, &here))),
+            _ => None,
+        }
+    })
 }
 
 /// `plugins."io.containerd.cri.v1.images".registry`: dotted, quoting keys with a dot.
@@ -285,6 +365,37 @@ mod tests {
         ] {
             render("containerd.config", &table(fragment)).unwrap();
         }
+    }
+
+    /// What a hostile review got past the first version of these rules: keys in another
+    /// case (containerd's decoders match them anyway), `registry.headers`, arrays of tables
+    /// where containerd needs a table, and plugins the CRI path needs besides the CRI ones.
+    #[test]
+    fn case_headers_arrays_and_needed_plugins_are_refused() {
+        for (fragment, needle) in [
+            ("version = 3\nIMPORTS = ['/x/*.toml']", "no imports"),
+            ("version = 3\n[GRPC]\nADDRESS = '/x.sock'", "socket"),
+            ("version = 2\n[PLUGINS.'io.containerd.grpc.v1.cri']\nmax_concurrent_downloads = 2", "whole table"),
+            ("version = 3\n[plugins.'io.containerd.cri.v1.images'.registry.Configs.'r'.auth]\npassword = 'p'", "0644"),
+            ("version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\nsystemdCgroup = false", "cgroupDriver"),
+            ("version = 3\nDISABLED_PLUGINS = ['io.containerd.cri.v1.images']", "CRI path needs"),
+            ("version = 3\ndisabled_plugins = ['io.containerd.metadata.v1.bolt']", "CRI path needs"),
+            ("version = 3\n[plugins.'io.containerd.cri.v1.images'.registry.headers]\nAuthorization = ['Basic eA==']", "Authorization"),
+            ("version = 3\n[[plugins]]\nx = 1", "array of tables"),
+            ("version = 3\n[[plugins.'io.containerd.cri.v1.images'.registry]]\nx = 1", "array of tables"),
+            ("version = 3\n[plugins.x]\na = 1\nA = 2", "differ only in case"),
+        ] {
+            let r = render("containerd.config", &table(fragment)).unwrap_err();
+            assert!(
+                r.expected.contains(needle) || r.found.contains(needle),
+                "{fragment}: {r:?}"
+            );
+        }
+        render(
+            "containerd.config",
+            &table("version = 3\ndisabled_plugins = ['io.containerd.snapshotter.v1.zfs', 'io.containerd.tracing.processor.v1.otlp']"),
+        )
+        .unwrap();
     }
 
     #[test]

@@ -125,6 +125,21 @@ pub fn parse(text: &str, source: &str) -> Result<(Vec<NodeFile>, Vec<String>), R
             defined = true;
             continue;
         }
+        // PowerShell matches command names without regard to case and takes any blank
+        // between arguments: a line that runs one of kiln's two commands must be spelled as
+        // kiln writes it, or --check could not see what it does.
+        let command = line.split_whitespace().next().unwrap_or("");
+        let ours = [WRITE_FN, ROOT_FN]
+            .into_iter()
+            .find(|c| c.eq_ignore_ascii_case(command));
+        if let Some(c) = ours {
+            if !line.starts_with(&format!("{c} ")) || line.contains('\t') {
+                return Err(err(format!(
+                    "line {}: expected `{c} '…'` spelled as kiln render writes it, found {command:?} with other spelling or blanks",
+                    i + 1
+                )));
+            }
+        }
         if let Some(arg) = line.strip_prefix(&format!("{ROOT_FN} ")) {
             let der = arg
                 .strip_prefix('\'')
@@ -182,6 +197,11 @@ pub fn parse(text: &str, source: &str) -> Result<(Vec<NodeFile>, Vec<String>), R
             }
             n => n,
         };
+        // A second write of a name would leave the node with the last one, which --check
+        // would not be reading.
+        if files.iter().any(|f: &NodeFile| f.name == name) {
+            return Err(err(format!("{at}: {name} is written twice")));
+        }
         files.push(NodeFile {
             name,
             mode,

@@ -15,6 +15,8 @@ use crate::Reason;
 
 /// How long the session token lives; firstboot needs it for well under a second.
 const TOKEN_TTL: &str = "300";
+/// The longest a token may live (IMDSv2: 21600 s), for a node that waits in a warm pool.
+const LONG_TOKEN_TTL: &str = "21600";
 
 /// IMDS on its IPv6 address, for instances on IPv6-only subnets (Nitro; the endpoint must be
 /// enabled on the instance). `--metadata-url aws-ipv6` or `METADATA_URL=aws-ipv6` picks it.
@@ -99,6 +101,11 @@ impl MetadataSource for Aws {
 
 /// An IMDSv2 session token (`PUT /latest/api/token`), noted as a secret for the redactor.
 fn token(cx: &Context<'_>) -> Result<String, Error> {
+    token_for(cx, TOKEN_TTL)
+}
+
+/// [`token`] with a lifetime of `ttl` seconds.
+fn token_for(cx: &Context<'_>, ttl: &str) -> Result<String, Error> {
     let base = cx.base();
     let token_url = format!("{base}/latest/api/token");
     let resp = cx
@@ -106,7 +113,7 @@ fn token(cx: &Context<'_>) -> Result<String, Error> {
         .send(
             "PUT",
             &token_url,
-            &[("X-aws-ec2-metadata-token-ttl-seconds", TOKEN_TTL)],
+            &[("X-aws-ec2-metadata-token-ttl-seconds", ttl)],
         )
         .map_err(|e| match http_error(e) {
             // A hop limit of 1 drops the PUT's answer on its way into a container: say so.
@@ -154,12 +161,22 @@ fn token(cx: &Context<'_>) -> Result<String, Error> {
 /// `Warmed:Running`, `Warmed:Hibernated`, `Terminated`. Not there (404) outside a group.
 pub const TARGET_LIFECYCLE_STATE: &str = "autoscaling/target-lifecycle-state";
 
-/// The instance's target lifecycle state through a fresh IMDSv2 token; empty when IMDS has
-/// none (the instance is not in an Auto Scaling group).
-pub fn target_lifecycle_state(cx: &Context<'_>) -> Result<String, Error> {
-    let token = token(cx)?;
+/// The instance's target lifecycle state; empty when IMDS has none (the instance is not in an
+/// Auto Scaling group). `token` is kept by the caller between calls: asked for with the longest
+/// lifetime IMDS allows and dropped after any failure (an expired token is refused), so a node
+/// that waits in a warm pool for weeks holds a few tokens, not one per question.
+pub fn target_lifecycle_state(
+    cx: &Context<'_>,
+    token: &mut Option<String>,
+) -> Result<String, Error> {
+    let t = match token.take() {
+        Some(t) => t,
+        None => token_for(cx, LONG_TOKEN_TTL)?,
+    };
     let url = format!("{}/latest/meta-data/{TARGET_LIFECYCLE_STATE}", cx.base());
-    Ok(get_text(cx, &url, &[("X-aws-ec2-metadata-token", &token)], true)?.unwrap_or_default())
+    let state = get_text(cx, &url, &[("X-aws-ec2-metadata-token", &t)], true)?.unwrap_or_default();
+    *token = Some(t);
+    Ok(state)
 }
 
 #[cfg(test)]

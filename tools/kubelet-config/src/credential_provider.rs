@@ -60,6 +60,19 @@ pub struct Provider {
     pub token_attributes: Option<Map<String, Value>>,
 }
 
+/// kubelet's decode error without the document it echoes (`Object 'Kind' is missing in
+/// '{…}'` prints the whole file, a provider's `env` values included): for kiln's own messages,
+/// which may end up in CI logs; the stand-in prints kubelet's text as it is.
+pub fn error_without_document(e: &str) -> String {
+    match e.find("Object 'Kind' is missing in '") {
+        Some(i) => format!(
+            "{}Object 'Kind' is missing (the document is not shown)",
+            &e[..i]
+        ),
+        None => e.to_string(),
+    }
+}
+
 /// `decode(data)`: one file's providers. `Err` is kubelet's error text.
 pub fn decode(text: &str) -> Result<Vec<Provider>, String> {
     let (value, dups) = crate::tree(text)?;

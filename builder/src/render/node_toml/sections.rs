@@ -233,6 +233,8 @@ impl Validator<'_> {
 
 /// The most `[[kubelet.credential_provider]]` entries kiln writes.
 pub const MAX_CREDENTIAL_PROVIDERS: usize = 16;
+/// The largest `credential-providers.json` kiln writes: what kiln-firstboot reads.
+pub const MAX_CREDENTIAL_PROVIDERS_BYTES: usize = 256 * 1024;
 
 impl Validator<'_> {
     /// `[[kubelet.credential_provider]]`: kubelet's `CredentialProviderConfig` (kubelet.config.k8s.io/v1)
@@ -347,6 +349,14 @@ impl Validator<'_> {
         });
         let mut text = serde_json::to_vec_pretty(&config).unwrap_or_default();
         text.push(b'\n');
+        // What kiln-firstboot reads (config.rs): a larger file would stop every node.
+        if text.len() > MAX_CREDENTIAL_PROVIDERS_BYTES {
+            return Err(self.invalid(
+                "kubelet.credential_provider",
+                &format!("at most {MAX_CREDENTIAL_PROVIDERS_BYTES} bytes as written"),
+                format!("{} bytes", text.len()),
+            ));
+        }
         Ok(Some(text))
     }
 }
