@@ -109,7 +109,7 @@ fn boot(
         date_seen,
     );
     rep.add_secrets(&found.take());
-    let node = node.map_err(|e| fail(rep, Phase::Metadata, e))?;
+    let (node, lifecycle) = node.map_err(|e| fail(rep, Phase::Metadata, e))?;
     rep.identity(node.provider.name(), &node.node_name, cfg.image_id());
     let metadata_url = base_url.clone();
     rep.set_report_back(
@@ -161,10 +161,9 @@ fn boot(
     if proxy_changed {
         restart_containerd(opts, &cfg, deadline).map_err(|e| fail(rep, Phase::StartKubelet, e))?;
     }
-    let deadline = if node.provider == Provider::Aws {
-        warm_pool(opts, &cfg, metadata_url.as_deref(), rep, deadline)
-    } else {
-        deadline
+    let deadline = match lifecycle {
+        Some(state) => warm_pool(opts, &cfg, metadata_url.as_deref(), rep, deadline, state),
+        None => deadline,
     };
     let via = start(opts, paths, &cfg, deadline).map_err(|e| fail(rep, Phase::StartKubelet, e))?;
     rep.success(Phase::StartKubelet, via);
@@ -175,8 +174,8 @@ fn boot(
 /// How often a node in an AWS warm pool asks whether it is in service.
 const WARM_POLL: Duration = Duration::from_secs(5);
 
-/// AWS Auto Scaling warm pools (docs/contract.md, "Warm pools"): while IMDS's target lifecycle
-/// state is `Warmed:*`, the node is prepared (everything written, sysctls and swap applied,
+/// AWS Auto Scaling warm pools (docs/contract.md, "Warm pools"): `state` is what the metadata
+/// phase read (with its token, in its batch). While IMDS's target lifecycle state is `Warmed:*`, the node is prepared (everything written, sysctls and swap applied,
 /// containerd restarted for the node's settings, the baked images imported) and kubelet is
 /// held back: a warmed instance must not join. Then it asks every [`WARM_POLL`] until the state
 /// leaves `Warmed:*` (a `Warmed:Stopped` or `Hibernated` instance is stopped meanwhile, and its
@@ -189,6 +188,7 @@ fn warm_pool(
     base_url: Option<&str>,
     rep: &mut Reporter,
     deadline: Instant,
+    state: Result<String, String>,
 ) -> Instant {
     let mut token = None;
     let mut ask = |rep: &mut Reporter, until: Instant| {
@@ -207,14 +207,11 @@ fn warm_pool(
         rep.add_secrets(&found.take());
         state
     };
-    // Bounded on its own: a failing IMDS answer is retried by the client until its deadline,
-    // which must not eat the join's.
-    let mut state = match ask(rep, deadline.min(Instant::now() + Duration::from_secs(5))) {
+    let mut state = match state {
         Ok(s) => s,
         Err(e) => {
             rep.warn(&format!(
-                "warm pool: target lifecycle state not read ({}); joining",
-                e.message()
+                "warm pool: target lifecycle state not read ({e}); joining"
             ));
             return deadline;
         }
@@ -294,7 +291,7 @@ fn metadata(
     rep: &mut Reporter,
     secrets: &Collected,
     date_seen: &mut Option<crate::http::DateSeen>,
-) -> Result<Node, Error> {
+) -> Result<(Node, Option<Result<String, String>>), Error> {
     // `auto` (no provider) is detected from DMI; `--provider` beats node.env.
     let name = match opts.provider.unwrap_or(cfg.node.provider) {
         Some(p) => p,
@@ -361,7 +358,7 @@ fn metadata(
             )
         })?,
     };
-    Ok(Node {
+    let node = Node {
         provider: name,
         node_name,
         node_ip,
@@ -370,7 +367,8 @@ fn metadata(
         zone: md.zone,
         region: md.region,
         provider_id: md.provider_id,
-    })
+    };
+    Ok((node, md.lifecycle_state))
 }
 
 /// Decides max pods and the reservations from the image's settings, the instance type and the

@@ -677,9 +677,8 @@ fn a_429_is_retried() {
     });
     let out = aws(&root, &srv.url, "10");
     assert_eq!(out.code, 0, "{out:#?}");
-    // The refused token, its retry, and the warm-pool check's own token.
     let puts = srv.requests().iter().filter(|r| r.method == "PUT").count();
-    assert_eq!(puts, 3);
+    assert_eq!(puts, 2);
 }
 
 fn config_run_with(root: &Root, extra: &[&str]) -> Outcome {

@@ -5,8 +5,11 @@
 //! minus its letter, the address to the primary interface's `local-ipv4s` and `ipv6s`
 //! (tested against captures of API versions 2016-09-02 and 2018-09-24).
 
+use std::time::Instant;
+
 use crate::contract::Provider;
 use crate::error::Error;
+use crate::http::Client;
 use crate::netaddr::Candidate;
 use crate::netaddr::{IpFamily, Offered};
 use crate::provider::common::MetadataSource;
@@ -15,6 +18,8 @@ use crate::Reason;
 
 /// How long the session token lives; firstboot needs it for well under a second.
 const TOKEN_TTL: &str = "300";
+/// How long the boot waits for the warm-pool state before it goes on without it.
+const LIFECYCLE_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
 /// The longest a token may live (IMDSv2: 21600 s), for a node that waits in a warm pool.
 const LONG_TOKEN_TTL: &str = "21600";
 
@@ -39,16 +44,35 @@ impl MetadataSource for Aws {
             let url = format!("{base}/latest/meta-data/{key}");
             Ok(get_text(cx, &url, &headers, optional)?.unwrap_or_default())
         };
-        let v = parallel(&[
-            &|| get("instance-id", false),
-            &|| get("instance-type", false),
-            &|| get("placement/availability-zone", false),
-            &|| get("placement/region", true),
-            &|| get("local-ipv4", true),
-            &|| get("local-hostname", true),
-            &|| get("ipv6", true),
-            &|| get("mac", true),
-        ])?;
+        // The warm-pool state, beside the rest with the same token, on a client of its own
+        // bounded at 5 s: an IMDS that fails this key is retried until the client's deadline,
+        // which must not become the whole metadata phase's.
+        let bounded = Client::new(cx.client.deadline().min(Instant::now() + LIFECYCLE_BOUND));
+        let lcx = Context {
+            client: &bounded,
+            ..*cx
+        };
+        let lifecycle_url = format!("{base}/latest/meta-data/{TARGET_LIFECYCLE_STATE}");
+        let (lifecycle, v) = std::thread::scope(|s| {
+            let lifecycle = s.spawn(|| get_text(&lcx, &lifecycle_url, &headers, true));
+            let v = parallel(&[
+                &|| get("instance-id", false),
+                &|| get("instance-type", false),
+                &|| get("placement/availability-zone", false),
+                &|| get("placement/region", true),
+                &|| get("local-ipv4", true),
+                &|| get("local-hostname", true),
+                &|| get("ipv6", true),
+                &|| get("mac", true),
+            ]);
+            (lifecycle.join(), v)
+        });
+        let v = v?;
+        let lifecycle = match lifecycle {
+            Ok(Ok(state)) => Ok(state.unwrap_or_default()),
+            Ok(Err(e)) => Err(e.message().to_string()),
+            Err(_) => Err("the lookup thread panicked".to_string()),
+        };
         let [instance_id, instance_type, zone, mut region, ip, hostname, ipv6, mac] =
             <[String; 8]>::try_from(v).unwrap_or_default();
         // Older IMDS versions lack placement/region; the zone minus its letter is the region.
@@ -95,6 +119,7 @@ impl MetadataSource for Aws {
             instance_type,
             zone,
             region,
+            lifecycle_state: Some(lifecycle),
         })
     }
 }
@@ -206,6 +231,7 @@ mod tests {
                 zone: "eu-west-1a".into(),
                 region: "eu-west-1".into(),
                 provider_id: "aws:///eu-west-1a/i-0abc123def4567890".into(),
+                lifecycle_state: Some(Ok(String::new())),
             }
         );
         assert_eq!(

@@ -136,6 +136,7 @@ pub fn from_document(doc: &Value, url: &str) -> Result<Metadata, Error> {
         },
         region: location,
         provider_id,
+        lifecycle_state: None,
     })
 }
 
@@ -331,6 +332,7 @@ mod tests {
                 zone: "westeurope-2".into(),
                 region: "westeurope".into(),
                 provider_id: "azure:///subscriptions/8d10da13-8125-4ba9-a717-bf7490507b3d/resourceGroups/kiln-rg/providers/Microsoft.Compute/virtualMachines/kiln-worker-0".into(),
+                lifecycle_state: None,
             }
         );
         assert_eq!(

@@ -30,6 +30,10 @@ pub struct Metadata {
     pub zone: String,
     pub region: String,
     pub provider_id: String,
+    /// AWS: the Auto Scaling target lifecycle state (`Ok("")` outside a group), or why it
+    /// could not be read; `None` for a source that has no such thing (docs/contract.md,
+    /// "Warm pools").
+    pub lifecycle_state: Option<Result<String, String>>,
 }
 
 /// Everything a source may use: paths are under `root`, URLs under `base_url`.

@@ -121,6 +121,7 @@ impl MetadataSource for Gcp {
             instance_type: last_segment(&machine_type).to_string(),
             zone,
             region,
+            lifecycle_state: None,
         })
     }
 }
@@ -176,6 +177,7 @@ mod tests {
                 zone: "us-central1-a".into(),
                 region: "us-central1".into(),
                 provider_id: "gce://kiln-test-project/us-central1-a/kiln-worker-0".into(),
+                lifecycle_state: None,
             }
         );
         assert_eq!(

@@ -86,6 +86,7 @@ impl MetadataSource for OpenStack {
             instance_type,
             zone,
             region: String::new(),
+            lifecycle_state: None,
         })
     }
 }
@@ -125,6 +126,7 @@ mod tests {
                 zone: "nova".into(),
                 region: String::new(),
                 provider_id: "openstack:///d8e02d56-2648-49a3-bf97-6be8f1204f38".into(),
+                lifecycle_state: None,
             }
         );
         assert_eq!(

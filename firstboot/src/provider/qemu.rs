@@ -52,6 +52,7 @@ impl MetadataSource for Qemu {
             region: entry(cx, "region")?,
             provider_id: format!("kiln://qemu/{instance_id}"),
             instance_id,
+            lifecycle_state: None,
         })
     }
 }

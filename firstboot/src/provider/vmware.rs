@@ -84,6 +84,7 @@ impl MetadataSource for Vmware {
                 format!("vsphere://{uuid}")
             },
             instance_id,
+            lifecycle_state: None,
         })
     }
 }
