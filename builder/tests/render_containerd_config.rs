@@ -336,3 +336,41 @@ fn render_check_refuses_a_tampered_fragment() {
         assert!(err.contains(needle), "{needle:?} not in {err}");
     }
 }
+
+/// The image's config disables snapshotters to spare containerd's start their probes: that
+/// skip must never reach a plugin the CRI path needs. Held to the same rule node.toml's
+/// `disabled_plugins` is, for both config versions; and the real containerd keeps overlayfs.
+#[test]
+fn the_image_disables_only_snapshotters_the_cri_path_does_not_need() {
+    let def = ImageDef::parse(DEF, Path::new("t.toml")).unwrap();
+    for version in ["2.1.9", "1.6.20"] {
+        let config = containerd_config(&def, Some(version), "registry.k8s.io/pause:3.10.2");
+        let table: toml::Table = config.parse().unwrap();
+        let disabled: Vec<&str> = table["disabled_plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert!(!disabled.is_empty(), "{version}");
+        for id in &disabled {
+            assert!(
+                id.starts_with("io.containerd.snapshotter.v1."),
+                "{version}: {id}"
+            );
+            assert!(
+                !kiln::render::containerd_config::needed_by_cri(id),
+                "{version}: {id}"
+            );
+        }
+        assert!(config.contains("snapshotter = 'overlayfs'"), "{config}");
+    }
+    let d = tempfile::tempdir().unwrap();
+    let Some(containerd) = sid_containerd(d.path()) else {
+        return;
+    };
+    let image = containerd_config(&def, Some("2.1.9"), "registry.k8s.io/pause:3.10.2");
+    let dumped = dump(&containerd, d.path(), &image, None);
+    let disabled = lines_with(&dumped, "disabled_plugins = ")[0];
+    assert!(!disabled.contains("overlayfs"), "{disabled}");
+}

@@ -170,8 +170,7 @@ pub fn render(key: &str, table: &Table) -> Result<(u32, String), Refusal> {
             ));
         };
         for item in items {
-            let id = item.as_str().unwrap_or_default().to_ascii_lowercase();
-            if NEEDED_PLUGINS.iter().any(|p| id.starts_with(p)) {
+            if needed_by_cri(item.as_str().unwrap_or_default()) {
                 return Err(refuse(
                     ".disabled_plugins",
                     "no plugin the CRI path needs (the CRI plugins and their gRPC services, \
@@ -217,6 +216,14 @@ const NEEDED_PLUGINS: &[&str] = &[
     "io.containerd.transfer.",
     "io.containerd.snapshotter.v1.overlayfs",
 ];
+
+/// Whether disabling plugin `id` would take from containerd what the image's CRI path needs:
+/// the rule for node.toml's `disabled_plugins`, and the one the image's own list is held to
+/// (`render_containerd_config`'s test).
+pub fn needed_by_cri(id: &str) -> bool {
+    let id = id.to_ascii_lowercase();
+    NEEDED_PLUGINS.iter().any(|p| id.starts_with(p))
+}
 
 /// The value at `path`, each step's key compared without regard to case (as containerd's
 /// decoders do); `Ok(None)` when a step is missing, `Err` (the path so far) when a step that
