@@ -105,6 +105,14 @@ fn each_field_rule_is_reported_as_kubelet_words_it() {
     );
     assert!(case(&|p| p.match_images = vec!["a.io:x".into()])[0]
         .contains("invalid port \":x\" after host"));
+    // net/url refuses these in a host name; kubelet then exits 1 on every node.
+    for bad in ["a b.io", "gcr.io|x", "{x}.io", "a\\b.io"] {
+        let e = case(&|p| p.match_images = vec![bad.into()]);
+        assert!(e[0].contains("in host name"), "{bad}: {e:?}");
+    }
+    assert!(
+        case(&|p| p.match_images = vec!["*.dkr.ecr.*.amazonaws.com:443/team".into()]).is_empty()
+    );
     assert_eq!(
         case(&|p| p.default_cache_duration = None),
         ["providers.defaultCacheDuration: Required value"]

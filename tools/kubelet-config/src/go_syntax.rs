@@ -82,5 +82,16 @@ pub fn schemeless_url(s: &str) -> Result<(), String> {
             return err(format!("invalid port \":{port}\" after host"));
         }
     }
+    // net/url's `unescape(host, encodeHost)`: an ASCII byte that `shouldEscape` in a host is
+    // refused (letters, digits, `-_.~`, `!$&'()*+,;=:[]<>"` and escapes pass; `*` is what a
+    // matchImages glob uses).
+    if let Some(c) = host.bytes().find(|b| {
+        b.is_ascii() && !b.is_ascii_alphanumeric() && !b"-_.~!$&'()*+,;=:[]<>\"%".contains(b)
+    }) {
+        return err(format!(
+            "invalid character {:?} in host name",
+            char::from(c).to_string()
+        ));
+    }
     Ok(())
 }
