@@ -277,13 +277,28 @@ pub fn load_with_secrets(
             ))
         })?;
     }
-    let credential_providers = match fsutil::read_regular(&paths.credential_providers, 256 * 1024)
-        .map_err(invalid)?
-    {
-        None => false,
-        Some(text) => {
-            credential_provider_binaries(&paths.root, &image.credential_provider_bin_dir, &text)
-                .map_err(|e| invalid(format!("{}: {e}", paths.credential_providers.display())))?;
+    // A secret file (0600, the contract says): a provider's `env` may hold credentials, and
+    // its values join the redactor, since kubelet's own errors can echo the whole file.
+    let cp = &paths.credential_providers;
+    let credential_providers = match fsutil::read_secret(cp, 256 * 1024) {
+        Err(SecretError::Missing) => false,
+        Err(e) => {
+            let reason = match e {
+                SecretError::TooOpen(_) | SecretError::ForeignOwner(_) | SecretError::Symlink => {
+                    Reason::SecretMode
+                }
+                _ => Reason::ConfigInvalid,
+            };
+            return Err(Error::config(reason, format!("{}: {e}", cp.display())));
+        }
+        Ok(text) => {
+            let values = credential_provider_binaries(
+                &paths.root,
+                &image.credential_provider_bin_dir,
+                &text,
+            )
+            .map_err(|e| invalid(format!("{}: {e}", cp.display())))?;
+            secrets.extend(values);
             true
         }
     };
@@ -328,15 +343,30 @@ fn containerd_config_version(text: &str, wanted: &str) -> Result<(), String> {
 /// Checks that every provider the credential provider config names has its binary in the
 /// image: kubelet looks each up at start and, missing, exits 1 with a message that names no
 /// path (`plugin binary executable  did not exist`: `exec.LookPath` returns "" on failure).
-/// The rest of the file is kubelet's to check, as `kiln render` did.
-fn credential_provider_binaries(root: &Path, bin_dir: &str, text: &str) -> Result<(), String> {
+/// The rest of the file is kubelet's to check, as `kiln render` did. Returns the providers'
+/// `env` values, for the redactor.
+fn credential_provider_binaries(
+    root: &Path,
+    bin_dir: &str,
+    text: &str,
+) -> Result<Vec<String>, String> {
     let doc = crate::json::parse(text).map_err(|e| format!("expected JSON: {e}"))?;
     let providers = doc
         .get("providers")
         .and_then(|p| p.as_array())
         .filter(|p| !p.is_empty())
         .ok_or("expected a CredentialProviderConfig with `providers`, found none")?;
+    let mut values = Vec::new();
     for p in providers {
+        for e in p.get("env").and_then(|e| e.as_array()).unwrap_or_default() {
+            if let Some(v) = e
+                .get("value")
+                .and_then(|v| v.as_text())
+                .filter(|v| !v.is_empty())
+            {
+                values.push(v.to_string());
+            }
+        }
         let name = p.get("name").and_then(|n| n.as_text()).unwrap_or("");
         let bin = format!("{bin_dir}/{name}");
         let ok = !name.is_empty()
@@ -355,7 +385,7 @@ fn credential_provider_binaries(root: &Path, bin_dir: &str, text: &str) -> Resul
             ));
         }
     }
-    Ok(())
+    Ok(values)
 }
 
 /// The most a credential file may hold.

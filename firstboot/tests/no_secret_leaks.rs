@@ -392,3 +392,52 @@ fn a_symlinked_secret_is_refused_and_not_read() {
     assert!(out.stderr.contains("symbolic link"), "{}", out.stderr);
     assert!(!root.exists("run/kiln/bootstrap-kubeconfig"));
 }
+
+/// A credential provider's `env` value (credentials-providers.json is a secret file): kubelet
+/// echoes the whole config when it cannot decode it, and that log line reaches the diagnosis.
+#[test]
+fn a_credential_provider_env_value_echoed_by_kubelet() {
+    const CP_SECRET: &str = "kiln-leak-credential-provider-env";
+    let root = Root::node("");
+    root.node_env("NODE_NAME=n1\nNODE_IP=127.0.0.5\n");
+    let config = format!(
+        r#"{{"apiVersion":"kubelet.config.k8s.io/v1","kind":"CredentialProviderConfig","providers":[{{"name":"p","matchImages":["gcr.io"],"defaultCacheDuration":"1m","apiVersion":"credentialprovider.kubelet.k8s.io/v1","env":[{{"name":"TOKEN","value":"{CP_SECRET}"}}]}}]}}"#
+    );
+    root.write_mode("etc/kiln/credential-providers.json", &config, 0o600);
+    root.write_mode(
+        "usr/libexec/kiln/credential-providers/p",
+        "#!/bin/sh\n",
+        0o755,
+    );
+    let lines = [format!(
+        "E0101 00:00:00.000000 1 kuberuntime_manager.go:315] \"Failed to register CRI auth plugins\" err=\"error decoding config: Object 'Kind' is missing in '{}'\"",
+        config.replace('"', "\\\"")
+    )];
+    let (systemctl, journalctl) = dead_kubelet(&root, &lines);
+    let healthz = Server::start(|_| status(503));
+    let out = firstboot(
+        &root,
+        &[
+            "--provider",
+            "none",
+            "--systemctl",
+            &systemctl,
+            "--journalctl",
+            &journalctl,
+            "--healthz-url",
+            &format!("{}/healthz", healthz.url),
+            "--deadline",
+            "30",
+        ],
+    );
+    assert_ne!(out.code, 0, "{out:#?}");
+    let json = root.read("run/kiln/status.json");
+    assert!(json.contains("<redacted>"), "{json}");
+    let searched = assert_no_leak(
+        &root,
+        &["etc/kiln/credential-providers.json", "journal/kubelet.log"],
+        &[&out],
+        &[CP_SECRET],
+    );
+    assert_searched(&searched, &FAILED_FILES);
+}

@@ -120,3 +120,22 @@ fn a_provider_the_image_does_not_carry_stops_the_run_naming_it() {
         out.stderr
     );
 }
+
+/// The file is a secret (a provider's `env`): open to others, or a symlink, it is
+/// `SECRET_MODE`, as the bootstrap credentials are.
+#[test]
+fn a_credential_provider_file_others_can_read_is_refused() {
+    let root = Root::node("");
+    root.node_env("NODE_NAME=n1\nNODE_IP=10.0.0.5\n");
+    provider_binary(&root, "usr/libexec/kiln/credential-providers", 0o755);
+    root.write_mode("etc/kiln/credential-providers.json", CONFIG, 0o644);
+    let out = run(&root);
+    assert_eq!(out.code, 3, "{out:#?}");
+    assert!(out.stderr.contains("SECRET_MODE"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("credential-providers.json"),
+        "{}",
+        out.stderr
+    );
+    assert!(!root.exists("run/kiln/kubelet.env"));
+}
