@@ -600,7 +600,9 @@ fn cloud_init() {
         );
     }
     // The warm pool: kubelet was held while the instance was Warmed:Running, and started
-    // once it was InService (at least the 15 s the stand-in kept it warm, minus a poll).
+    // once it was InService. The stand-in's 15 s start at the node's first question, in the
+    // metadata phase; the hold starts after the write phase and the image import (seconds
+    // under TCG), so what is certain is at least one 5 s poll held.
     let warnings: Vec<&str> = o.status["warnings"]
         .as_array()
         .map(|w| w.iter().filter_map(|v| v.as_str()).collect())
@@ -615,7 +617,7 @@ fn cloud_init() {
         .and_then(|r| r.split(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no join after the pool in {warnings:?}"));
-    assert!(waited >= 10, "held {waited} s: {warnings:?}");
+    assert!(waited >= 5, "held {waited} s: {warnings:?}");
     // [containerd.config]: containerd ran with the node's fragment (its `opt` plugin made the
     // directory the fragment names, with `bin` and `lib` in it), and the running containerd
     // is the one kiln-firstboot restarted for it (the fingerprint in its environment).
