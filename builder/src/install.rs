@@ -412,7 +412,12 @@ pub fn install(
         root: root.to_path_buf(),
         why,
     };
-    let meta = std::fs::metadata(root).map_err(io_err(root))?;
+    let meta = match std::fs::metadata(root) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(root_err("does not exist: kiln install applies a layer to an existing root (a mounted image, / in a build VM, or a directory made for it) and creates none".into()))
+        }
+        r => r.map_err(io_err(root))?,
+    };
     if !meta.is_dir() {
         return Err(root_err("is not a directory".into()));
     }

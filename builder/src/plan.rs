@@ -54,14 +54,106 @@ impl Dirs {
         self.cache.join("bake")
     }
 
-    /// Where `make firstboot` / `make windows` put the kiln-firstboot for an OS and
-    /// architecture, relative to the repository.
-    pub fn firstboot(os: Os, arch: Arch) -> PathBuf {
-        PathBuf::from(match (os, arch) {
-            (Os::Windows, _) => "target/firstboot/kiln-firstboot.exe",
-            (Os::Linux, Arch::Arm64) => "target/firstboot/arm64/kiln-firstboot",
-            (Os::Linux, _) => "target/firstboot/kiln-firstboot",
-        })
+    /// Where kiln looks for the kiln-firstboot it ships for an OS and architecture when no
+    /// `--firstboot` names one, in order; `exe` is kiln's own binary
+    /// ([`std::env::current_exe`], symlinks resolved):
+    /// 1. an unpacked release archive or an installed prefix (`make dist`):
+    ///    `PREFIX/bin/kiln` ships `PREFIX/lib/kiln/<os>-<arch>/kiln-firstboot[.exe]`;
+    /// 2. a build in kiln's repository: `target/<profile>/kiln` ships what `make firstboot` /
+    ///    `make windows` put in `target/firstboot/`;
+    /// 3. `target/firstboot/` under the current directory (a kiln from elsewhere run in the
+    ///    repository).
+    pub fn firstboot_candidates(os: Os, arch: Arch, exe: Option<&Path>) -> Vec<PathBuf> {
+        let in_target = match (os, arch) {
+            (Os::Windows, _) => "kiln-firstboot.exe",
+            (Os::Linux, Arch::Arm64) => "arm64/kiln-firstboot",
+            (Os::Linux, _) => "kiln-firstboot",
+        };
+        let file = match os {
+            Os::Windows => "kiln-firstboot.exe",
+            Os::Linux => "kiln-firstboot",
+        };
+        let mut out = Vec::new();
+        if let Some(prefix) = exe.and_then(Path::parent).and_then(Path::parent) {
+            out.push(
+                prefix
+                    .join("lib/kiln")
+                    .join(format!("{os}-{arch}"))
+                    .join(file),
+            );
+            out.push(prefix.join("firstboot").join(in_target));
+        }
+        out.push(Path::new("target/firstboot").join(in_target));
+        out.dedup();
+        out
+    }
+
+    /// The kiln-firstboot a bake ships when `--firstboot` names none: the first of
+    /// [`Dirs::firstboot_candidates`] that is a file, else `Err` with every place looked at.
+    pub fn firstboot(os: Os, arch: Arch) -> Result<PathBuf, Vec<PathBuf>> {
+        let exe = std::env::current_exe().ok();
+        let looked = Dirs::firstboot_candidates(os, arch, exe.as_deref());
+        looked.iter().find(|p| p.is_file()).cloned().ok_or(looked)
+    }
+}
+
+/// Which kiln-firstboot a bake of `os`/`arch` ships: `given` (`--firstboot`), else the first
+/// that exists of [`Dirs::firstboot_candidates`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FirstbootChoice {
+    /// The binary (when none was found: the first place looked at).
+    pub path: PathBuf,
+    /// Whether it is a file.
+    pub exists: bool,
+    /// Every place looked at, in order (just `path` when `--firstboot` named it).
+    pub looked: Vec<PathBuf>,
+}
+
+impl FirstbootChoice {
+    /// `--firstboot FILE` when given, else the default search.
+    pub fn resolve(given: Option<&Path>, os: Os, arch: Arch) -> FirstbootChoice {
+        match given {
+            Some(p) => FirstbootChoice {
+                path: p.to_path_buf(),
+                exists: p.is_file(),
+                looked: vec![p.to_path_buf()],
+            },
+            None => match Dirs::firstboot(os, arch) {
+                Ok(path) => FirstbootChoice {
+                    looked: vec![path.clone()],
+                    path,
+                    exists: true,
+                },
+                Err(looked) => FirstbootChoice {
+                    path: looked[0].clone(),
+                    exists: false,
+                    looked,
+                },
+            },
+        }
+    }
+
+    /// Why a bake cannot ship it, naming what to do next; `None` when it exists.
+    pub fn missing(&self, os: Os, arch: Arch) -> Option<String> {
+        if self.exists {
+            return None;
+        }
+        let looked: Vec<String> = self
+            .looked
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        let build = match os {
+            Os::Windows => "`make windows`",
+            Os::Linux if arch == Arch::Arm64 => "`make firstboot-arm64`",
+            Os::Linux => "`make firstboot-amd64`",
+        };
+        Some(format!(
+            "no kiln-firstboot for {os}/{arch}: expected a file at {}, found none. Build it in \
+             kiln's repository with {build} (docs/building.md), use the one in a kiln release \
+             archive (lib/kiln/{os}-{arch}/), or pass --firstboot FILE",
+            looked.join(", ")
+        ))
     }
 }
 
@@ -144,16 +236,24 @@ pub struct BakePlan {
     /// only.
     #[serde(skip)]
     pub images: Vec<Image>,
+    /// The layer's images (`name (reference)`) whose blobs the store lacks (all of them without a
+    /// store).
+    pub images_missing: Vec<String>,
     /// The kiln-firstboot binary the bake would ship, and whether it exists.
     pub firstboot: PathBuf,
     /// Whether `firstboot` is a file.
     pub firstboot_exists: bool,
+    /// Why the bake cannot ship a kiln-firstboot, naming every place looked at and what to
+    /// do; `None` when it can.
+    pub firstboot_missing: Option<String>,
     /// The files the bake writes into its output directory.
     pub outputs: Vec<String>,
     /// The bytes of the inputs the bake reads (compressed upstream archives and binaries),
     /// where the lock or the store knows them; the layer is of the same order.
     pub input_bytes: u64,
-    /// Why the bake would refuse the lock's versions here (`supply::skew`), if it would.
+    /// Why the bake would refuse the lock's versions here, if it would: kubelet's version is
+    /// not the definition's `kubernetes.version`, or the versions cannot run together
+    /// (`supply::skew`).
     pub refused: Option<String>,
     /// A version pairing that bakes today and that kubelet's next minor refuses.
     pub warning: Option<String>,
@@ -172,7 +272,7 @@ impl BakePlan {
         store: Option<&Store>,
         format: Format,
         arch: Arch,
-        firstboot: PathBuf,
+        firstboot: FirstbootChoice,
     ) -> Result<BakePlan, PlanError> {
         let refuse = |what, asked: String, allowed: Vec<String>| PlanError {
             image: image.display().to_string(),
@@ -214,7 +314,7 @@ impl BakePlan {
                 }
             })
             .collect();
-        let images = lock
+        let images: Vec<Image> = lock
             .images
             .iter()
             .filter(|_| def.os == Os::Linux)
@@ -235,17 +335,21 @@ impl BakePlan {
             .iter()
             .filter_map(|n| n.pin.as_ref().and_then(|p| p.bytes))
             .sum::<u64>()
-            + blob_size(Some(&firstboot)).unwrap_or(0);
+            + blob_size(Some(&firstboot.path)).unwrap_or(0);
+        let version = kubelet_version_mismatch(image, def, lock, arch);
+        let images_missing = images_missing(&images, store);
         Ok(BakePlan {
             format,
             arch,
             artifacts,
             images,
-            firstboot_exists: firstboot.is_file(),
-            firstboot,
+            images_missing,
+            firstboot_missing: firstboot.missing(def.os, arch),
+            firstboot_exists: firstboot.exists,
+            firstboot: firstboot.path,
             outputs: all_outputs(target_of(format), def, arch),
             input_bytes,
-            refused: skew.as_ref().map(ToString::to_string),
+            refused: skew.as_ref().map(ToString::to_string).or(version),
             warning,
             skew,
         })
@@ -267,6 +371,7 @@ impl BakePlan {
             }
         }
         self.input_bytes += added;
+        self.images_missing = images_missing(&self.images, Some(store));
     }
 
     /// Whether the lock pins every artifact this target needs (an optional one it does
@@ -280,9 +385,11 @@ impl BakePlan {
     }
 
     /// Whether a bake could run now: covered, every pinned blob stored, kiln-firstboot there.
+    /// `kiln plan` says "ready to bake" only then, and `kiln bake` checks the same.
     pub fn ready(&self) -> bool {
         self.covered()
             && self.artifacts.iter().all(|n| n.in_store || n.left_out())
+            && self.images_missing.is_empty()
             && self.firstboot_exists
     }
 
@@ -332,7 +439,7 @@ pub fn plan(
     store: Option<&Store>,
     formats: &[Format],
     arches: &[Arch],
-    firstboot: &dyn Fn(Arch) -> PathBuf,
+    firstboot: &dyn Fn(Arch) -> FirstbootChoice,
 ) -> Result<Vec<BakePlan>, PlanError> {
     let formats = if formats.is_empty() {
         &def.formats[..]
@@ -359,6 +466,42 @@ pub fn plan(
         }
     }
     Ok(out)
+}
+
+/// Why kubelet's version in `lock` for `arch` is not the definition's `kubernetes.version`
+/// (which bake compares verbatim: it names the layer and goes into image.env), with what to
+/// do; `None` when it is, or when the lock has no kubelet here (reported as not covered).
+pub fn kubelet_version_mismatch(
+    image: &Path,
+    def: &ImageDef,
+    lock: &Lock,
+    arch: Arch,
+) -> Option<String> {
+    if !def.artifacts.iter().any(|p| p.name == "kubelet") {
+        return None;
+    }
+    let found = &lock.find("kubelet", def.os, arch)?.version;
+    (found != &def.kubernetes.version).then(|| {
+        format!(
+            "{}: kubernetes.version is {}, but the lock pins kubelet {found} for {}/{arch}: \
+             bake the lock's version with --kubernetes-version {found}, or set \
+             [kubernetes] version = \"{found}\" in the definition",
+            image.display(),
+            def.kubernetes.version,
+            def.os
+        )
+    })
+}
+
+/// `images_missing` of a plan: the images of `images` whose blobs `store` lacks.
+fn images_missing(images: &[Image], store: Option<&Store>) -> Vec<String> {
+    images
+        .iter()
+        .filter(|img| {
+            store.is_none_or(|s| !crate::supply::registry::layout::missing(s, img).is_empty())
+        })
+        .map(Image::id)
+        .collect()
 }
 
 fn blob_size(p: Option<&Path>) -> Option<u64> {

@@ -3,9 +3,8 @@
 //! upstream layouts passing the inspection gate, and the workspace's stand-ins (kubelet,
 //! crictl, and the Windows `.exe` files as real PE programs) for the Linux and Windows layers.
 //!
-//! The fixture's kubelet version is the images' `kubernetes.version` without the `v`, plus
-//! `-standin` (e.g. `1.36.1-standin`): the test adapts copies of the definitions to that (and
-//! says so). Everything else, crictl included, is as shipped.
+//! The fixture's kubelet version is the images' `kubernetes.version` plus `-standin` (e.g.
+//! `v1.36.1-standin`): the test adapts copies of the definitions to that (and says so). Everything else, crictl included, is as shipped.
 
 use crate::bake_support;
 

@@ -11,6 +11,7 @@
 //!   must exit 0, unless the output shown for it contains `error`. A `console` block's shown
 //!   output (stdout and stderr together) must match what the command prints: `…` inside a
 //!   line matches any text, a line that is only `…` matches any number of lines.
+//! - An `export` line holds for the lines after it in the same block, as in a shell.
 //! - `<!-- doc-test: setup COMMAND -->` lines before a block run first (in the same scratch
 //!   directory) to make the files the example needs; they are not shown on the page.
 //! - A block that cannot run here is marked on the line before it with
@@ -528,8 +529,15 @@ fn check_pages(pages: &[(String, String)]) -> (Vec<String>, usize, usize) {
                     failures.push(format!("{}: setup `{s}` exited {code:?}:\n{out}", b.at()));
                 }
             }
+            // `export` lines hold for the rest of their block, as in the reader's shell.
+            let mut exports = String::new();
             for e in &exs {
-                let (code, out) = run_line(dir.path(), &e.command);
+                let line = format!("{exports}{}", e.command);
+                if e.command.trim_start().starts_with("export ") {
+                    exports.push_str(&e.command);
+                    exports.push('\n');
+                }
+                let (code, out) = run_line(dir.path(), &line);
                 let may_fail = e
                     .shown
                     .as_ref()
@@ -579,6 +587,19 @@ fn every_documented_command_runs_or_parses() {
     );
 }
 
+/// The README is the way in: it links every page of `docs/`, and says what kiln does not do.
+#[test]
+fn the_readme_links_every_doc_page() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let missing: Vec<String> = pages()
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|n| n.starts_with("docs/") && !readme.contains(&format!("]({n})")))
+        .collect();
+    assert!(missing.is_empty(), "README.md links none of {missing:?}");
+    assert!(readme.contains("What kiln does not do"));
+}
+
 #[test]
 fn the_harness_catches_broken_examples() {
     let page = |body: &str| vec![("docs/t.md".to_string(), body.to_string())];
@@ -602,6 +623,11 @@ fn the_harness_catches_broken_examples() {
         let (failures, _, _) = check_pages(&page(body));
         assert_eq!(failures.len(), 1, "{body}\n{failures:#?}");
     }
+    // an export holds for the block's later lines, and only for them
+    let carried =
+        "```sh\nexport KILN_X=1\ntest \"$KILN_X\" = 1\n```\n```sh\ntest -z \"$KILN_X\"\n```\n";
+    let (failures, ran, _) = check_pages(&page(carried));
+    assert!(failures.is_empty() && ran == 2, "{failures:#?}");
     let good = "```console\n$ kiln contract\nKILN_…\n$ kiln contract\n…\n```\n";
     let (failures, ran, _) = check_pages(&page(good));
     assert!(failures.is_empty() && ran == 1, "{failures:#?}");

@@ -108,7 +108,7 @@ pub fn fixture_artifacts(lock_text: &str) -> Vec<String> {
 }
 
 /// The kubelet version the fixture lock pins: the stand-in's, which scripts/fixture-mirror.sh
-/// derives from the images' `kubernetes.version` (e.g. `v1.36.1` gives `1.36.1-standin`).
+/// derives from the images' `kubernetes.version` (e.g. `v1.36.1` gives `v1.36.1-standin`).
 pub fn fixture_kubelet_version(lock_text: &str) -> Option<String> {
     let mut lines = lock_text.lines();
     while let Some(l) = lines.next() {
@@ -249,13 +249,12 @@ fn bake_uncached(
 ) -> Result<Vec<PathBuf>> {
     let mut lock = tools.fixture.join("artifacts.lock");
     let lock_text = std::fs::read_to_string(&lock).map_err(io_err(&lock))?;
-    let mut kubelet_version = fixture_kubelet_version(&lock_text);
+    let kubelet_version = fixture_kubelet_version(&lock_text);
     std::fs::create_dir_all(out).map_err(io_err(out))?;
-    // kiln bake wants `kubernetes.version` equal to the lock's kubelet version, with the
-    // images' leading `v`; the fixture lock writes the stand-in's without it (`X.Y.Z-standin`).
-    // Bake from a copy whose kube* entries say `vX.Y.Z-standin`, re-signed with the fixture's own throwaway
-    // key (the bytes and hashes are untouched).
-    // The copy also pins the pause stand-in as an `[[image]]` (issue 16): the layer carries
+    // kiln bake wants `kubernetes.version` equal to the lock's kubelet version
+    // (`vX.Y.Z-standin` in the fixture lock): the definition's copy below says so.
+    // Bake from a copy of the lock, re-signed with the fixture's own throwaway key, that also
+    // pins the pause stand-in as an `[[image]]` (issue 16): the layer carries
     // it and kiln-images.service imports it, so the pod's sandbox comes from the baked image
     // with no registry in the guest. Its blobs go into a store made of hard links to the
     // fixture mirror's plus the image's.
@@ -266,13 +265,6 @@ fn bake_uncached(
         .arg(&store))?;
     let image_entry = crate::pod::pin_sandbox(image, arch, &store, out)?;
     let mut fixed = lock_text.clone();
-    if let Some(v) = kubelet_version.clone().filter(|v| !v.starts_with('v')) {
-        fixed = fixed.replace(
-            &format!("version = \"{v}\""),
-            &format!("version = \"v{v}\""),
-        );
-        kubelet_version = Some(format!("v{v}"));
-    }
     fixed.push_str(&image_entry);
     let copy = out.join("artifacts.lock");
     std::fs::write(&copy, fixed).map_err(io_err(&copy))?;

@@ -40,6 +40,10 @@ pub enum BakeError {
         #[source]
         source: crate::supply::skew::SkewError,
     },
+    /// The lock's kubelet is not the definition's `kubernetes.version`
+    /// ([`crate::plan::kubelet_version_mismatch`] says which and what to do).
+    #[error("{0}")]
+    Version(String),
     /// The lock has no entry the definition needs.
     #[error("image {image}: artifact {name:?} for {os}/{arch} is not in the lock")]
     MissingArtifact {
@@ -153,6 +157,7 @@ impl BakeError {
             | BakeError::ImageBlob { .. }
             | BakeError::SizingTable { .. }
             | BakeError::Skew { .. }
+            | BakeError::Version(_)
             | BakeError::Extract(extract::ExtractError::Hostile { .. }) => ExitClass::Verify,
             _ => ExitClass::Failure,
         }

@@ -7,12 +7,14 @@ use anyhow::Context as _;
 use clap::Args;
 
 use crate::bake::{self, manifest, BakeRequest, WriteOptions};
-use crate::cli::common::{load_lock, Global, NetArgs, RegistryArgs, TrustArgs, DEFAULT_LOCK};
+use crate::cli::common::{
+    load_def, load_lock, Global, NetArgs, RegistryArgs, TrustArgs, DEFAULT_LOCK,
+};
 use crate::cli::fail::classify;
 use crate::cli::fetch::{fetch_into, FetchFrom};
 use crate::cli::phases::PhaseDisplay;
-use crate::image_def::{Arch, Format, ImageDef};
-use crate::plan::{BakePlan, Dirs};
+use crate::image_def::{Arch, Format};
+use crate::plan::{BakePlan, Dirs, FirstbootChoice};
 use crate::supply::store::Store;
 
 /// `kiln bake IMAGE --format F --out DIR`
@@ -57,12 +59,17 @@ pub struct BakeArgs {
     pub net: NetArgs,
     #[command(flatten, next_help_heading = "Fetching (with --fetch)")]
     pub registry: RegistryArgs,
-    /// The kiln-firstboot binary to ship (`make firstboot` builds it). Default, by the
-    /// image's OS and `--arch`: target/firstboot/kiln-firstboot (linux/amd64),
-    /// target/firstboot/arm64/kiln-firstboot (linux/arm64),
-    /// target/firstboot/kiln-firstboot.exe (windows/amd64).
+    /// The kiln-firstboot binary to ship. Default, by the image's OS and `--arch`: from a
+    /// release archive, PREFIX/lib/kiln/<os>-<arch>/ beside PREFIX/bin/kiln; in kiln's
+    /// repository, what `make firstboot` / `make windows` put in target/firstboot/ (found from
+    /// kiln's own location, else the current directory).
     #[arg(long)]
     pub firstboot: Option<PathBuf>,
+    /// Bake as if the definition's `[kubernetes] version` were this: it must equal the lock's
+    /// kubelet version, and names the layer (a lock of another patch release, or a mirror of
+    /// stand-ins such as the fixture's `v1.36.4-standin`).
+    #[arg(long, value_name = "VERSION", env = "KILN_KUBERNETES_VERSION")]
+    pub kubernetes_version: Option<String>,
     /// Print what changed against an earlier layer's `.manifest.json`, and why.
     #[arg(long, value_name = "OLD_MANIFEST")]
     pub explain: Option<PathBuf>,
@@ -112,7 +119,7 @@ pub fn run_bake(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
 }
 
 fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
-    let def = ImageDef::load(&a.image)?;
+    let def = load_def(&a.image, a.kubernetes_version.as_deref())?;
     let format = a.format.unwrap_or(def.formats[0]);
     let arch = a.arch.unwrap_or(def.arch[0]);
     let (lock, _verified) = load_lock(&a.lock, &a.trust)?;
@@ -133,21 +140,11 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
     };
     let store = Store::open(&store_dir)
         .with_context(|| format!("opening store {}", store_dir.display()))?;
-    let firstboot = a
-        .firstboot
-        .clone()
-        .unwrap_or_else(|| Dirs::firstboot(def.os, arch));
+    let firstboot = FirstbootChoice::resolve(a.firstboot.as_deref(), def.os, arch);
     // Every decision about this bake's inputs, made once; the bake below asserts them.
-    let mut plan = BakePlan::new(
-        &a.image,
-        &def,
-        &lock,
-        Some(&store),
-        format,
-        arch,
-        firstboot.clone(),
-    )?;
-    // Versions that cannot run together are refused before a byte is fetched or read.
+    let mut plan = BakePlan::new(&a.image, &def, &lock, Some(&store), format, arch, firstboot)?;
+    // Versions the bake would refuse are refused before a byte is fetched or read, as is a
+    // missing kiln-firstboot (`kiln plan` reports both the same way).
     if let Some(skew) = plan.skew() {
         return Err(bake::BakeError::Skew {
             image: def.name.clone(),
@@ -155,6 +152,16 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
         }
         .into());
     }
+    if let Some(why) = &plan.refused {
+        return Err(bake::BakeError::Version(why.clone()).into());
+    }
+    if let Some(why) = &plan.firstboot_missing {
+        anyhow::bail!("{why}");
+    }
+    if !global.quiet && !global.json && a.firstboot.is_none() {
+        eprintln!("kiln: shipping kiln-firstboot {}", plan.firstboot.display());
+    }
+    let firstboot = plan.firstboot.clone();
     if let (Some(w), false) = (&plan.warning, global.quiet) {
         eprintln!("kiln: warning: {}: {w}", a.lock.display());
     }

@@ -112,7 +112,35 @@ pub(crate) fn describe(v: &Verified) -> String {
 /// Loads a lock under the trust flags, naming the lock in errors.
 pub fn load_lock(path: &Path, trust: &TrustArgs) -> anyhow::Result<(Lock, Verified)> {
     let trust = trust.trust()?;
-    Ok(Lock::load_verified(path, &trust)?)
+    let installed = installed_lock(path);
+    if let Some(p) = &installed {
+        eprintln!(
+            "kiln: using the lock {} (no {DEFAULT_LOCK} here; the release lock installed with \
+             this kiln; --lock names another)",
+            p.display()
+        );
+    }
+    Ok(Lock::load_verified(
+        installed.as_deref().unwrap_or(path),
+        &trust,
+    )?)
+}
+
+/// When `path` is the default lock and the current directory has none, the release lock of
+/// an unpacked release archive or installed prefix (`PREFIX/bin/kiln` beside
+/// `PREFIX/share/kiln/images/artifacts.lock`, as `make dist` lays it out), if there is one.
+/// It is verified like any lock: the embedded release key signs it.
+fn installed_lock(path: &Path) -> Option<PathBuf> {
+    if path != Path::new(DEFAULT_LOCK) || path.exists() {
+        return None;
+    }
+    let exe = std::env::current_exe().ok()?;
+    let lock = exe
+        .parent()?
+        .parent()?
+        .join("share/kiln")
+        .join(DEFAULT_LOCK);
+    lock.is_file().then_some(lock)
 }
 
 /// Download tuning shared by `fetch` and `mirror sync`.
@@ -223,6 +251,19 @@ impl FilterArgs {
                 (!i.platforms.is_empty()).then_some(i)
             })
             .collect()
+    }
+}
+
+/// Reads an image definition, with `kubernetes.version` replaced when
+/// `--kubernetes-version` gives one.
+pub(crate) fn load_def(
+    path: &Path,
+    kubernetes_version: Option<&str>,
+) -> Result<crate::image_def::ImageDef, crate::image_def::DefError> {
+    let def = crate::image_def::ImageDef::load(path)?;
+    match kubernetes_version {
+        Some(v) => def.with_kubernetes_version(v),
+        None => Ok(def),
     }
 }
 

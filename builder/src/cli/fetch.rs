@@ -94,6 +94,7 @@ pub(crate) fn fetch_into(
     global: &Global,
 ) -> anyhow::Result<()> {
     if !artifacts.is_empty() {
+        mirror_dirs_hold_some(store, artifacts, from)?;
         let summary = run_fetch_sources(
             store,
             artifacts,
@@ -115,6 +116,68 @@ pub(crate) fn fetch_into(
         from.net,
         global,
     )
+}
+
+/// Refuses at once, in one message, a fetch whose only sources are mirror directories that
+/// hold none of the artifacts the store lacks — typically a mirror made from another lock
+/// (the fixture mirror, whose lock pins stand-ins, asked for kiln's release lock) — instead of
+/// one "not in this mirror" per artifact. A mirror holding some of them fetches as usual and
+/// names each one missing.
+fn mirror_dirs_hold_some(
+    store: &crate::supply::store::Store,
+    artifacts: &[lock::Artifact],
+    from: &FetchFrom<'_>,
+) -> Result<(), crate::supply::fetch::FetchError> {
+    let dirs: Vec<&Path> = from
+        .mirrors
+        .iter()
+        .map(|m| Path::new(m.as_str()))
+        .filter(|m| !m.as_os_str().is_empty() && m.is_dir())
+        .collect();
+    if from.upstream || dirs.is_empty() || dirs.len() != from.mirrors.len() {
+        return Ok(());
+    }
+    let wanted: Vec<&lock::Artifact> = artifacts
+        .iter()
+        .filter(|a| store.lookup(a).is_none())
+        .collect();
+    let held = |d: &Path, a: &lock::Artifact| d.join("blobs/sha256").join(&a.sha256).is_file();
+    if wanted.is_empty() || wanted.iter().any(|a| dirs.iter().any(|d| held(d, a))) {
+        return Ok(());
+    }
+    let mut msg =
+        format!(
+        "the mirror{} {} hold{} none of the {} artifacts wanted (kubelet {} among them): {} made \
+         from another lock, or filtered to other names or platforms",
+        if dirs.len() == 1 { "" } else { "s" },
+        dirs.iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        if dirs.len() == 1 { "s" } else { "" },
+        wanted.len(),
+        wanted
+            .iter()
+            .find(|a| a.name == "kubelet")
+            .map_or("-", |a| a.version.as_str()),
+        if dirs.len() == 1 { "it was" } else { "they were" },
+    );
+    for d in &dirs {
+        let own = d.join("artifacts.lock");
+        if own.is_file() {
+            msg.push_str(&format!(
+                ". {} has its own lock: use it with `--lock {}` (kiln bake, plan) or as kiln \
+                 fetch's LOCK, with --trusted-key for the key that signed it",
+                d.display(),
+                own.display()
+            ));
+        }
+    }
+    msg.push_str(
+        ". To fetch this lock, sync a mirror of it where the internet is reachable \
+         (kiln mirror sync, docs/mirror.md) or pass --upstream",
+    );
+    Err(crate::supply::fetch::FetchError::NotInMirrors(msg))
 }
 
 /// Pulls the lock's images into `store` (an OCI image layout) from `sources`, in order, and

@@ -5,9 +5,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use crate::cli::common::{done, exit, load_lock, Global, TrustArgs, DEFAULT_LOCK};
+use crate::cli::common::{done, exit, load_def, load_lock, Global, TrustArgs, DEFAULT_LOCK};
 use crate::image_def::{Arch, Format, ImageDef};
-use crate::plan::{plan, BakePlan, Dirs};
+use crate::plan::{plan, BakePlan, Dirs, FirstbootChoice};
 use crate::supply::store::Store;
 
 /// `kiln plan IMAGE`
@@ -33,17 +33,20 @@ pub struct PlanArgs {
     /// The kiln-firstboot binary a bake would ship (default: as `kiln bake`, by OS and arch).
     #[arg(long)]
     pub firstboot: Option<PathBuf>,
+    /// Plan as if the definition's `[kubernetes] version` were this (as `kiln bake`).
+    #[arg(long, value_name = "VERSION", env = "KILN_KUBERNETES_VERSION")]
+    pub kubernetes_version: Option<String>,
 }
 
 /// Runs `kiln plan`: exit 0 when the lock pins everything the definition needs (missing
 /// blobs or binaries are reported, `kiln bake --fetch` and `make firstboot` fill them), 3
-/// when it does not.
+/// when it does not or when the bake would refuse the lock's versions.
 pub fn run_plan(a: PlanArgs, global: &Global) -> anyhow::Result<ExitCode> {
     done(plan_cmd(a, global))
 }
 
 fn plan_cmd(a: PlanArgs, global: &Global) -> anyhow::Result<ExitCode> {
-    let def = ImageDef::load(&a.image)?;
+    let def = load_def(&a.image, a.kubernetes_version.as_deref())?;
     let (lock, _) = load_lock(&a.lock, &a.trust)?;
     let store_dir = a.store.clone().unwrap_or_else(|| Dirs::from_env().store());
     let store = store_dir
@@ -53,11 +56,7 @@ fn plan_cmd(a: PlanArgs, global: &Global) -> anyhow::Result<ExitCode> {
         .transpose()?;
     let formats: Vec<Format> = a.format.into_iter().collect();
     let arches: Vec<Arch> = a.arch.into_iter().collect();
-    let firstboot = |arch: Arch| {
-        a.firstboot
-            .clone()
-            .unwrap_or_else(|| Dirs::firstboot(def.os, arch))
-    };
+    let firstboot = |arch: Arch| FirstbootChoice::resolve(a.firstboot.as_deref(), def.os, arch);
     let targets = plan(
         &a.image,
         &def,
@@ -121,7 +120,7 @@ fn print_plan(a: &PlanArgs, def: &ImageDef, targets: &[BakePlan], store: Option<
         let state = if t.ready() {
             "ready to bake"
         } else if t.refused.is_some() {
-            "REFUSED: the lock's versions cannot run together (below)"
+            "REFUSED (below)"
         } else if t.covered() {
             "covered by the lock, inputs missing (below)"
         } else {
@@ -152,16 +151,27 @@ fn print_plan(a: &PlanArgs, def: &ImageDef, targets: &[BakePlan], store: Option<
                 ),
             }
         }
-        println!(
-            "  {:<15} {}  {}",
-            "kiln-firstboot",
-            t.firstboot.display(),
-            if t.firstboot_exists {
-                "present"
-            } else {
-                "missing (make firstboot / make windows, or --firstboot FILE)"
-            }
-        );
+        for img in &t.images {
+            let missing = t.images_missing.contains(&img.id());
+            println!(
+                "  {:<15} {}  {}",
+                img.name,
+                img.reference,
+                if missing {
+                    "not in the store (kiln fetch, or bake --fetch)"
+                } else {
+                    "in the store"
+                }
+            );
+        }
+        match &t.firstboot_missing {
+            None => println!(
+                "  {:<15} {}  present",
+                "kiln-firstboot",
+                t.firstboot.display()
+            ),
+            Some(why) => println!("  {:<15} missing: {why}", "kiln-firstboot"),
+        }
         if let Some(why) = &t.refused {
             println!("  refused: {why}");
         }

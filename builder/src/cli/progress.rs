@@ -21,7 +21,26 @@ pub(crate) enum Mode {
     Quiet,
 }
 
-pub(crate) struct Display(Mode);
+/// The display, and each artifact's failed sources not yet shown: a source that failed is
+/// told when a later one delivers (a fallback worth knowing), and otherwise once, in the
+/// command's final error, rather than once as it happens and again at the end.
+pub(crate) struct Display(Mode, Mutex<HashMap<String, Vec<String>>>);
+
+impl Display {
+    /// Keeps `id`'s failed source for later.
+    fn failed(&self, id: &str, line: String) {
+        let mut held = self.1.lock().unwrap_or_else(|p| p.into_inner());
+        held.entry(id.to_string()).or_default().push(line);
+    }
+
+    /// `id`'s failed sources, now that another delivered it: `; after A failed: …`.
+    fn fell_back(&self, id: &str) -> String {
+        let mut held = self.1.lock().unwrap_or_else(|p| p.into_inner());
+        held.remove(id)
+            .map(|f| format!(" (after {})", f.join("; ")))
+            .unwrap_or_default()
+    }
+}
 
 impl Reporter for Display {
     fn event(&self, e: &Event) {
@@ -41,7 +60,10 @@ impl Reporter for Display {
                     transferred,
                     resumed,
                 } => {
-                    println!("{id}: ok from {source} ({transferred} bytes, {resumed} resumed)")
+                    let after = self.fell_back(id);
+                    println!(
+                        "{id}: ok from {source} ({transferred} bytes, {resumed} resumed){after}"
+                    )
                 }
                 Event::Retry {
                     id,
@@ -56,7 +78,7 @@ impl Reporter for Display {
                     )
                 }
                 Event::SourceFailed { id, source, error } => {
-                    eprintln!("{id}: {}", failed_at(source, error))
+                    self.failed(id, failed_at(source, error));
                 }
                 _ => {}
             },
@@ -76,13 +98,13 @@ impl Reporter for Display {
                     } else if let Some(size) = sizes.get(id) {
                         bar.inc(size.saturating_sub(last));
                     }
-                    bar.println(format!("{id}: ok from {source}"));
+                    bar.println(format!("{id}: ok from {source}{}", self.fell_back(id)));
                 }
                 Event::Retry {
                     id, error, wait_ms, ..
                 } => bar.println(format!("{id}: retrying in {wait_ms} ms: {error}")),
                 Event::SourceFailed { id, source, error } => {
-                    bar.println(format!("{id}: {}", failed_at(source, error)))
+                    self.failed(id, failed_at(source, error));
                 }
                 Event::Start { .. } => {}
             },
@@ -112,7 +134,7 @@ pub(crate) fn reporter(global: &Global, artifacts: &[Artifact]) -> Arc<Display> 
     } else {
         Mode::Lines
     };
-    Arc::new(Display(mode))
+    Arc::new(Display(mode, Mutex::new(HashMap::new())))
 }
 
 pub(crate) fn finish(d: &Display) {

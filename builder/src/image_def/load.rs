@@ -22,6 +22,21 @@ impl ImageDef {
         Ok(def)
     }
 
+    /// The definition with `kubernetes.version` replaced (`kiln plan`/`bake
+    /// --kubernetes-version`), checked as the file's value is; the error names the flag.
+    pub fn with_kubernetes_version(mut self, version: &str) -> Result<ImageDef, DefError> {
+        if !is_version(version) {
+            return Err(DefError::Invalid {
+                path: self.path.clone(),
+                key: "kubernetes.version (--kubernetes-version)".into(),
+                expected: "a version like v1.34.2 (the lock's kubelet version)".into(),
+                found: version.into(),
+            });
+        }
+        self.kubernetes.version = version.to_string();
+        Ok(self)
+    }
+
     /// Parses and validates definition text; `path` is only used in messages.
     pub fn parse(text: &str, path: &Path) -> Result<ImageDef, DefError> {
         let mut def: ImageDef = toml::from_str(text).map_err(|e| DefError::Parse {
@@ -74,7 +89,7 @@ impl ImageDef {
                 ));
             }
         }
-        if !is_token(&self.kubernetes.version) {
+        if !is_version(&self.kubernetes.version) {
             return Err(self.invalid(
                 "kubernetes.version",
                 "a version like v1.34.2 (the lock's kubelet version)",
@@ -329,6 +344,17 @@ fn is_name_byte(b: u8) -> bool {
 const IMAGE_PROXY: &str = "a proxy URL without credentials: they would land in a world-readable \
      unit of the image; use a proxy that authenticates nodes another way, or have the node's \
      provisioner write a 0600 containerd.service.d drop-in";
+
+/// A Kubernetes version as it may appear in the layer's file names: letters, digits and
+/// `.+_-`, starting with a letter or digit (`v1.36.4`, `v1.36.4-standin`, `v1.36.4+k3s1`), so
+/// no `/`, `..` or leading `-` reaches a path.
+fn is_version(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.len() <= 64
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".+_-".contains(c))
+        && !s.contains("..")
+}
 
 fn is_token(s: &str) -> bool {
     !s.is_empty()

@@ -52,7 +52,7 @@ pub enum SignError {
         reason: String,
     },
     /// The signature was made by a different key.
-    #[error("signature {sig} was made by key {found}, but the trusted key is {expected} (pass --trusted-key with the signer's public key if you trust it)")]
+    #[error("signature {sig} was made by key {found}, but the trusted key is {expected} (pass --trusted-key with the signer's public key if you trust it{})", .nearby.as_ref().map(|p| format!("; key {found} is in {}", p.display())).unwrap_or_default())]
     WrongKey {
         /// The signature file.
         sig: PathBuf,
@@ -60,6 +60,10 @@ pub enum SignError {
         expected: String,
         /// The signing key id.
         found: String,
+        /// A public key file with the signer's id near the signed file (its directory, or
+        /// `keys/` there or one level up: where the fixture mirror keeps its key), named so
+        /// the reader can decide to trust it; never trusted by kiln itself.
+        nearby: Option<PathBuf>,
     },
     /// The bytes do not match the signature: the file or the signature was changed.
     #[error("{file} does not match its signature {sig} from key {key}: the file or its signature has been altered")]
@@ -161,6 +165,35 @@ impl TrustedKey {
 }
 
 /// minisign prints key ids as the little-endian u64 in uppercase hex.
+/// A minisign public key file (`*.pub`) whose key id is `id`, in `file`'s directory, its
+/// `keys/`, or `../keys/`; only small regular files are read.
+fn public_key_near(file: &Path, id: &str) -> Option<PathBuf> {
+    let dir = file
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let up = match dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(p) => p.join("keys"),
+        None => dir.join("../keys"),
+    };
+    let places = [dir.to_path_buf(), dir.join("keys"), up];
+    places.iter().find_map(|d| {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(d)
+            .ok()?
+            .filter_map(|e| Some(e.ok()?.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "pub"))
+            .collect();
+        entries.sort();
+        entries.into_iter().find(|p| {
+            std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file() && m.len() <= 4096)
+                && std::fs::read_to_string(p)
+                    .ok()
+                    .and_then(|t| TrustedKey::parse(&t, "").ok())
+                    .is_some_and(|k| k.id == id)
+        })
+    })
+}
+
 fn key_id_hex(bytes: &[u8]) -> String {
     bytes.iter().rev().map(|b| format!("{b:02X}")).collect()
 }
@@ -262,6 +295,7 @@ pub fn verify(
         return Err(SignError::WrongKey {
             sig: sig_path.to_path_buf(),
             expected: key.id.clone(),
+            nearby: public_key_near(file, &signer),
             found: signer,
         });
     }

@@ -79,9 +79,9 @@ fn copy_tree(from: &Path, to: &Path) {
 }
 
 /// The stand-in kubelet's version in the fixture lock (scripts/fixture-mirror.sh derives it
-/// the same way from the images' `kubernetes.version`).
+/// the same way from the images' `kubernetes.version`: `v1.36.4` gives `v1.36.4-standin`).
 pub fn standin() -> String {
-    format!("{}-standin", kube_version().trim_start_matches('v'))
+    format!("v{}-standin", kube_version().trim_start_matches('v'))
 }
 
 /// A copy of `images/<name>` adapted to the fixture lock.

@@ -18,6 +18,9 @@ pub enum FetchError {
         /// Whether any failure was a digest/size mismatch (bytes were wrong, not missing).
         wrong_bytes: bool,
     },
+    /// The only sources are mirror directories that hold none of the artifacts wanted.
+    #[error("{0}")]
+    NotInMirrors(String),
     /// The overall deadline passed.
     #[error("the fetch did not finish within its deadline of {0:?}; partial downloads are kept and resume next time")]
     Deadline(Duration),
@@ -47,9 +50,10 @@ impl FetchError {
             FetchError::Failed {
                 wrong_bytes: true, ..
             } => ExitClass::Verify,
-            FetchError::Failed { .. } | FetchError::Deadline(_) | FetchError::Get { .. } => {
-                ExitClass::Fetch
-            }
+            FetchError::Failed { .. }
+            | FetchError::NotInMirrors(_)
+            | FetchError::Deadline(_)
+            | FetchError::Get { .. } => ExitClass::Fetch,
             FetchError::Client(_) | FetchError::Store(_) => ExitClass::Failure,
         }
     }

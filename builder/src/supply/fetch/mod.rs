@@ -251,6 +251,12 @@ async fn copy_from_dir(
                 path.display()
             )))
         }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(AttemptError::Fatal(format!(
+                "not in this mirror (no {})",
+                path.display()
+            )))
+        }
         Err(e) => return Err(AttemptError::Fatal(format!("{}: {e}", path.display()))),
     }
     let mut f = match tokio::fs::File::open(path).await {
