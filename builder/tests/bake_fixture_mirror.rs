@@ -349,7 +349,9 @@ fn fetch_then_bake_share_the_default_store_and_bake_fetch_fills_it() {
     clean(&mut plan, &xdg);
     let o = plan.output().unwrap();
     ok(&o, "kiln plan");
-    let p: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // The plan event, then the result (docs/cli.md, JSON output).
+    let p: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().next().unwrap()).unwrap();
     assert_eq!(p["covered"], true, "{p}");
     let t = &p["targets"][0];
     assert!(

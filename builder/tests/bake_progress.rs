@@ -119,12 +119,19 @@ fn check_json(fx: &Fx, stdout: &str, what: &str) -> Value {
                 .unwrap_or_else(|e| panic!("{what}: stdout line {l:?} is not JSON: {e}"))
         })
         .collect();
-    let (result, events) = lines
+    let (end, lines) = lines
         .split_last()
         .unwrap_or_else(|| panic!("{what}: no output"));
     assert!(
-        result["image_id"].as_str().is_some() && result.get("event").is_none(),
-        "{what}: expected the result object {{image_id, format, arch, files}} last, found {result}"
+        end["event"] == "result" && end["exit"] == 0,
+        "{what}: expected the result event last (docs/cli.md, JSON output), found {end}"
+    );
+    let (result, events) = lines
+        .split_last()
+        .unwrap_or_else(|| panic!("{what}: no baked event"));
+    assert!(
+        result["event"] == "baked" && result["image_id"].as_str().is_some(),
+        "{what}: expected the baked event {{image_id, format, arch, files}} before it, found {result}"
     );
     let want = expected(fx, result);
     // (phase, start total, last progress, done bytes), in the order the phases started.

@@ -146,11 +146,26 @@ fn assert_outputs(work: &Path, example: &str) {
     ] {
         assert!(out.join(&f).is_file(), "{example}: no out/{f}");
     }
-    let plan: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(work.join("plan.json")).unwrap()).unwrap();
+    let plan: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(work.join("plan.json"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(plan["covered"], true, "{example}: {plan}");
     let bake = std::fs::read_to_string(work.join("bake.jsonl")).unwrap();
-    let last: serde_json::Value = serde_json::from_str(bake.lines().last().unwrap()).unwrap();
+    let events: Vec<serde_json::Value> = bake
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        events.last().unwrap()["event"],
+        "result",
+        "{example}: {bake}"
+    );
+    let last = events.iter().find(|e| e["event"] == "baked").unwrap();
     assert_eq!(last["arch"], "amd64", "{example}: {last}");
     assert!(
         last["image_id"]

@@ -153,6 +153,62 @@ fn a_refused_pack_names_the_pack_not_a_temporary_copy() {
     );
 }
 
+/// Issue 38: every command that prints, with and without `--json`, whose reader is gone before
+/// it writes a byte (stdout a pipe whose read end is already closed) ends quietly with 141,
+/// or 0 when it had nothing to print: never 101 (a panic in `println!`) nor 1 with "Broken
+/// pipe" (a `write_all` error), whichever way it writes.
+#[test]
+fn every_printing_command_ends_quietly_when_stdout_is_gone() {
+    let node = repo().join("docs/examples/render/node.toml");
+    let lock = repo().join("images/artifacts.lock");
+    let d = tempfile::tempdir().unwrap();
+    let user_data = d.path().join("user-data");
+    let o = run(kiln()
+        .args(["render", "-p", "cloud-init"])
+        .arg(&node)
+        .arg("--output")
+        .arg(&user_data));
+    assert!(o.status.success(), "{}", out_text(&o));
+    let n = node.to_str().unwrap();
+    let l = lock.to_str().unwrap();
+    let u = user_data.to_str().unwrap();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["contract"],
+        vec!["lock", "verify", l],
+        vec!["lock", "outdated", l, "--against", l],
+        vec!["inspect", "/bin/true", "/bin/sh"],
+        vec!["plan", "images/windows.toml"],
+        vec!["render", "-p", "cloud-init", n],
+        vec!["render", "-p", "ignition", n],
+        vec!["render", "--check", u],
+        vec!["completions", "bash"],
+    ];
+    for json in [false, true] {
+        for args in &cases {
+            let (r, w) = std::io::pipe().unwrap();
+            drop(r);
+            let mut c = kiln();
+            c.current_dir(repo())
+                .stdout(w)
+                .stderr(std::process::Stdio::piped());
+            if json {
+                c.arg("--json");
+            }
+            let o = c.args(args).output().unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(
+                matches!(o.status.code(), Some(0 | 141)),
+                "kiln {args:?} (json {json}): exit {:?}: {err}",
+                o.status.code()
+            );
+            assert!(
+                !err.contains("panicked") && !err.contains("Broken pipe"),
+                "kiln {args:?} (json {json}): {err}"
+            );
+        }
+    }
+}
+
 /// Issue 38: a listing piped into `head -1` ends kiln quietly with 141 (what a shell shows for
 /// a tool SIGPIPE ended), never with a panic (exit 101 and "failed printing to stdout").
 #[test]

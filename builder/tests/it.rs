@@ -35,6 +35,7 @@ mod bake_windows_containerd;
 mod bench_doc;
 mod ci_examples;
 mod cli_completions;
+mod cli_json;
 mod cli_messages;
 mod cli_reference;
 mod docs_examples;

@@ -21,8 +21,10 @@ fn check_json(path: &Path) -> Vec<(String, String, u64, String)> {
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).unwrap();
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        // the file events; then `checked` and the `result` (docs/cli.md, JSON output)
+        .filter(|v| v["event"] == "file")
+        .map(|v| {
             (
                 v["path"].as_str().unwrap().to_string(),
                 v["mode"].as_str().unwrap().to_string(),

@@ -340,7 +340,7 @@ fn cli_fetch_exit_codes() {
     assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
     let last = String::from_utf8_lossy(&o.stdout)
         .lines()
-        .last()
+        .find(|l| l.contains("\"event\":\"summary\""))
         .unwrap()
         .to_string();
     let v: serde_json::Value = serde_json::from_str(&last).unwrap();

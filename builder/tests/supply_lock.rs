@@ -40,7 +40,8 @@ fn good_signature_verifies() {
     );
 
     let o = verify(&lock, &["--trusted-key", pk.to_str().unwrap(), "--json"]);
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().next().unwrap()).unwrap();
     assert_eq!(v["signed"], true);
     assert_eq!(v["artifacts"], 2);
 }
@@ -238,7 +239,8 @@ fn inspect_real_elf_and_built_pe() {
     );
 
     let o = run(kiln().args(["--json", "inspect"]).arg(&pe));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().next().unwrap()).unwrap();
     assert_eq!(v["info"]["format"], "pe");
     assert_eq!(v["info"]["subsystem"], "console");
 }

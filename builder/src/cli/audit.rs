@@ -43,32 +43,37 @@ pub fn run(a: AuditArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let failing = report.failing().count();
     for f in &report.findings {
         if global.json {
-            let mut v = serde_json::to_value(f).context("encoding a finding")?;
-            v["event"] = "advisory".into();
-            v["level"] = if f.fails() { "error" } else { "warning" }.into();
-            println!("{v}");
+            let v = serde_json::to_value(f).context("encoding a finding")?;
+            let level = if f.fails() {
+                crate::cli::json::Level::Error
+            } else {
+                crate::cli::json::Level::Warning
+            };
+            crate::cli::json::emit("advisory", level, v);
         } else if f.fails() || !global.quiet {
             println!("{}", line(f));
         }
     }
     for w in &report.unused_waivers {
         if global.json {
-            println!(
-                "{}",
-                serde_json::json!({"event": "unused_waiver", "level": "warning", "waiver": w})
+            crate::cli::json::emit(
+                "unused_waiver",
+                crate::cli::json::Level::Warning,
+                serde_json::json!({"event": "unused_waiver", "level": "warning", "waiver": w}),
             );
         } else if !global.quiet {
             println!("note: waiver {w} covers nothing this lock pins; drop it at the next signing");
         }
     }
     if global.json {
-        println!(
-            "{}",
+        crate::cli::json::emit(
+            "summary",
+            crate::cli::json::Level::Info,
             serde_json::json!({
-                "event": "result", "lock": a.lock, "advisories": a.advisories,
+                "lock": a.lock, "advisories": a.advisories,
                 "on": today.to_string(), "findings": report.findings.len(),
                 "failing": failing, "ok": failing == 0,
-            })
+            }),
         );
     } else if !global.quiet || failing > 0 {
         println!(

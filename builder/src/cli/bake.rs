@@ -112,10 +112,7 @@ pub struct DiffArgs {
 /// Runs `kiln bake`: exit 3 when a check refused an input (signature, inspection gate,
 /// hostile archive, a blob that does not match the lock), 1 for other failures.
 pub fn run_bake(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
-    Ok(bake_inner(a, global).unwrap_or_else(|e| {
-        crate::cli::fail::print_chain(&e);
-        ExitCode::from(classify(&e))
-    }))
+    Ok(bake_inner(a, global).unwrap_or_else(|e| crate::cli::fail::ended(&e, classify(&e))))
 }
 
 fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
@@ -245,9 +242,10 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let out = out.with_context(|| format!("baking {} ({format}, {arch})", a.image.display()))?;
     if global.json {
         let files: Vec<String> = out.files.iter().map(|p| p.display().to_string()).collect();
-        println!(
-            "{}",
-            serde_json::json!({"image_id": out.image_id, "format": format.to_string(), "arch": arch.to_string(), "files": files})
+        crate::cli::json::emit(
+            "baked",
+            crate::cli::json::Level::Info,
+            serde_json::json!({"image_id": out.image_id, "format": format.to_string(), "arch": arch.to_string(), "files": files}),
         );
     } else if !global.quiet {
         println!("baked {} {format} {arch}: {}", def.name, out.image_id);
@@ -292,7 +290,11 @@ fn print_diff(old: &manifest::Manifest, new: &manifest::Manifest, global: &Globa
     let changes = manifest::diff(old, new);
     if global.json {
         for c in &changes {
-            println!("{}", serde_json::to_string(c).unwrap_or_default());
+            crate::cli::json::emit(
+                "change",
+                crate::cli::json::Level::Info,
+                serde_json::to_value(c).unwrap_or_default(),
+            );
         }
     } else {
         print!("{}", manifest::render_diff(old, new, &changes));

@@ -29,7 +29,7 @@ pub mod exit {
     pub const ADVISORY: u8 = 6;
     /// The reader of standard output went away (`kiln … | head -1`): 128 + SIGPIPE, what a
     /// shell reports for a tool that SIGPIPE ended.
-    pub const BROKEN_PIPE: u8 = 141;
+    pub const BROKEN_PIPE: u8 = crate::cli::fail::BROKEN_PIPE;
 }
 
 /// Flags every subcommand understands.

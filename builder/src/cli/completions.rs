@@ -34,6 +34,8 @@ pub struct ManArgs {
 /// `kiln completions bash > /etc/bash_completion.d/kiln` (or
 /// `~/.local/share/bash-completion/completions/kiln`).
 pub fn run_completions(a: CompletionsArgs, mut cmd: clap::Command) -> anyhow::Result<ExitCode> {
+    // stdout is the script: `--json` events go to stderr.
+    crate::cli::json::events_to_stderr();
     let mut out = Vec::new();
     clap_complete::generate(a.shell, &mut cmd, "kiln", &mut out);
     std::io::stdout()
@@ -56,7 +58,11 @@ pub fn run_man(a: ManArgs, mut cmd: clap::Command, global: &Global) -> anyhow::R
         .with_context(|| format!("writing {}", path.display()))?;
     written.push(crate::firstboot_man::PAGE.to_string());
     if global.json {
-        println!("{}", serde_json::json!({ "man_pages": written }));
+        crate::cli::json::emit(
+            "man_pages",
+            crate::cli::json::Level::Info,
+            serde_json::json!({ "man_pages": written }),
+        );
     } else if !global.quiet {
         println!("kiln man: {} pages in {}", written.len(), a.out.display());
     }

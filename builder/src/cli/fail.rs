@@ -20,8 +20,43 @@ use crate::supply::store::StoreError;
 
 /// Prints an error chain and picks the exit code for it.
 pub fn fail(err: &anyhow::Error) -> ExitCode {
+    ended(err, classify(err))
+}
+
+/// Ends a command on `err` with `exit`: the chain on stderr, and with `--json` the final
+/// `error` event ([`crate::cli::json::error`]).
+pub fn ended(err: &anyhow::Error, exit: u8) -> ExitCode {
+    // Whatever read stdout is gone (`kiln render … | head -1`, where the payload is written
+    // with `write_all`): end quietly as the panic path in `cli::main` does for `println!`.
+    if stdout_gone()
+        && err.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+        })
+    {
+        crate::cli::json::ended_quietly();
+        return ExitCode::from(BROKEN_PIPE);
+    }
     print_chain(err);
-    ExitCode::from(classify(err))
+    crate::cli::json::error(err, exit);
+    ExitCode::from(exit)
+}
+
+/// The exit status when whatever read stdout closed it first: 128 + SIGPIPE, what a shell
+/// shows for a tool SIGPIPE ended (docs/cli.md, exit codes).
+pub const BROKEN_PIPE: u8 = 141;
+
+/// Whether stdout is a pipe whose reader has gone: Linux reports `POLLERR` on a pipe's write
+/// end once no reader is left. A broken pipe elsewhere (gpg, debugfs) is an error as any other.
+fn stdout_gone() -> bool {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let out = std::io::stdout();
+    let mut fds = [PollFd::new(&out, PollFlags::empty())];
+    let now = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    poll(&mut fds, Some(&now)).is_ok() && fds[0].revents().contains(PollFlags::ERR)
 }
 
 /// Prints `kiln: error: …` and one `caused by:` line per cause that adds something: a

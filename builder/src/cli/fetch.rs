@@ -208,9 +208,10 @@ pub(crate) fn run_pull_images(
     progress::finish(&reporter);
     let s = r?;
     if global.json {
-        println!(
-            "{}",
-            serde_json::json!({"event": "summary", "command": what, "dir": store.root(), "images": s})
+        crate::cli::json::emit(
+            "summary",
+            crate::cli::json::Level::Info,
+            serde_json::json!({"event": "summary", "command": what, "dir": store.root(), "images": s}),
         );
     } else if !global.quiet {
         println!(
@@ -337,9 +338,10 @@ pub(crate) fn report_summary(
     global: &Global,
 ) {
     if global.json {
-        println!(
-            "{}",
-            serde_json::json!({"event": "summary", "command": what, "dir": dir, "summary": s})
+        crate::cli::json::emit(
+            "summary",
+            crate::cli::json::Level::Info,
+            serde_json::json!({"event": "summary", "command": what, "dir": dir, "summary": s}),
         );
     } else if !global.quiet {
         println!(

@@ -84,16 +84,18 @@ pub fn run_image(a: ImageArgs, global: &Global) -> anyhow::Result<ExitCode> {
         Ok(r) => r,
         Err(e) => {
             let refused = e.is_refusal();
-            crate::cli::fail::print_chain(&anyhow::Error::from(e));
-            return Ok(ExitCode::from(if refused {
-                exit::VERIFY
-            } else {
-                exit::FAILURE
-            }));
+            return Ok(crate::cli::fail::ended(
+                &anyhow::Error::from(e),
+                if refused { exit::VERIFY } else { exit::FAILURE },
+            ));
         }
     };
     if global.json {
-        println!("{}", serde_json::to_string(&r).unwrap_or_default());
+        crate::cli::json::emit(
+            "image",
+            crate::cli::json::Level::Info,
+            serde_json::to_value(&r).unwrap_or_default(),
+        );
         return Ok(ExitCode::SUCCESS);
     }
     if !global.quiet && !r.swept.is_empty() {

@@ -42,9 +42,10 @@ fn inspect_files(a: InspectArgs, global: &Global) -> anyhow::Result<ExitCode> {
         match result {
             Ok(info) => {
                 if global.json {
-                    println!(
-                        "{}",
-                        serde_json::json!({"file": f, "ok": true, "info": info})
+                    crate::cli::json::emit(
+                        "file",
+                        crate::cli::json::Level::Info,
+                        serde_json::json!({"file": f, "ok": true, "info": info}),
                     );
                 } else if !global.quiet {
                     println!("{what}: {info}");
@@ -52,9 +53,10 @@ fn inspect_files(a: InspectArgs, global: &Global) -> anyhow::Result<ExitCode> {
             }
             Err(e) => {
                 if global.json {
-                    println!(
-                        "{}",
-                        serde_json::json!({"file": f, "ok": false, "error": e.to_string()})
+                    crate::cli::json::emit(
+                        "file",
+                        crate::cli::json::Level::Error,
+                        serde_json::json!({"file": f, "ok": false, "error": e.to_string()}),
                     );
                 }
                 eprintln!("kiln: error: {e}");

@@ -88,16 +88,14 @@ pub fn run_install(a: InstallArgs, global: &Global) -> anyhow::Result<ExitCode> 
     match install_inner(a, global) {
         Ok(code) => Ok(code),
         Err(e) => {
-            crate::cli::fail::print_chain(&e);
             let refused = e.chain().any(|c| {
                 c.downcast_ref::<InstallError>()
                     .is_some_and(InstallError::is_refusal)
             });
-            Ok(ExitCode::from(if refused {
-                exit::VERIFY
-            } else {
-                exit::FAILURE
-            }))
+            Ok(crate::cli::fail::ended(
+                &e,
+                if refused { exit::VERIFY } else { exit::FAILURE },
+            ))
         }
     }
 }
@@ -108,7 +106,11 @@ fn install_inner(a: InstallArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let r = crate::install::install(&a.layer, &a.root, &opts)
         .with_context(|| format!("installing {} into {}", a.layer.display(), a.root.display()))?;
     if global.json {
-        println!("{}", serde_json::to_string(&r).unwrap_or_default());
+        crate::cli::json::emit(
+            "installed",
+            crate::cli::json::Level::Info,
+            serde_json::to_value(&r).unwrap_or_default(),
+        );
         return Ok(ExitCode::SUCCESS);
     }
     print_report(&r, &a.layer, a.dry_run, global);

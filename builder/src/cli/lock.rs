@@ -130,12 +130,13 @@ fn lock_verify(a: LockVerifyArgs, global: &Global) -> anyhow::Result<ExitCode> {
             Verified::Signed { key_id, .. } => (true, Some(key_id.clone())),
             Verified::Unsigned => (false, None),
         };
-        println!(
-            "{}",
+        crate::cli::json::emit(
+            "lock_verified",
+            crate::cli::json::Level::Info,
             serde_json::json!({
                 "lock": a.lock, "ok": true, "signed": signed, "key_id": key,
                 "artifacts": lock.artifacts.len(), "total_size": lock.total_size(),
-            })
+            }),
         );
     } else if !global.quiet {
         let unsized_ = lock
@@ -158,9 +159,10 @@ fn lock_verify(a: LockVerifyArgs, global: &Global) -> anyhow::Result<ExitCode> {
 fn lock_sign(a: LockSignArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let (sig_path, artifacts) = sign_lock(&a.lock, &a.secret_key, a.password_env.as_deref())?;
     if global.json {
-        println!(
-            "{}",
-            serde_json::json!({"lock": a.lock, "signature": sig_path, "artifacts": artifacts})
+        crate::cli::json::emit(
+            "lock_signed",
+            crate::cli::json::Level::Info,
+            serde_json::json!({"lock": a.lock, "signature": sig_path, "artifacts": artifacts}),
         );
     } else if !global.quiet {
         println!("signed {} -> {}", a.lock.display(), sig_path.display());
@@ -287,9 +289,10 @@ fn lock_add(a: LockAddArgs, global: &Global) -> anyhow::Result<ExitCode> {
     }
     crate::cli::common::say_signature_removed(&a.lock, write_lock(&a.lock, &header, &l)?);
     if global.json {
-        println!(
-            "{}",
-            serde_json::json!({"added": entry.id(), "sha256": sha, "size": size})
+        crate::cli::json::emit(
+            "lock_entry_added",
+            crate::cli::json::Level::Info,
+            serde_json::json!({"added": entry.id(), "sha256": sha, "size": size}),
         );
     } else if !global.quiet {
         println!(

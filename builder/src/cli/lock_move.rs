@@ -108,9 +108,10 @@ pub fn run(a: &LockUpdateArgs, global: &Global) -> anyhow::Result<ExitCode> {
             new.version
         );
         if global.json {
-            println!(
-                "{}",
-                serde_json::json!({"moved": old.id(), "to": new.id(), "sha256": new.sha256, "size": size, "checksum": cu})
+            crate::cli::json::emit(
+                "lock_entry_moved",
+                crate::cli::json::Level::Info,
+                serde_json::json!({"moved": old.id(), "to": new.id(), "sha256": new.sha256, "size": size, "checksum": cu}),
             );
         } else if !global.quiet {
             println!(
@@ -216,9 +217,10 @@ pub(crate) fn lock_update(a: LockUpdateArgs, global: &Global) -> anyhow::Result<
             changed = true;
         }
         if global.json {
-            println!(
-                "{}",
-                serde_json::json!({"id": art.id(), "ok": true, "size": size})
+            crate::cli::json::emit(
+                "checksum",
+                crate::cli::json::Level::Info,
+                serde_json::json!({"id": art.id(), "ok": true, "size": size}),
             );
         } else if !global.quiet {
             println!("{}: sha256 confirmed, {size} bytes", art.id());

@@ -228,7 +228,15 @@ fn mirror_verify(a: MirrorVerifyArgs, global: &Global) -> anyhow::Result<ExitCod
     let report = mirror.verify(lock.as_ref(), threads)?;
     for b in &report.blobs {
         if global.json {
-            println!("{}", serde_json::json!({"event": "blob", "blob": b}));
+            crate::cli::json::emit(
+                "blob",
+                if b.ok {
+                    crate::cli::json::Level::Info
+                } else {
+                    crate::cli::json::Level::Error
+                },
+                serde_json::json!({"event": "blob", "blob": b}),
+            );
         } else if !b.ok {
             eprintln!(
                 "kiln: BAD blob {} ({} bytes, hashes to {}), moved to {}",
@@ -261,9 +269,10 @@ fn mirror_verify(a: MirrorVerifyArgs, global: &Global) -> anyhow::Result<ExitCod
     }
     let bad = report.bad().count();
     if global.json {
-        println!(
-            "{}",
-            serde_json::json!({"event": "summary", "blobs": report.blobs.len(), "bad": bad, "missing": report.missing, "bytes": report.bytes})
+        crate::cli::json::emit(
+            "summary",
+            crate::cli::json::Level::Info,
+            serde_json::json!({"event": "summary", "blobs": report.blobs.len(), "bad": bad, "missing": report.missing, "bytes": report.bytes}),
         );
     } else if !global.quiet {
         println!(
@@ -286,9 +295,10 @@ fn mirror_pack(a: MirrorPackArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let (lock, _) = mirror.lock(&a.trust.trust()?)?;
     let bytes = mirror.pack(&lock, &a.out, a.level)?;
     if global.json {
-        println!(
-            "{}",
-            serde_json::json!({"pack": a.out, "artifacts": lock.artifacts.len(), "bytes": bytes})
+        crate::cli::json::emit(
+            "packed",
+            crate::cli::json::Level::Info,
+            serde_json::json!({"pack": a.out, "artifacts": lock.artifacts.len(), "bytes": bytes}),
         );
     } else if !global.quiet {
         println!(
@@ -305,9 +315,10 @@ fn mirror_unpack(a: MirrorUnpackArgs, global: &Global) -> anyhow::Result<ExitCod
     let mirror = crate::supply::mirror::Mirror::open(&a.to)?;
     let (lock, verified) = mirror.unpack(&a.pack, &a.trust.trust()?)?;
     if global.json {
-        println!(
-            "{}",
-            serde_json::json!({"mirror": a.to, "artifacts": lock.artifacts.len(), "signed": matches!(verified, Verified::Signed{..})})
+        crate::cli::json::emit(
+            "unpacked",
+            crate::cli::json::Level::Info,
+            serde_json::json!({"mirror": a.to, "artifacts": lock.artifacts.len(), "signed": matches!(verified, Verified::Signed{..})}),
         );
     } else if !global.quiet {
         println!(

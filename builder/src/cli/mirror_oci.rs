@@ -65,9 +65,10 @@ pub(crate) fn mirror_push(a: MirrorPushArgs, global: &Global) -> anyhow::Result<
     ))?;
     let secs = started.elapsed().as_secs_f64();
     if global.json {
-        println!(
-            "{}",
-            serde_json::json!({"event": "summary", "command": "mirror push", "to": target.to_string(), "push": s, "seconds": secs})
+        crate::cli::json::emit(
+            "summary",
+            crate::cli::json::Level::Info,
+            serde_json::json!({"event": "summary", "command": "mirror push", "to": target.to_string(), "push": s, "seconds": secs}),
         );
     } else if !global.quiet {
         println!(

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches as _, Parser, Subcommand};
 use kiln_firstboot::contract;
 
 pub mod audit;
@@ -14,6 +14,7 @@ pub mod fetch;
 pub mod image;
 pub mod inspect;
 pub mod install;
+pub mod json;
 pub mod lock;
 pub mod lock_move;
 pub mod man_sections;
@@ -82,16 +83,47 @@ pub fn main() -> ExitCode {
             default_hook(info);
         }
     }));
-    let cli = Cli::parse();
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli))) {
-        Ok(Ok(code)) => code,
-        Ok(Err(err)) => {
-            fail::print_chain(&err);
-            ExitCode::from(exit::FAILURE)
+    let matches = match Cli::command().try_get_matches() {
+        Ok(m) => m,
+        Err(e) => {
+            use clap::error::ErrorKind::{DisplayHelp, DisplayVersion};
+            if !matches!(e.kind(), DisplayHelp | DisplayVersion)
+                && std::env::args_os().any(|a| a == "--json")
+            {
+                json::usage_error(&e.to_string());
+            }
+            e.exit()
         }
+    };
+    let name = command_name(&matches);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if cli.global.json {
+        json::enable(name);
+    }
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli))) {
+        Ok(Ok(code)) => {
+            json::result(
+                (0..=u8::MAX)
+                    .find(|&n| ExitCode::from(n) == code)
+                    .unwrap_or(1),
+            );
+            code
+        }
+        Ok(Err(err)) => fail::ended(&err, exit::FAILURE),
         Err(payload) if is_stdout_broken_pipe(&*payload) => ExitCode::from(exit::BROKEN_PIPE),
         Err(payload) => std::panic::resume_unwind(payload),
     }
+}
+
+/// The command's name from its matches: `bake`, `lock verify`, `mirror sync`.
+fn command_name(m: &clap::ArgMatches) -> String {
+    let mut words = Vec::new();
+    let mut m = m;
+    while let Some((name, sub)) = m.subcommand() {
+        words.push(name.to_string());
+        m = sub;
+    }
+    words.join(" ")
 }
 
 /// Whether a panic is std's print macros failing on a closed stdout.
@@ -108,7 +140,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Contract => {
             if cli.global.json {
-                println!("{{\"kiln_contract\":{}}}", contract::VERSION);
+                json::emit(
+                    "contract",
+                    json::Level::Info,
+                    serde_json::json!({ "kiln_contract": contract::VERSION }),
+                );
             } else {
                 println!("{}={}", contract::KILN_CONTRACT, contract::VERSION);
             }

@@ -67,15 +67,20 @@ pub fn run(a: OutdatedArgs, global: &Global) -> anyhow::Result<ExitCode> {
         .count();
     for f in &findings {
         if global.json {
-            println!("{}", serde_json::json!({"event": "entry", "entry": f}));
+            crate::cli::json::emit(
+                "entry",
+                crate::cli::json::Level::Info,
+                serde_json::json!({"event": "entry", "entry": f}),
+            );
         } else if !global.quiet || f.status == Status::PatchBehind {
             println!("{}", line(f));
         }
     }
     if global.json {
-        println!(
-            "{}",
-            serde_json::json!({"event": "summary", "lock": a.lock, "entries": findings.len(), "patch_behind": behind})
+        crate::cli::json::emit(
+            "summary",
+            crate::cli::json::Level::Info,
+            serde_json::json!({"event": "summary", "lock": a.lock, "entries": findings.len(), "patch_behind": behind}),
         );
     } else if !global.quiet {
         println!(

@@ -54,11 +54,7 @@ impl Reporter for PhaseDisplay {
     fn event(&self, e: &Event) {
         match &self.0 {
             Mode::Quiet => {}
-            Mode::Json => {
-                if let Ok(s) = serde_json::to_string(e) {
-                    println!("{s}");
-                }
-            }
+            Mode::Json => crate::cli::json::emit_serialized(crate::cli::json::Level::Info, e),
             Mode::Lines => {
                 if let Event::PhaseDone {
                     phase,

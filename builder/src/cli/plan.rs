@@ -68,14 +68,16 @@ fn plan_cmd(a: PlanArgs, global: &Global) -> anyhow::Result<ExitCode> {
     )?;
 
     if global.json {
-        println!(
-            "{}",
+        crate::cli::json::emit(
+            "plan",
+            crate::cli::json::Level::Info,
             serde_json::json!({
                 "image": a.image, "name": def.name, "os": def.os.to_string(),
                 "lock": a.lock, "store": store.as_ref().map(|_| &store_dir),
                 "covered": targets.iter().all(BakePlan::covered),
+                "ready": targets.iter().all(BakePlan::ready),
                 "targets": targets,
-            })
+            }),
         );
     } else if !global.quiet {
         print_plan(&a, &def, &targets, store.is_some().then_some(&store_dir));
@@ -92,19 +94,23 @@ fn plan_cmd(a: PlanArgs, global: &Global) -> anyhow::Result<ExitCode> {
         .filter_map(|t| t.refused.as_deref())
         .collect();
     if let Some(first) = refused.first() {
-        eprintln!("kiln: error: {first}");
-        return Ok(ExitCode::from(exit::VERIFY));
+        return Ok(crate::cli::fail::ended(
+            &anyhow::anyhow!("{first}"),
+            exit::VERIFY,
+        ));
     }
     if uncovered.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }
-    eprintln!(
-        "kiln: error: {} does not pin what {} needs: {}",
-        a.lock.display(),
-        a.image.display(),
-        uncovered.join(", ")
-    );
-    Ok(ExitCode::from(exit::VERIFY))
+    Ok(crate::cli::fail::ended(
+        &anyhow::anyhow!(
+            "{} does not pin what {} needs: {}",
+            a.lock.display(),
+            a.image.display(),
+            uncovered.join(", ")
+        ),
+        exit::VERIFY,
+    ))
 }
 
 fn print_plan(a: &PlanArgs, def: &ImageDef, targets: &[BakePlan], store: Option<&PathBuf>) {

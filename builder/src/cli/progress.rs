@@ -47,11 +47,14 @@ impl Reporter for Display {
         match &self.0 {
             Mode::Quiet => {}
             Mode::Json => {
-                if !matches!(e, Event::Progress { .. }) {
-                    if let Ok(s) = serde_json::to_string(e) {
-                        println!("{s}");
+                let level = match e {
+                    Event::Progress { .. } => return,
+                    Event::Retry { .. } | Event::SourceFailed { .. } => {
+                        crate::cli::json::Level::Warning
                     }
-                }
+                    _ => crate::cli::json::Level::Info,
+                };
+                crate::cli::json::emit_serialized(level, e);
             }
             Mode::Lines => match e {
                 Event::Done {

@@ -82,8 +82,10 @@ pub struct RenderArgs {
 
 /// A command line clap accepts but that asks for something impossible: exit 2, like clap's.
 fn usage(why: &str) -> anyhow::Result<ExitCode> {
-    eprintln!("kiln: error: {why}");
-    Ok(ExitCode::from(exit::USAGE))
+    Ok(crate::cli::fail::ended(
+        &anyhow::anyhow!("{why}"),
+        exit::USAGE,
+    ))
 }
 
 /// Runs `kiln render`.
@@ -145,6 +147,8 @@ pub fn run(args: RenderArgs, global: &Global) -> anyhow::Result<ExitCode> {
             render::write_atomic(path, &payload, render::SECRET_MODE)?;
         }
         _ => {
+            // stdout is the user data: `--json` events go to stderr.
+            crate::cli::json::events_to_stderr();
             let mut out = std::io::stdout().lock();
             if args.gzip && out.is_terminal() {
                 bail!("refusing to write gzip data to a terminal: redirect stdout or use --output FILE");
@@ -197,7 +201,11 @@ fn report_files(
 ) -> anyhow::Result<()> {
     if json {
         for f in node_files {
-            writeln!(out, "{}", file_json(f))?;
+            writeln!(
+                out,
+                "{}",
+                crate::cli::json::line("file", crate::cli::json::Level::Info, file_json(f))
+            )?;
         }
     } else {
         writeln!(
@@ -233,7 +241,11 @@ fn report_payload(
             "gzip_bytes": gzipped_len, "files": node_files.iter().map(file_json).collect::<Vec<_>>(),
             "limits": limits,
         });
-        writeln!(out, "{report}")?;
+        writeln!(
+            out,
+            "{}",
+            crate::cli::json::line("rendered", crate::cli::json::Level::Info, report)
+        )?;
         return Ok(());
     }
     writeln!(
@@ -334,8 +346,23 @@ fn check(path: &Path, global: &Global) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     if global.json {
         for f in &checked.files {
-            writeln!(out, "{}", file_json(f))?;
+            writeln!(
+                out,
+                "{}",
+                crate::cli::json::line("file", crate::cli::json::Level::Info, file_json(f))
+            )?;
         }
+        writeln!(
+            out,
+            "{}",
+            crate::cli::json::line(
+                "checked",
+                crate::cli::json::Level::Info,
+                json!({"input": name, "provisioner": checked.provisioner.name(),
+                       "gzip": checked.gzipped, "files": checked.files.len(),
+                       "notes": checked.notes, "problems": problems}),
+            )
+        )?;
     } else if !global.quiet {
         writeln!(
             out,
@@ -352,11 +379,13 @@ fn check(path: &Path, global: &Global) -> anyhow::Result<ExitCode> {
     out.flush()?;
     if !problems.is_empty() {
         // A failed check, not a failure to run it: exit 3 like the other verifications.
-        eprintln!(
-            "kiln: error: {name} breaks node contract v1:\n  {}",
-            problems.join("\n  ")
-        );
-        return Ok(ExitCode::from(exit::VERIFY));
+        return Ok(crate::cli::fail::ended(
+            &anyhow::anyhow!(
+                "{name} breaks node contract v1:\n  {}",
+                problems.join("\n  ")
+            ),
+            exit::VERIFY,
+        ));
     }
     Ok(ExitCode::SUCCESS)
 }
