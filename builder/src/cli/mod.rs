@@ -109,7 +109,8 @@ pub fn main() -> ExitCode {
             );
             code
         }
-        Ok(Err(err)) => fail::ended(&err, exit::FAILURE),
+        // The same cause exits with the same code whichever command met it.
+        Ok(Err(err)) => fail::fail(&err),
         Err(payload) if is_stdout_broken_pipe(&*payload) => ExitCode::from(exit::BROKEN_PIPE),
         Err(payload) => std::panic::resume_unwind(payload),
     }
