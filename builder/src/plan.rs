@@ -133,10 +133,14 @@ impl FirstbootChoice {
         }
     }
 
-    /// Why a bake cannot ship it, naming what to do next; `None` when it exists.
+    /// Why a bake cannot ship it, naming what to do next: there is none, or it is not a
+    /// binary for `os`/`arch` (the bake's inspection gate, run here on its headers); `None`
+    /// when it can.
     pub fn missing(&self, os: Os, arch: Arch) -> Option<String> {
         if self.exists {
-            return None;
+            return crate::bake::inspect_gate(os, arch)(&self.path, "kiln-firstboot")
+                .err()
+                .map(|e| format!("{}: {e}", self.path.display()));
         }
         let looked: Vec<String> = self
             .looked
@@ -243,8 +247,8 @@ pub struct BakePlan {
     pub firstboot: PathBuf,
     /// Whether `firstboot` is a file.
     pub firstboot_exists: bool,
-    /// Why the bake cannot ship a kiln-firstboot, naming every place looked at and what to
-    /// do; `None` when it can.
+    /// Why the bake cannot ship a kiln-firstboot (none found: every place looked at and what
+    /// to do; or one for another OS or architecture); `None` when it can.
     pub firstboot_missing: Option<String>,
     /// The files the bake writes into its output directory.
     pub outputs: Vec<String>,
@@ -390,7 +394,7 @@ impl BakePlan {
         self.covered()
             && self.artifacts.iter().all(|n| n.in_store || n.left_out())
             && self.images_missing.is_empty()
-            && self.firstboot_exists
+            && self.firstboot_missing.is_none()
     }
 
     /// The version-skew refusal, if the lock's versions cannot run together.

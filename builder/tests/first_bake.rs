@@ -158,7 +158,7 @@ fn plan_and_bake_refuse_a_kubelet_version_alike_and_the_flag_bakes_it() {
             t.contains(&format!("--kubernetes-version {v}")),
             "{cmd}: {t}"
         );
-        assert!(!t.contains("ready to bake"), "{cmd}: {t}");
+        assert!(!t.contains(": ready to bake"), "{cmd}: {t}");
     }
     assert!(!out.exists(), "a refused bake writes nothing");
     let o = run("plan", &["--kubernetes-version", &v]);
@@ -244,7 +244,7 @@ fn kiln_firstboot_is_found_beside_kiln_or_every_place_looked_is_named() {
     let o = run("plan", "");
     let t = text(&o);
     assert!(
-        o.status.success() && !t.contains("ready to bake") && t.contains("no kiln-firstboot"),
+        o.status.success() && !t.contains(": ready to bake") && t.contains("no kiln-firstboot"),
         "{t}"
     );
     // A release archive's layout: the bake ships the kiln-firstboot beside kiln.
@@ -261,6 +261,39 @@ fn kiln_firstboot_is_found_beside_kiln_or_every_place_looked_is_named() {
     assert!(o.status.success(), "{t}");
     assert!(
         t.contains(&format!("shipping kiln-firstboot {}", installed.display())),
+        "{t}"
+    );
+}
+
+/// `plan` runs the bake's inspection gate on the kiln-firstboot it found: one for another
+/// architecture is not "ready to bake" (bake refuses it, exit 3), and the plan says why.
+#[test]
+fn plan_is_not_ready_with_a_kiln_firstboot_for_another_architecture() {
+    let d = tempfile::tempdir().unwrap();
+    let fx = fixture(d.path());
+    let o = kiln()
+        .arg("plan")
+        .arg(repo().join("images/flatcar.toml"))
+        .args([
+            "--arch",
+            "arm64",
+            "--kubernetes-version",
+            &standin(),
+            "--lock",
+        ])
+        .arg(fx.join("artifacts.lock"))
+        .arg("--trusted-key")
+        .arg(fx.join("keys/fixture.pub"))
+        .arg("--store")
+        .arg(fx.join("mirror"))
+        .arg("--firstboot")
+        .arg("/bin/true")
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        !t.contains(": ready to bake") && t.contains("expected a linux/arm64 binary"),
         "{t}"
     );
 }

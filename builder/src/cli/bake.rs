@@ -152,7 +152,8 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
     if let Some(why) = &plan.refused {
         return Err(bake::BakeError::Version(why.clone()).into());
     }
-    if let Some(why) = &plan.firstboot_missing {
+    // One for another OS or architecture is refused by the inspection gate below (exit 3).
+    if let (Some(why), false) = (&plan.firstboot_missing, plan.firstboot_exists) {
         anyhow::bail!("{why}");
     }
     if !global.quiet && !global.json && a.firstboot.is_none() {

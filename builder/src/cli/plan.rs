@@ -128,7 +128,7 @@ fn print_plan(a: &PlanArgs, def: &ImageDef, targets: &[BakePlan], store: Option<
         } else if t.refused.is_some() {
             "REFUSED (below)"
         } else if t.covered() {
-            "covered by the lock, inputs missing (below)"
+            "covered by the lock, not ready to bake (below)"
         } else {
             "NOT COVERED by the lock"
         };
@@ -176,7 +176,7 @@ fn print_plan(a: &PlanArgs, def: &ImageDef, targets: &[BakePlan], store: Option<
                 "kiln-firstboot",
                 t.firstboot.display()
             ),
-            Some(why) => println!("  {:<15} missing: {why}", "kiln-firstboot"),
+            Some(why) => println!("  {:<15} {why}", "kiln-firstboot"),
         }
         if let Some(why) = &t.refused {
             println!("  refused: {why}");
