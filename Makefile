@@ -17,7 +17,7 @@ FIRSTBOOT_EXE := target/firstboot/kiln-firstboot.exe
 FIRSTBOOT_EXE_BUDGET_KIB := 600
 
 .PHONY: firstboot-amd64 firstboot-arm64 opt-out-reset lock-audit binary-gate build-tests fixture help all build firstboot test check lint fmt fmt-check clippy doc unit size-check \
-	bench demo clean man deps deps-qemu deps-windows fuzz windows test-windows golden render-examples cli-docs qemu-assets qemu-test
+	bench demo clean dist man deps deps-qemu deps-windows fuzz windows test-windows golden render-examples cli-docs qemu-assets qemu-test
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -159,6 +159,10 @@ binary-gate: firstboot windows build-tests ## kiln's own goblin gate on the ship
 	scripts/binary-gate.sh target/debug/kiln $(FIRSTBOOT_BIN) $(FIRSTBOOT_EXE) $(FIRSTBOOT_ARM64_BIN)
 	KILN_FIRSTBOOT_EXE=$(CURDIR)/$(FIRSTBOOT_EXE) \
 	  $(CARGO) nextest run $(NEXTEST_ARGS) -E 'binary_id(kiln::it) & test(/^windows_layer::/)'
+
+# Not part of `make test` or CI: two release builds with std rebuilt take a while.
+dist: ## release archives: static kiln (amd64, arm64) + kiln-firstboot, man pages, completions, SHA256SUMS -> target/dist/ (docs/building.md)
+	scripts/build-dist.sh
 
 windows: ## build kiln-firstboot.exe for x86_64-pc-windows-gnu (docs/windows.md)
 	scripts/build-windows.sh $(FIRSTBOOT_EXE)

@@ -30,6 +30,8 @@ arch=${KILN_FIRSTBOOT_ARCH:-amd64}
 cd "$root"
 
 die() { echo "build-firstboot: $*" >&2; exit 1; }
+# shellcheck source=scripts/musl-toolchain.sh
+. "$root/scripts/musl-toolchain.sh"
 
 case "$arch" in
   amd64) run=() ;;
@@ -51,53 +53,11 @@ case "$variant" in
       cargo build --locked -p kiln-firstboot --bin kiln-firstboot --profile firstboot --target "$target"
     ;;
   musl | musl-abort)
-    # Debian's compiler, not rustup's shims that come first on PATH: rustup's toolchains here
-    # have neither a musl std nor rust-src to build one.
-    debian_rustc=${KILN_DEBIAN_RUSTC:-/usr/bin/rustc}
-    debian_cargo=${KILN_DEBIAN_CARGO:-/usr/bin/cargo}
-    [ -x "$debian_rustc" ] && [ -x "$debian_cargo" ] ||
-      die "$debian_rustc or $debian_cargo is missing: run \`make deps\` (installs rustc-web, cargo-web, rust-web-src)"
-    sysroot=$("$debian_rustc" --print sysroot)
-    [ -f "$sysroot/lib/rustlib/src/rust/library/std/Cargo.toml" ] ||
-      die "no std sources under $sysroot/lib/rustlib/src/rust/library: run \`make deps\` (installs rust-web-src)"
-    # The C toolchain for the target: Debian's musl-gcc wrapper on amd64; on arm64 the same
-    # wrapper idea, written here (Debian ships the specs with musl-dev:arm64, not a wrapper).
+    # Debian's rustc with std sources, and the C toolchain and libunwind.a for the target
+    # (scripts/musl-toolchain.sh, shared with scripts/build-dist.sh).
+    musl_debian_rust
     link_dir="$root/target/firstboot/link/$arch"
-    mkdir -p "$link_dir"
-    if [ "$arch" = amd64 ]; then
-      target=x86_64-unknown-linux-musl
-      command -v musl-gcc >/dev/null || die "musl-gcc is missing: run \`make deps\` (installs musl-tools)"
-      cc=$(command -v musl-gcc)
-      gcc=gcc
-    else
-      target=aarch64-unknown-linux-musl
-      specs=/usr/lib/aarch64-linux-musl/musl-gcc.specs
-      command -v aarch64-linux-gnu-gcc >/dev/null ||
-        die "aarch64-linux-gnu-gcc is missing: run \`make deps\` (installs gcc-aarch64-linux-gnu)"
-      [ -f "$specs" ] || die "$specs is missing: run \`make deps\` (installs musl-dev:arm64)"
-      cc=$link_dir/musl-gcc
-      printf '#!/bin/sh\nexec aarch64-linux-gnu-gcc "$@" -specs %s\n' "$specs" >"$cc.tmp.$$"
-      chmod +x "$cc.tmp.$$"
-      mv "$cc.tmp.$$" "$cc"
-      gcc=aarch64-linux-gnu-gcc
-    fi
-
-    # musl's std links `-lunwind`. Debian has no LLVM libunwind for musl, so the archive of
-    # that name is gcc's own unwinder (libgcc_eh.a) plus scripts/musl/dl_find_object.c, the one
-    # glibc function it needs that musl lacks. Nothing of it is linked unless something calls
-    # _Unwind_* (a panic=abort binary does, to print a backtrace).
-    libgcc_eh=$("$gcc" -print-file-name=libgcc_eh.a)
-    [ -f "$libgcc_eh" ] || die "$gcc has no libgcc_eh.a (looked at '$libgcc_eh'): run \`make deps\`"
-    cp "$libgcc_eh" "$link_dir/libunwind.a.tmp.$$"
-    "$cc" -O2 -c scripts/musl/dl_find_object.c -o "$link_dir/dl_find_object.$$.o"
-    ar rsD "$link_dir/libunwind.a.tmp.$$" "$link_dir/dl_find_object.$$.o"
-    rm -f "$link_dir/dl_find_object.$$.o"
-    # Replaced only when it changed, so cargo does not relink for nothing.
-    if cmp -s "$link_dir/libunwind.a.tmp.$$" "$link_dir/libunwind.a"; then
-      rm "$link_dir/libunwind.a.tmp.$$"
-    else
-      mv "$link_dir/libunwind.a.tmp.$$" "$link_dir/libunwind.a"
-    fi
+    musl_toolchain "$arch" "$link_dir"
 
     # immediate-abort: a panic is one trap instruction, with no message, formatting or
     # unwinding machinery behind it; and so no unwind tables are needed either (-33 KiB).
