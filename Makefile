@@ -51,7 +51,7 @@ firstboot-arm64:
 
 # Checks that need a real tool or privilege run or fail. A developer whose machine cannot do
 # one (no loop devices in a container, say) names it in KILN_TEST_OPT_OUT (comma-separated:
-# loop-mount, mount-namespace, sysupdate, containerd, spdx-validator, root); the test then
+# loop-mount, mount-namespace, sysupdate, cosign, containerd, spdx-validator, root); the test then
 # records it in $(OPT_OUT_LOG) and `make test` lists every such check at its end. CI never
 # sets the variable (docs/boot-tests.md, "Checks that did not run").
 OPT_OUT_LOG := target/opted-out-checks.log
@@ -146,6 +146,11 @@ unit: fixture ## the test suites (nextest) and doctests; the boot tests run in q
 	  case ",$${KILN_TEST_OPT_OUT:-}," in *,sysupdate,*) \
 	    echo "make unit: no systemd-sysupdate; KILN_TEST_OPT_OUT=sysupdate, so bake_sysupdate_real records it" >&2;; \
 	  *) echo "make unit: scripts/sysupdate-tools.sh failed: bake_sysupdate_real needs systemd-sysupdate (set KILN_TEST_OPT_OUT=sysupdate to skip it knowingly)" >&2; exit 1;; esac; \
+	fi
+	@if ! scripts/cosign.sh target/cosign >/dev/null; then \
+	  case ",$${KILN_TEST_OPT_OUT:-}," in *,cosign,*) \
+	    echo "make unit: no cosign; KILN_TEST_OPT_OUT=cosign, so bake_provenance records it" >&2;; \
+	  *) echo "make unit: scripts/cosign.sh failed: bake_provenance verifies with the real cosign (set KILN_TEST_OPT_OUT=cosign to skip it knowingly)" >&2; exit 1;; esac; \
 	fi
 	KILN_FIXTURE_MIRROR=$(CURDIR)/$(FIXTURE_MIRROR) $(CARGO) nextest run $(NEXTEST_ARGS) $(NOT_BOOT) --no-fail-fast
 	$(CARGO) test --workspace --doc --locked

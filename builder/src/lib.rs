@@ -5,6 +5,7 @@
 
 pub mod archive_rules;
 pub mod atomic_file;
+pub mod attest;
 pub mod bake;
 pub mod bounded_read;
 pub mod cli;

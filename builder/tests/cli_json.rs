@@ -301,6 +301,12 @@ fn every_command_speaks_one_json_schema_on_success_and_failure() {
         ("plan", plan(&format!("--kubernetes-version {v}")), plan(""), Stream::Stdout),
         ("bake", bake(&format!("--kubernetes-version {v}")), bake(""), Stream::Stdout),
         (
+            "verify",
+            args(&format!("verify --rebuild {layer} --lock {lock} --store {fx}/mirror")),
+            args("verify --rebuild missing.tar.zst"),
+            Stream::Stdout,
+        ),
+        (
             "diff",
             args(&format!("diff {manifest} {manifest}")),
             args(&format!("diff {manifest} missing.manifest.json")),
@@ -316,6 +322,12 @@ fn every_command_speaks_one_json_schema_on_success_and_failure() {
             "image",
             Vec::new(), // below, with a base disk made for it
             args(&format!("image --base /dev/null --layer {layer} --out n.raw --format raw")),
+            Stream::Stdout,
+        ),
+        (
+            "key generate",
+            args("key generate attest"),
+            args("key generate attest"),
             Stream::Stdout,
         ),
         ("completions", args("completions bash"), args("completions nosuchshell"), Stream::Stderr),

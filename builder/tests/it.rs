@@ -24,6 +24,7 @@ mod bake_images;
 mod bake_install;
 mod bake_man_page;
 mod bake_progress;
+mod bake_provenance;
 mod bake_repro;
 mod bake_rootfs_frames;
 mod bake_sbom;

@@ -412,8 +412,9 @@ const BUILDER_LAYERS: &[&[&str]] = &[
         "proxy_url",
         "sizing",
     ],
-    // what the others exchange: the signed supply chain, the layer's own files
-    &["supply", "layer_contract"],
+    // what the others exchange: the signed supply chain (and kiln's own signatures), the
+    // layer's own files
+    &["supply", "layer_contract", "attest"],
     // an image definition read, a layer installed
     &["image_def", "install"],
     // a layer baked, a node's files rendered

@@ -5,6 +5,7 @@
 
 pub mod assemble;
 pub mod chunk_cache;
+pub mod compare;
 pub mod containerd;
 pub mod error;
 pub mod extract;
@@ -17,6 +18,7 @@ pub mod os_files;
 pub mod precompress;
 pub mod prepare;
 pub mod progress;
+pub mod provenance;
 pub mod render;
 pub mod rootfs;
 pub mod sbom;

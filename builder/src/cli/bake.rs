@@ -98,6 +98,18 @@ pub struct BakeArgs {
     /// The gpg binary.
     #[arg(long, default_value = "gpg", value_name = "PATH")]
     pub gpg: PathBuf,
+    /// Sign the layer (`<layer>.sig`, for `cosign verify-blob --key`) and its provenance
+    /// (`<base>.provenance.dsse.json`, for `cosign verify-blob-attestation --key`) with this
+    /// ECDSA P-256 private key (PEM, mode 0600; `kiln key generate` makes one).
+    #[arg(long, env = "KILN_ATTEST_KEY", value_name = "FILE")]
+    pub attest_key: Option<PathBuf>,
+    /// The provenance's `builder.id`: who ran this bake (a CI system's runner identity).
+    #[arg(long, env = "KILN_BUILDER_ID", value_name = "URI", default_value = crate::bake::provenance::LOCAL_BUILDER)]
+    pub builder_id: String,
+    /// SOURCE_DATE_EPOCH for this bake when not the environment's (`kiln verify --rebuild`
+    /// bakes with the one the provenance records).
+    #[arg(skip)]
+    pub epoch: Option<u64>,
 }
 
 /// `kiln diff OLD NEW`
@@ -116,6 +128,48 @@ pub fn run_bake(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
 }
 
 fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let (out, def) = bake_core(&a, global)?;
+    let (format, arch) = (
+        a.format.unwrap_or(def.formats[0]),
+        a.arch.unwrap_or(def.arch[0]),
+    );
+    if global.json {
+        let files: Vec<String> = out.files.iter().map(|p| p.display().to_string()).collect();
+        crate::cli::json::emit(
+            "baked",
+            crate::cli::json::Level::Info,
+            serde_json::json!({"image_id": out.image_id, "format": format.to_string(), "arch": arch.to_string(), "files": files}),
+        );
+    } else if !global.quiet {
+        println!("baked {} {format} {arch}: {}", def.name, out.image_id);
+        for f in &out.files {
+            println!("  {}", f.display());
+        }
+    }
+    if let Some(old) = &a.explain {
+        let old = manifest::Manifest::load(old)?;
+        print_diff(&old, &out.manifest, global);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Bakes as `kiln bake` does and returns every file written, the main one first
+/// (`kiln verify --rebuild`).
+pub(crate) fn bake_files(a: BakeArgs, global: &Global) -> anyhow::Result<Vec<PathBuf>> {
+    Ok(bake_core(&a, global)?.0.files)
+}
+
+fn bake_core(
+    a: &BakeArgs,
+    global: &Global,
+) -> anyhow::Result<(bake::BakeOutput, crate::image_def::ImageDef)> {
+    let started = now();
+    // A key kiln cannot use is refused before anything is read or written.
+    let attest_key = a
+        .attest_key
+        .as_deref()
+        .map(crate::attest::AttestKey::load)
+        .transpose()?;
     let def = load_def(&a.image, a.kubernetes_version.as_deref())?;
     let format = a.format.unwrap_or(def.formats[0]);
     let arch = a.arch.unwrap_or(def.arch[0]);
@@ -164,7 +218,7 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
         eprintln!("kiln: warning: {}: {w}", a.lock.display());
     }
     if a.fetch {
-        fetch_missing(&a, &plan, &store, &store_dir, global)?;
+        fetch_missing(a, &plan, &store, &store_dir, global)?;
         plan.restat(&store);
     }
     if !global.quiet {
@@ -184,7 +238,10 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
     }
     let inputs = bake::inputs_from_lock(&lock, &store, &def, arch)?;
     let images = bake::images::images_from_lock(&lock, &store, &def, arch)?;
-    let epoch = bake::epoch_from_env().map_err(anyhow::Error::msg)?;
+    let epoch = match a.epoch {
+        Some(e) => e,
+        None => bake::epoch_from_env().map_err(anyhow::Error::msg)?,
+    };
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let work = tempfile::Builder::new()
         .prefix(".kiln-bake-")
@@ -240,25 +297,112 @@ fn bake_inner(a: BakeArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let phases = PhaseDisplay::new(global);
     let out = bake::bake_with(&req, &a.out, &opts, &phases);
     phases.finish();
-    let out = out.with_context(|| format!("baking {} ({format}, {arch})", a.image.display()))?;
-    if global.json {
-        let files: Vec<String> = out.files.iter().map(|p| p.display().to_string()).collect();
-        crate::cli::json::emit(
-            "baked",
-            crate::cli::json::Level::Info,
-            serde_json::json!({"image_id": out.image_id, "format": format.to_string(), "arch": arch.to_string(), "files": files}),
-        );
-    } else if !global.quiet {
-        println!("baked {} {format} {arch}: {}", def.name, out.image_id);
-        for f in &out.files {
-            println!("  {}", f.display());
-        }
+    let mut out =
+        out.with_context(|| format!("baking {} ({format}, {arch})", a.image.display()))?;
+    let facts = AttestInputs {
+        a,
+        def: &def,
+        firstboot: &firstboot,
+        inputs: &inputs,
+        images: &images,
+        epoch,
+        started,
+    };
+    let written = attest_outputs(&facts, &out, attest_key.as_ref())?;
+    out.files.extend(written);
+    Ok((out, def))
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// What a bake's provenance is made of, beside its output.
+struct AttestInputs<'a> {
+    a: &'a BakeArgs,
+    def: &'a crate::image_def::ImageDef,
+    firstboot: &'a std::path::Path,
+    inputs: &'a [bake::layer::ArtifactInput],
+    images: &'a [bake::images::ImageInput],
+    epoch: u64,
+    started: u64,
+}
+
+/// Writes `<base>.provenance.json` beside the layer and, with a key, the layer's signature
+/// `<main>.sig` and the provenance's DSSE envelope `<base>.provenance.dsse.json`; returns
+/// what it wrote. None of it is in SHA256SUMS or the manifest: the times it records would
+/// make the layer's own files differ from run to run.
+fn attest_outputs(
+    f: &AttestInputs<'_>,
+    out: &bake::BakeOutput,
+    key: Option<&crate::attest::AttestKey>,
+) -> anyhow::Result<Vec<PathBuf>> {
+    use crate::bake::provenance::{statement, Facts, Named};
+    let main = &out.files[0];
+    let hash = |p: &std::path::Path| -> anyhow::Result<String> {
+        Ok(crate::digest::hash_file(p, crate::digest::Sums::Sha256)
+            .with_context(|| format!("hashing {}", p.display()))?
+            .sha256)
+    };
+    let name = |p: &std::path::Path| {
+        p.file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+    };
+    let lock = crate::cli::common::lock_in_use(&f.a.lock);
+    let arch = f.a.arch.unwrap_or(f.def.arch[0]).to_string();
+    let format = f.a.format.unwrap_or(f.def.formats[0]).to_string();
+    let main_sha = hash(main)?;
+    let facts = Facts {
+        subject: Named {
+            name: name(main),
+            sha256: main_sha.clone(),
+        },
+        definition: Named {
+            name: f.a.image.display().to_string(),
+            sha256: hash(&f.a.image)?,
+        },
+        lock: Named {
+            name: name(&lock),
+            sha256: hash(&lock)?,
+        },
+        firstboot: Named {
+            name: name(f.firstboot),
+            sha256: hash(f.firstboot)?,
+        },
+        format: &format,
+        arch: &arch,
+        kubernetes_version: &f.def.kubernetes.version,
+        epoch: f.epoch,
+        artifacts: f.inputs,
+        images: f.images,
+        image_id: &out.image_id,
+        builder_id: &f.a.builder_id,
+        started: f.started,
+        finished: now(),
+    };
+    let text = statement(&facts);
+    let base = bake::target::base_name(f.def, f.a.arch.unwrap_or(f.def.arch[0]));
+    let dir = main.parent().unwrap_or(std::path::Path::new("."));
+    let write = |file: String, bytes: &[u8]| -> anyhow::Result<PathBuf> {
+        let p = dir.join(file);
+        crate::atomic_file::write(&p, ".kiln-attest-", bytes, 0o644)
+            .map_err(|e| anyhow::anyhow!("writing {}: {}", e.path.display(), e.source))?;
+        Ok(p)
+    };
+    let mut written = vec![write(format!("{base}.provenance.json"), text.as_bytes())?];
+    if let Some(key) = key {
+        let digest = hex::decode(&main_sha).context("the layer's sha256")?;
+        let sig = key.sign_sha256(&digest).map_err(anyhow::Error::msg)?;
+        written.push(write(format!("{}.sig", name(main)), sig.as_bytes())?);
+        let env = key.dsse(crate::attest::IN_TOTO, text.as_bytes());
+        written.push(write(
+            format!("{base}.provenance.dsse.json"),
+            env.as_bytes(),
+        )?);
     }
-    if let Some(old) = &a.explain {
-        let old = manifest::Manifest::load(old)?;
-        print_diff(&old, &out.manifest, global);
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(written)
 }
 
 /// `bake --fetch`: fetches what the plan found missing from the store — the definition's

@@ -126,6 +126,11 @@ pub fn load_lock(path: &Path, trust: &TrustArgs) -> anyhow::Result<(Lock, Verifi
     )?)
 }
 
+/// The lock file [`load_lock`] reads for `path`: `path`, or the installed release lock.
+pub(crate) fn lock_in_use(path: &Path) -> PathBuf {
+    installed_lock(path).unwrap_or_else(|| path.to_path_buf())
+}
+
 /// When `path` is the default lock and the current directory has none, the release lock of
 /// an unpacked release archive or installed prefix (`PREFIX/bin/kiln` beside
 /// `PREFIX/share/kiln/images/artifacts.lock`, as `make dist` lays it out), if there is one.

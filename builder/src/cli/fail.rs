@@ -102,6 +102,7 @@ fn class_of(cause: &(dyn StdError + 'static)) -> Option<ExitClass> {
     }
     first_of!(
         BakeError,
+        crate::bake::compare::Mismatch,
         SignError,
         LockError,
         LockEditError,

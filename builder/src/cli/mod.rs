@@ -15,6 +15,7 @@ pub mod image;
 pub mod inspect;
 pub mod install;
 pub mod json;
+pub mod key;
 pub mod lock;
 pub mod lock_move;
 pub mod man_sections;
@@ -25,6 +26,7 @@ pub mod phases;
 pub mod plan;
 pub mod progress;
 pub mod render;
+pub mod verify;
 
 pub use common::{exit, Global};
 
@@ -59,12 +61,18 @@ pub enum Command {
     Plan(plan::PlanArgs),
     /// Bake a reproducible node image layer (sysext, rootfs overlay, Windows zip) + SBOM.
     Bake(bake::BakeArgs),
+    /// Rebuild a baked layer from its provenance's inputs and compare bytes (exit 0 only when
+    /// identical; 3 naming the first differing file or input).
+    Verify(verify::VerifyArgs),
     /// Explain what changed between two baked layers (their .manifest.json files).
     Diff(bake::DiffArgs),
     /// Apply a rootfs layer to a root directory (a Packer/image-builder step).
     Install(install::InstallArgs),
     /// Turn a base disk image into a node image without booting it (rootful, loop device).
     Image(image::ImageArgs),
+    /// Make the key pair `kiln bake --attest-key` signs layers and provenance with.
+    #[command(subcommand)]
+    Key(key::KeyCommand),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(completions::CompletionsArgs),
     /// Write kiln's man pages (one per command) into a directory.
@@ -159,8 +167,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plan(a) => plan::run_plan(a, &cli.global),
         Command::Bake(a) => bake::run_bake(a, &cli.global),
         Command::Diff(a) => bake::run_diff(a, &cli.global),
+        Command::Verify(a) => verify::run_verify(a, &cli.global),
         Command::Install(a) => install::run_install(a, &cli.global),
         Command::Image(a) => image::run_image(a, &cli.global),
+        Command::Key(c) => key::run_key(c, &cli.global),
         Command::Completions(a) => completions::run_completions(a, Cli::command()),
         Command::Man(a) => completions::run_man(a, Cli::command(), &cli.global),
     }
