@@ -10,7 +10,8 @@ use crate::bake_support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use bake_support::fixture_mirror::{build_fixture, standin, SHARED_FIXTURE};
+use crate::support::out_text as text;
+use bake_support::fixture_mirror::{read_only_fixture, standin};
 use bake_support::{kiln, repo, sha256_file};
 
 #[path = "../../testkit/optout.rs"]
@@ -32,25 +33,6 @@ fn cosign() -> Option<PathBuf> {
         ),
     );
     None
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn fixture(scratch: &Path) -> PathBuf {
-    match std::env::var_os(SHARED_FIXTURE).filter(|v| !v.is_empty()) {
-        Some(shared) => PathBuf::from(shared),
-        None => {
-            let fx = scratch.join("fx");
-            build_fixture(&fx);
-            fx
-        }
-    }
 }
 
 fn bake(fx: &Path, out: &Path, key: &Path) -> Output {
@@ -101,7 +83,7 @@ fn cosign_ok(cosign: &Path, args: &[&dyn AsRef<std::ffi::OsStr>]) -> (bool, Stri
 fn cosign_verifies_the_layer_and_its_provenance_and_refuses_tampering() {
     let Some(cosign) = cosign() else { return };
     let d = tempfile::tempdir().unwrap();
-    let fx = fixture(d.path());
+    let fx = read_only_fixture(d.path());
     let prefix = d.path().join("attest");
     let o = kiln()
         .args(["key", "generate"])
@@ -277,7 +259,7 @@ fn cosign_verifies_the_layer_and_its_provenance_and_refuses_tampering() {
 fn a_key_kiln_should_not_use_is_refused_before_the_bake() {
     use std::os::unix::fs::PermissionsExt as _;
     let d = tempfile::tempdir().unwrap();
-    let fx = fixture(d.path());
+    let fx = read_only_fixture(d.path());
     let o = kiln()
         .args(["key", "generate"])
         .arg(d.path().join("k"))
@@ -320,7 +302,7 @@ fn a_key_kiln_should_not_use_is_refused_before_the_bake() {
 #[test]
 fn verify_rebuild_passes_on_a_fresh_bake_and_names_a_changed_file() {
     let d = tempfile::tempdir().unwrap();
-    let fx = fixture(d.path());
+    let fx = read_only_fixture(d.path());
     let o = kiln()
         .args(["key", "generate"])
         .arg(d.path().join("k"))

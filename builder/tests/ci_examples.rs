@@ -13,7 +13,7 @@ use crate::bake_support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use bake_support::fixture_mirror::{build_fixture, standin, SHARED_FIXTURE};
+use bake_support::fixture_mirror::{read_only_fixture, standin};
 use bake_support::repo;
 use serde_yaml_ng::Value;
 
@@ -57,14 +57,7 @@ fn workspace(d: &Path) -> (PathBuf, PathBuf) {
         .output()
         .unwrap();
     assert!(o.status.success(), "{o:?}");
-    let fx = match std::env::var_os(SHARED_FIXTURE).filter(|v| !v.is_empty()) {
-        Some(shared) => PathBuf::from(shared),
-        None => {
-            let fx = d.join("fx");
-            build_fixture(&fx);
-            fx
-        }
-    };
+    let fx = read_only_fixture(d);
     (work, fx)
 }
 

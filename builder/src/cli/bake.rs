@@ -60,7 +60,7 @@ pub struct BakeArgs {
     #[command(flatten, next_help_heading = "Fetching (with --fetch)")]
     pub registry: RegistryArgs,
     /// The kiln-firstboot binary to ship. Default, by the image's OS and `--arch`: from a
-    /// release archive, PREFIX/lib/kiln/<os>-<arch>/ beside PREFIX/bin/kiln; in kiln's
+    /// release archive, `PREFIX/lib/kiln/<os>-<arch>/` beside `PREFIX/bin/kiln`; in kiln's
     /// repository, what `make firstboot` / `make windows` put in target/firstboot/ (found from
     /// kiln's own location, else the current directory).
     #[arg(long)]

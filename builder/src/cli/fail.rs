@@ -24,7 +24,7 @@ pub fn fail(err: &anyhow::Error) -> ExitCode {
 }
 
 /// Ends a command on `err` with `exit`: the chain on stderr, and with `--json` the final
-/// `error` event ([`crate::cli::json::error`]).
+/// `error` event (`cli::json::error`).
 pub fn ended(err: &anyhow::Error, exit: u8) -> ExitCode {
     // Whatever read stdout is gone (`kiln render … | head -1`, where the payload is written
     // with `write_all`): end quietly as the panic path in `cli::main` does for `println!`.

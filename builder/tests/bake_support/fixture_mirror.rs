@@ -39,6 +39,19 @@ pub fn build_fixture(out: &Path) {
     ok(&o, "scripts/fixture-mirror.sh");
 }
 
+/// The fixture mirror for a test that only reads it: the shared one when `make test` made it
+/// ([`SHARED_FIXTURE`]), else one built into `scratch/fx`.
+pub fn read_only_fixture(scratch: &Path) -> PathBuf {
+    match std::env::var_os(SHARED_FIXTURE).filter(|v| !v.is_empty()) {
+        Some(shared) => PathBuf::from(shared),
+        None => {
+            let fx = scratch.join("fx");
+            build_fixture(&fx);
+            fx
+        }
+    }
+}
+
 /// Copies the parts of the fixture mirror in `shared` that tests use into `out`.
 pub fn copy_fixture(shared: &Path, out: &Path) {
     for part in PARTS {
