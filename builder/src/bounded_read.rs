@@ -67,7 +67,8 @@ fn open_nonblocking(path: &Path) -> io::Result<File> {
     o.open(path)
 }
 
-fn type_name(m: &std::fs::Metadata) -> &'static str {
+/// What kind of special file `m` describes, in words for an error message.
+pub fn type_name(m: &std::fs::Metadata) -> &'static str {
     let t = m.file_type();
     if t.is_dir() {
         return "directory";

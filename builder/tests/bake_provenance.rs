@@ -365,6 +365,17 @@ fn verify_rebuild_passes_on_a_fresh_bake_and_names_a_changed_file() {
         "{t}"
     );
 
+    // A special file is not read (a FIFO or /dev/zero would never end).
+    let o = kiln()
+        .args(["verify", "--rebuild", "/dev/zero"])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.code() == Some(1) && text(&o).contains("found a character device"),
+        "{}",
+        text(&o)
+    );
+
     // Another lock: refused, naming it, before a rebuild.
     let other = d.path().join("other.lock");
     let mut text_lock = std::fs::read_to_string(fx.join("artifacts.lock")).unwrap();

@@ -143,11 +143,25 @@ fn find_provenance(a: &VerifyArgs) -> anyhow::Result<(PathBuf, Value)> {
     )
 }
 
+/// Only a regular file is read (hashed, decompressed): a FIFO or /dev/zero never ends.
+fn regular_layer(layer: &Path) -> anyhow::Result<()> {
+    let meta =
+        std::fs::metadata(layer).with_context(|| format!("reading layer {}", layer.display()))?;
+    anyhow::ensure!(
+        meta.is_file(),
+        "layer {}: expected a regular file (the main file kiln bake wrote), found a {}",
+        layer.display(),
+        crate::bounded_read::type_name(&meta)
+    );
+    Ok(())
+}
+
 fn verify(a: &VerifyArgs, global: &Global) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(
         a.rebuild,
         "kiln verify checks a layer by rebuilding it: pass --rebuild"
     );
+    regular_layer(&a.layer)?;
     let (prov_path, prov) = find_provenance(a)?;
     let params = &prov["predicate"]["buildDefinition"]["externalParameters"];
     let text = |v: &Value, what: &str| -> anyhow::Result<String> {
