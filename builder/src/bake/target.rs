@@ -105,5 +105,7 @@ pub fn all_outputs(target: &dyn Target, def: &ImageDef, arch: Arch) -> Vec<Strin
     let mut out = target.outputs(def, arch);
     out.push(format!("{base}.spdx.json"));
     out.push(format!("{base}.manifest.json"));
+    // Written by `kiln bake` beside the layer (bake::provenance), every bake.
+    out.push(format!("{base}.provenance.json"));
     out
 }

@@ -50,6 +50,14 @@ fn ok(c: &mut Command) -> Vec<u8> {
     o.stdout
 }
 
+/// The port of a config's `addr: 127.0.0.1:PORT` line.
+fn free_port_in(cfg: &str) -> u16 {
+    cfg.lines()
+        .find_map(|l| l.trim().strip_prefix("addr: 127.0.0.1:"))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0)
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -166,25 +174,48 @@ impl Registry {
             cert_dir = Some(cd);
         }
         let cfg_path = dir.join("config.yml");
-        std::fs::write(&cfg_path, cfg).unwrap();
-        let log = std::fs::File::create(dir.join("registry.log")).unwrap();
-        let child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&cfg_path)
-            .stdout(Stdio::from(log.try_clone().unwrap()))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("starting docker-registry");
-        let host = format!("127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(&host).is_err() {
+        // free_port() only finds a port that was free a moment ago: another test may take it
+        // before docker-registry binds it. Then our registry exits ("address already in
+        // use") while the connect below reaches the other listener, so a registry counts as
+        // started only if it is still running after its port answers; else a new port.
+        let mut port = port;
+        let mut attempt = 0;
+        let (child, host) = loop {
+            attempt += 1;
+            let cfg = cfg.replace(
+                &format!("addr: 127.0.0.1:{}", free_port_in(&cfg)),
+                &format!("addr: 127.0.0.1:{port}"),
+            );
+            std::fs::write(&cfg_path, cfg).unwrap();
+            let log = std::fs::File::create(dir.join("registry.log")).unwrap();
+            let mut child = Command::new("docker-registry")
+                .arg("serve")
+                .arg(&cfg_path)
+                .stdout(Stdio::from(log.try_clone().unwrap()))
+                .stderr(Stdio::from(log))
+                .spawn()
+                .expect("starting docker-registry");
+            let host = format!("127.0.0.1:{port}");
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while TcpStream::connect(&host).is_err() && child.try_wait().unwrap().is_none() {
+                assert!(
+                    Instant::now() < deadline,
+                    "docker-registry did not listen on {host}: {}",
+                    std::fs::read_to_string(dir.join("registry.log")).unwrap_or_default()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            if child.try_wait().unwrap().is_none() {
+                break (child, host);
+            }
             assert!(
-                Instant::now() < deadline,
-                "docker-registry did not listen on {host}: {}",
+                attempt < 5,
+                "docker-registry exited on {host} five times: {}",
                 std::fs::read_to_string(dir.join("registry.log")).unwrap_or_default()
             );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            port = free_port();
+        };
         Registry {
             child,
             host,
