@@ -251,6 +251,19 @@ struct Counters {
     blobs_uploaded: AtomicUsize,
     blobs_present: AtomicUsize,
     bytes: AtomicU64,
+    /// One entry per blob digest any unit pushes: units that share a blob (two lock entries
+    /// with the same bytes, image layers shared across platforms) upload it once, the others
+    /// wait for that upload. Two concurrent uploads of one digest made docker-registry answer
+    /// a manifest that named it with "blob unknown" (found in CI, a fixture whose two
+    /// credential-provider stand-ins are one binary).
+    blobs: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::OnceCell<()>>>>,
+}
+
+impl Counters {
+    fn blob_cell(&self, digest: &str) -> Arc<tokio::sync::OnceCell<()>> {
+        let mut m = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
+        m.entry(digest.to_string()).or_default().clone()
+    }
 }
 
 async fn push_unit(s: &Session<'_>, u: &Unit, c: &Counters) -> Result<(), AttemptError> {
@@ -260,18 +273,25 @@ async fn push_unit(s: &Session<'_>, u: &Unit, c: &Counters) -> Result<(), Attemp
         return Ok(());
     }
     for b in &u.blobs {
-        if s.has_blob(&b.digest).await? {
-            c.blobs_present.fetch_add(1, Ordering::Relaxed);
-            continue;
-        }
-        s.upload_blob(&b.digest, &b.payload).await?;
-        let len = match &b.payload {
-            Payload::Bytes(v) => v.len() as u64,
-            Payload::File(_, n) => *n,
-            Payload::None => 0,
-        };
-        c.blobs_uploaded.fetch_add(1, Ordering::Relaxed);
-        c.bytes.fetch_add(len, Ordering::Relaxed);
+        // The first unit with this digest checks and uploads it; the others wait for it (a
+        // failed attempt leaves the cell empty, so the next one tries again).
+        c.blob_cell(&b.digest)
+            .get_or_try_init(|| async {
+                if s.has_blob(&b.digest).await? {
+                    c.blobs_present.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+                s.upload_blob(&b.digest, &b.payload).await?;
+                let len = match &b.payload {
+                    Payload::Bytes(v) => v.len() as u64,
+                    Payload::File(_, n) => *n,
+                    Payload::None => 0,
+                };
+                c.blobs_uploaded.fetch_add(1, Ordering::Relaxed);
+                c.bytes.fetch_add(len, Ordering::Relaxed);
+                Ok::<(), AttemptError>(())
+            })
+            .await?;
     }
     s.put_manifest(&u.tag, &u.bytes, &u.media_type, &digest)
         .await
