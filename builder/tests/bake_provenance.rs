@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::support::out_text as text;
-use bake_support::fixture_mirror::{read_only_fixture, standin};
+use bake_support::fixture_mirror::{fixture_flags, read_only_fixture, standin};
 use bake_support::{kiln, repo, sha256_file};
 
 #[path = "../../testkit/optout.rs"]
@@ -36,8 +36,8 @@ fn cosign() -> Option<PathBuf> {
 }
 
 fn bake(fx: &Path, out: &Path, key: &Path) -> Output {
-    kiln()
-        .arg("bake")
+    let mut c = kiln();
+    c.arg("bake")
         .arg(repo().join("images/ubuntu.toml"))
         .args([
             "--arch",
@@ -47,17 +47,12 @@ fn bake(fx: &Path, out: &Path, key: &Path) -> Output {
             "--lock",
         ])
         .arg(fx.join("artifacts.lock"))
-        .arg("--trusted-key")
-        .arg(fx.join("keys/fixture.pub"))
-        .arg("--store")
-        .arg(fx.join("mirror"))
         .arg("--out")
         .arg(out)
         .arg("--attest-key")
         .arg(key)
-        .args(["--builder-id", "https://ci.example/runner/7"])
-        .output()
-        .unwrap()
+        .args(["--builder-id", "https://ci.example/runner/7"]);
+    fixture_flags(&mut c, fx).output().unwrap()
 }
 
 /// `cosign ARGS`; its verdict.
@@ -313,20 +308,16 @@ fn verify_rebuild_passes_on_a_fresh_bake_and_names_a_changed_file() {
     let o = bake(&fx, &out, &d.path().join("k.key"));
     assert!(o.status.success(), "{}", text(&o));
     let layer = out.join(format!("ubuntu-{}-amd64.tar.zst", standin()));
-    let verify = |layer: &Path, lock: &Path| {
-        kiln()
-            .args(["verify", "--rebuild"])
-            .arg(layer)
-            .arg("--lock")
-            .arg(lock)
-            .arg("--trusted-key")
-            .arg(fx.join("keys/fixture.pub"))
-            .arg("--store")
-            .arg(fx.join("mirror"))
-            .output()
-            .unwrap()
+    let verify = |layer: &Path, lock: &Path, provenance: Option<&Path>| {
+        let mut c = kiln();
+        c.args(["verify", "--rebuild"]).arg(layer);
+        fixture_flags(&mut c, &fx).arg("--lock").arg(lock);
+        if let Some(p) = provenance {
+            c.arg("--provenance").arg(p);
+        }
+        c.output().unwrap()
     };
-    let o = verify(&layer, &fx.join("artifacts.lock"));
+    let o = verify(&layer, &fx.join("artifacts.lock"), None);
     assert!(o.status.success(), "{}", text(&o));
     assert!(
         text(&o).contains("identical to its rebuild"),
@@ -345,19 +336,11 @@ fn verify_rebuild_passes_on_a_fresh_bake_and_names_a_changed_file() {
         d.path().join("prov.json"),
     )
     .unwrap();
-    let o = kiln()
-        .args(["verify", "--rebuild"])
-        .arg(&changed)
-        .arg("--provenance")
-        .arg(d.path().join("prov.json"))
-        .arg("--lock")
-        .arg(fx.join("artifacts.lock"))
-        .arg("--trusted-key")
-        .arg(fx.join("keys/fixture.pub"))
-        .arg("--store")
-        .arg(fx.join("mirror"))
-        .output()
-        .unwrap();
+    let o = verify(
+        &changed,
+        &fx.join("artifacts.lock"),
+        Some(&d.path().join("prov.json")),
+    );
     let t = text(&o);
     assert_eq!(o.status.code(), Some(3), "{t}");
     assert!(
@@ -381,7 +364,7 @@ fn verify_rebuild_passes_on_a_fresh_bake_and_names_a_changed_file() {
     let mut text_lock = std::fs::read_to_string(fx.join("artifacts.lock")).unwrap();
     text_lock.push_str("\n# another lock\n");
     std::fs::write(&other, text_lock).unwrap();
-    let o = verify(&layer, &other);
+    let o = verify(&layer, &other, None);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(3), "{t}");
     assert!(t.contains(&format!("lock {}", other.display())), "{t}");

@@ -175,8 +175,10 @@ fn read_full(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
 }
 
 /// Compares `given` (a layer from elsewhere) with `rebuilt` (kiln's own rebuild of it);
-/// `budget` bounds what is decompressed from `given`.
-pub fn compare(given: &Path, rebuilt: &Path, budget: u64) -> std::io::Result<Difference> {
+/// What is decompressed from `given` is bounded by the rebuild's own unpacked size plus
+/// `margin`: a layer that unpacks to more than that already differs, and a decompression bomb
+/// stops there.
+pub fn compare(given: &Path, rebuilt: &Path, margin: u64) -> std::io::Result<Difference> {
     let Some(offset) = first_byte_difference(given, rebuilt)? else {
         return Ok(Difference::None);
     };
@@ -187,7 +189,14 @@ pub fn compare(given: &Path, rebuilt: &Path, budget: u64) -> std::io::Result<Dif
         _ => return Ok(Difference::Bytes { offset }),
     };
     let mut unbounded = Budget { left: u64::MAX };
-    let theirs = match read(given, &mut Budget { left: budget }) {
+    let ours = read(rebuilt, &mut unbounded)?;
+    let unpacked = u64::MAX - unbounded.left;
+    let theirs = match read(
+        given,
+        &mut Budget {
+            left: unpacked.saturating_add(margin),
+        },
+    ) {
         Ok(e) => e,
         Err(e) => {
             return Ok(Difference::File {
@@ -196,7 +205,7 @@ pub fn compare(given: &Path, rebuilt: &Path, budget: u64) -> std::io::Result<Dif
             })
         }
     };
-    let ours: BTreeMap<String, Entry> = read(rebuilt, &mut unbounded)?.into_iter().collect();
+    let ours: BTreeMap<String, Entry> = ours.into_iter().collect();
     let mut seen = std::collections::BTreeSet::new();
     for (path, e) in &theirs {
         seen.insert(path.clone());
@@ -231,4 +240,52 @@ pub fn compare(given: &Path, rebuilt: &Path, budget: u64) -> std::io::Result<Dif
         });
     }
     Ok(Difference::Bytes { offset })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layer(path: &Path, files: &[(&str, Vec<u8>)]) {
+        let w = zstd::stream::write::Encoder::new(std::fs::File::create(path).unwrap(), 3).unwrap();
+        let mut b = tar::Builder::new(w);
+        for (name, data) in files {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            b.append_data(&mut h, name, &data[..]).unwrap();
+        }
+        b.into_inner().unwrap().finish().unwrap();
+    }
+
+    #[test]
+    fn the_changed_file_is_named_and_a_bomb_stops_at_the_rebuilds_size() {
+        let d = tempfile::tempdir().unwrap();
+        let (ours, same, changed, bomb) = (
+            d.path().join("ours"),
+            d.path().join("same"),
+            d.path().join("changed"),
+            d.path().join("bomb"),
+        );
+        layer(&ours, &[("a", b"x".to_vec()), ("b", b"y".to_vec())]);
+        layer(&same, &[("a", b"x".to_vec()), ("b", b"y".to_vec())]);
+        layer(&changed, &[("a", b"x".to_vec()), ("b", b"z".to_vec())]);
+        // 64 MiB of zeros: a few KiB compressed, far over the rebuild's size plus 1 MiB.
+        layer(&bomb, &[("a", vec![0; 64 << 20])]);
+        assert_eq!(compare(&same, &ours, 1 << 20).unwrap(), Difference::None);
+        match compare(&changed, &ours, 1 << 20).unwrap() {
+            Difference::File { path, how } => {
+                assert_eq!(path, "b");
+                assert!(how.contains("contents differ"), "{how}");
+            }
+            other => panic!("{other:?}"),
+        }
+        match compare(&bomb, &ours, 1 << 20).unwrap() {
+            Difference::File { how, .. } => {
+                assert!(how.contains("unpacks to more than"), "{how}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -256,7 +256,7 @@ fn verify(a: &VerifyArgs, global: &Global) -> anyhow::Result<ExitCode> {
         }
     }
 
-    let diff = compare(&a.layer, main, 64 << 30)
+    let diff = compare(&a.layer, main, 64 << 20)
         .with_context(|| format!("comparing {} with its rebuild", a.layer.display()))?;
     // Identical bytes have the rebuild's digest (its provenance computed it); a layer that
     // differs is hashed for the message only.

@@ -52,6 +52,15 @@ pub fn read_only_fixture(scratch: &Path) -> PathBuf {
     }
 }
 
+/// `--trusted-key` and `--store` naming the fixture mirror `fx` (its throwaway key, its
+/// blobs), for `kiln plan`, `bake` and `verify`; the caller names the lock.
+pub fn fixture_flags<'a>(c: &'a mut Command, fx: &Path) -> &'a mut Command {
+    c.arg("--trusted-key")
+        .arg(fx.join("keys/fixture.pub"))
+        .arg("--store")
+        .arg(fx.join("mirror"))
+}
+
 /// Copies the parts of the fixture mirror in `shared` that tests use into `out`.
 pub fn copy_fixture(shared: &Path, out: &Path) {
     for part in PARTS {
