@@ -87,7 +87,10 @@ pub fn statement(f: &Facts<'_>) -> String {
     firstboot["annotations"] = json!({"role": "kiln-firstboot"});
     let mut deps = vec![lock, firstboot];
     for a in f.artifacts {
-        let mut d = descriptor(&a.name, Some(a.url.as_str()), &a.sha256);
+        // A lock URL may carry credentials or a pre-signed token; the provenance is
+        // published, so it gets the URL as kiln prints it (user info and query values masked).
+        let uri = crate::supply::fetch::shown(&a.url);
+        let mut d = descriptor(&a.name, Some(uri.as_str()), &a.sha256);
         d["annotations"] = json!({"role": "artifact", "version": a.version});
         deps.push(d);
     }
@@ -159,6 +162,25 @@ mod tests {
             finished: 86_400,
         };
         let v: Value = serde_json::from_str(&statement(&f)).unwrap();
+        let secret = ArtifactInput {
+            name: "kubelet".into(),
+            version: "v1".into(),
+            url: "https://user:hunter2@mirror.example/kubelet?X-Amz-Signature=s3cr3t".into(),
+            sha256: "e".repeat(64),
+            kind: crate::bake::layer::InputKind::Binary,
+            blob: "/nonexistent".into(),
+            members: Vec::new(),
+        };
+        let text = statement(&Facts {
+            artifacts: std::slice::from_ref(&secret),
+            ..f
+        });
+        assert!(
+            !text.contains("hunter2")
+                && !text.contains("s3cr3t")
+                && text.contains("mirror.example"),
+            "{text}"
+        );
         assert_eq!(v["_type"], "https://in-toto.io/Statement/v1");
         assert_eq!(v["subject"][0]["digest"]["sha256"], "a".repeat(64));
         let p = &v["predicate"];
