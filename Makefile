@@ -147,10 +147,10 @@ unit: fixture ## the test suites (nextest) and doctests; the boot tests run in q
 	    echo "make unit: no systemd-sysupdate; KILN_TEST_OPT_OUT=sysupdate, so bake_sysupdate_real records it" >&2;; \
 	  *) echo "make unit: scripts/sysupdate-tools.sh failed: bake_sysupdate_real needs systemd-sysupdate (set KILN_TEST_OPT_OUT=sysupdate to skip it knowingly)" >&2; exit 1;; esac; \
 	fi
-	@if ! scripts/cosign.sh target/cosign >/dev/null; then \
+	@if ! scripts/attest-tools.sh target/attest-tools >/dev/null; then \
 	  case ",$${KILN_TEST_OPT_OUT:-}," in *,cosign,*) \
-	    echo "make unit: no cosign; KILN_TEST_OPT_OUT=cosign, so bake_provenance records it" >&2;; \
-	  *) echo "make unit: scripts/cosign.sh failed: bake_provenance verifies with the real cosign (set KILN_TEST_OPT_OUT=cosign to skip it knowingly)" >&2; exit 1;; esac; \
+	    echo "make unit: no cosign/oras; KILN_TEST_OPT_OUT=cosign, so bake_provenance and layer_publish record it" >&2;; \
+	  *) echo "make unit: scripts/attest-tools.sh failed: bake_provenance and layer_publish verify with the real cosign, oras and in-toto-attestation (set KILN_TEST_OPT_OUT=cosign to skip it knowingly)" >&2; exit 1;; esac; \
 	fi
 	KILN_FIXTURE_MIRROR=$(CURDIR)/$(FIXTURE_MIRROR) $(CARGO) nextest run $(NEXTEST_ARGS) $(NOT_BOOT) --no-fail-fast
 	$(CARGO) test --workspace --doc --locked

@@ -15,8 +15,12 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use p256::ecdsa::signature::hazmat::PrehashSigner as _;
 use p256::ecdsa::signature::Signer as _;
-use p256::ecdsa::{Signature, SigningKey};
-use p256::pkcs8::{DecodePrivateKey as _, EncodePrivateKey as _, EncodePublicKey as _, LineEnding};
+use p256::ecdsa::signature::Verifier as _;
+use p256::ecdsa::{Signature, SigningKey, VerifyingKey};
+use p256::pkcs8::{
+    DecodePrivateKey as _, DecodePublicKey as _, EncodePrivateKey as _, EncodePublicKey as _,
+    LineEnding,
+};
 use sha2::Digest as _;
 
 /// The payload type of an in-toto statement in a DSSE envelope.
@@ -168,13 +172,23 @@ impl AttestKey {
 
     /// A short id: the first 16 hex digits of the SHA-256 of the public key's DER.
     pub fn id(&self) -> String {
-        let der = self
-            .key
-            .verifying_key()
-            .to_public_key_der()
-            .map(|d| d.as_bytes().to_vec())
-            .unwrap_or_default();
-        hex::encode(sha2::Sha256::digest(der))[..16].to_string()
+        key_id(self.key.verifying_key())
+    }
+
+    /// The public half, to check what this key signed before publishing it.
+    pub fn verify_key(&self) -> VerifyKey {
+        VerifyKey {
+            key: *self.key.verifying_key(),
+            path: PathBuf::from("(the signing key's public half)"),
+        }
+    }
+
+    /// The signature of `message` as cosign checks a signed payload (a container image
+    /// signature's simple-signing document): base64 of the DER ECDSA signature over its
+    /// SHA-256.
+    pub fn sign_bytes(&self, message: &[u8]) -> String {
+        let sig: Signature = self.key.sign(message);
+        base64::engine::general_purpose::STANDARD.encode(sig.to_der().as_bytes())
     }
 
     /// The signature of `path` as `cosign verify-blob --key` checks it: base64 of the DER
@@ -227,6 +241,118 @@ impl AttestKey {
     }
 }
 
+fn key_id(vk: &VerifyingKey) -> String {
+    let der = vk
+        .to_public_key_der()
+        .map(|d| d.as_bytes().to_vec())
+        .unwrap_or_default();
+    hex::encode(sha2::Sha256::digest(der))[..16].to_string()
+}
+
+/// A public key kiln verifies with: SPKI PEM (`PUBLIC KEY`), as `kiln key generate` writes
+/// `PREFIX.pub` and cosign writes `cosign.pub`.
+pub struct VerifyKey {
+    key: VerifyingKey,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for VerifyKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "VerifyKey({})", self.id())
+    }
+}
+
+impl VerifyKey {
+    /// Reads a public key from a regular file of at most 16 KiB.
+    pub fn load(path: &Path) -> Result<VerifyKey, AttestError> {
+        let bad = |why: String| AttestError::Key {
+            path: path.to_path_buf(),
+            why,
+        };
+        let text = crate::bounded_read::read_text(path, MAX_KEY).map_err(|e| {
+            bad(format!(
+                "{e} (expected the public key kiln key generate wrote, PREFIX.pub)"
+            ))
+        })?;
+        if text.contains("PRIVATE KEY") {
+            return Err(bad(
+                "a private key; give the public half (PREFIX.pub), which is all a verifier needs"
+                    .into(),
+            ));
+        }
+        let key = VerifyingKey::from_public_key_pem(text.trim()).map_err(|e| {
+            bad(format!(
+                "not a P-256 public key in PEM (-----BEGIN PUBLIC KEY-----): {e}"
+            ))
+        })?;
+        Ok(VerifyKey {
+            key,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The key's id, as [`AttestKey::id`].
+    pub fn id(&self) -> String {
+        key_id(&self.key)
+    }
+
+    /// The key file, for messages.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn decode(sig_b64: &str) -> Result<Signature, String> {
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(sig_b64.trim())
+            .map_err(|_| "the signature is not base64".to_string())?;
+        Signature::from_der(&der).map_err(|_| "the signature is not a DER ECDSA signature".into())
+    }
+
+    /// Checks a signature [`AttestKey::sign_sha256`] made over a file whose SHA-256 is
+    /// `digest`.
+    pub fn verify_sha256(&self, digest: &[u8], sig_b64: &str) -> Result<(), String> {
+        use p256::ecdsa::signature::hazmat::PrehashVerifier as _;
+        self.key
+            .verify_prehash(digest, &Self::decode(sig_b64)?)
+            .map_err(|_| format!("the signature is not key {}'s", self.id()))
+    }
+
+    /// Checks a signature [`AttestKey::sign_bytes`] made over `message`.
+    pub fn verify_bytes(&self, message: &[u8], sig_b64: &str) -> Result<(), String> {
+        self.key
+            .verify(message, &Self::decode(sig_b64)?)
+            .map_err(|_| format!("the signature is not key {}'s", self.id()))
+    }
+
+    /// Opens a DSSE envelope: the payload of type `payload_type` when one of its signatures
+    /// is this key's.
+    pub fn open_dsse(&self, envelope: &[u8], payload_type: &str) -> Result<Vec<u8>, String> {
+        let v: serde_json::Value = serde_json::from_slice(envelope)
+            .map_err(|e| format!("not a DSSE envelope (JSON: {e})"))?;
+        let got = v["payloadType"].as_str().unwrap_or("");
+        if got != payload_type {
+            return Err(format!("payloadType {got:?}, expected {payload_type:?}"));
+        }
+        let payload = base64::engine::general_purpose::STANDARD
+            .decode(v["payload"].as_str().unwrap_or(""))
+            .map_err(|_| "the payload is not base64".to_string())?;
+        let sigs = v["signatures"].as_array().cloned().unwrap_or_default();
+        let pae = pae(payload_type, &payload);
+        if sigs.iter().any(|s| {
+            self.verify_bytes(&pae, s["sig"].as_str().unwrap_or(""))
+                .is_ok()
+        }) {
+            Ok(payload)
+        } else {
+            Err(format!(
+                "none of its {} signature(s) is key {}'s",
+                sigs.len(),
+                self.id()
+            ))
+        }
+    }
+}
+
 /// DSSE's pre-authentication encoding: `DSSEv1 <len(type)> <type> <len(body)> <body>`
 /// (<https://github.com/secure-systems-lab/dsse/blob/master/protocol.md>).
 pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
@@ -243,9 +369,6 @@ pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use p256::ecdsa::signature::Verifier as _;
-    use p256::ecdsa::VerifyingKey;
-    use p256::pkcs8::DecodePublicKey as _;
 
     #[test]
     fn pae_is_dsse_v1() {

@@ -2,7 +2,7 @@
 //! fixture mirror with `--attest-key` writes an in-toto Statement v1 / SLSA Provenance v1
 //! naming the layer and every input with its digest, the layer's signature and the
 //! statement's DSSE envelope; Debian's real cosign (trixie's 2.5, unpacked by
-//! `scripts/cosign.sh` into `target/cosign`, `KILN_COSIGN` names another) accepts them with
+//! `scripts/attest-tools.sh` into `target/attest-tools`, `KILN_COSIGN` names another) accepts them with
 //! kiln's public key, offline, and refuses a flipped byte or another key.
 
 use crate::bake_support;
@@ -20,14 +20,14 @@ mod optout;
 fn cosign() -> Option<PathBuf> {
     let p = std::env::var_os("KILN_COSIGN")
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/cosign/cosign"));
+        .unwrap_or_else(|| repo().join("target/attest-tools/cosign"));
     if p.is_file() {
         return Some(p);
     }
     optout::cannot_run(
         "cosign",
         &format!(
-            "no cosign at {} (run `scripts/cosign.sh target/cosign`; `make unit` does), so \
+            "no cosign at {} (run `scripts/attest-tools.sh target/attest-tools`; `make unit` does), so \
              kiln's signatures cannot be checked by the real tool",
             p.display()
         ),

@@ -35,6 +35,9 @@ pub struct Named {
 pub struct Facts<'a> {
     /// The layer's main file (the subject).
     pub subject: Named,
+    /// The sha256 of the OCI manifest `kiln mirror push --layer` pushes the main file as
+    /// (the second subject: `cosign verify-attestation` checks a subject is the manifest).
+    pub oci_manifest: String,
     /// The image definition file.
     pub definition: Named,
     /// The signed lock.
@@ -103,7 +106,10 @@ pub fn statement(f: &Facts<'_>) -> String {
     }
     let v = json!({
         "_type": "https://in-toto.io/Statement/v1",
-        "subject": [{"name": f.subject.name, "digest": {"sha256": f.subject.sha256}}],
+        "subject": [
+            {"name": f.subject.name, "digest": {"sha256": f.subject.sha256}},
+            {"name": format!("{} (OCI manifest)", f.subject.name), "digest": {"sha256": f.oci_manifest}},
+        ],
         "predicateType": "https://slsa.dev/provenance/v1",
         "predicate": {
             "buildDefinition": {
@@ -147,6 +153,7 @@ mod tests {
         };
         let f = Facts {
             subject: n("ubuntu-v1-amd64.tar.zst", 'a'),
+            oci_manifest: "f".repeat(64),
             definition: n("images/ubuntu.toml", 'b'),
             lock: n("artifacts.lock", 'c'),
             firstboot: n("kiln-firstboot", 'd'),
@@ -183,6 +190,7 @@ mod tests {
         );
         assert_eq!(v["_type"], "https://in-toto.io/Statement/v1");
         assert_eq!(v["subject"][0]["digest"]["sha256"], "a".repeat(64));
+        assert_eq!(v["subject"][1]["digest"]["sha256"], "f".repeat(64));
         let p = &v["predicate"];
         assert_eq!(
             p["buildDefinition"]["externalParameters"]["definition"]["sha256"],

@@ -354,11 +354,16 @@ fn attest_outputs(
     let arch = f.a.arch.unwrap_or(f.def.arch[0]).to_string();
     let format = f.a.format.unwrap_or(f.def.formats[0]).to_string();
     let main_sha = hash(main)?;
+    let size = std::fs::metadata(main)
+        .with_context(|| format!("reading {}", main.display()))?
+        .len();
+    let oci = crate::supply::registry::layer_oci::layer_manifest(&name(main), &main_sha, size);
     let facts = Facts {
         subject: Named {
             name: name(main),
             sha256: main_sha.clone(),
         },
+        oci_manifest: crate::supply::registry::layer_oci::sha256_hex(&oci),
         definition: Named {
             name: f.a.image.display().to_string(),
             sha256: hash(&f.a.image)?,

@@ -114,6 +114,7 @@ fn class_of(cause: &(dyn StdError + 'static)) -> Option<ExitClass> {
         InspectError,
         AdvisoryError,
         RenderError,
+        crate::supply::layer_trust::Untrusted,
     );
     None
 }

@@ -68,6 +68,10 @@ pub fn run_image(a: ImageArgs, global: &Global) -> anyhow::Result<ExitCode> {
         Some(p) => crate::render::NodeConfig::load(p)?.files(),
         None => Vec::new(),
     };
+    if let Err(e) = a.checks.check_provenance(&a.layer) {
+        let code = crate::cli::fail::classify(&e);
+        return Ok(crate::cli::fail::ended(&e, code));
+    }
     let opts = ImageOptions {
         base: a.base.clone(),
         layer: a.layer.clone(),

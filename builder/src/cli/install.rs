@@ -49,9 +49,44 @@ pub struct LayerChecks {
     /// Refuse a layer that unpacks to more than this many bytes.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_BYTES)]
     pub max_size: u64,
+    /// Also require what `kiln bake --attest-key` wrote beside the layer: its signature
+    /// (`<layer>.sig`) and signed provenance (`<base>.provenance.dsse.json`) by this public key
+    /// (kiln key generate's PREFIX.pub), the provenance's subject being the layer, and every
+    /// lock entry and image it names being in --lock.
+    #[arg(long, value_name = "FILE")]
+    pub verify_key: Option<PathBuf>,
+    /// The signed lock the layer's provenance must agree with (with --verify-key), trusted as
+    /// every lock is: the embedded release key, or KILN_TRUSTED_KEY.
+    #[arg(long, value_name = "FILE", default_value = crate::cli::common::DEFAULT_LOCK)]
+    pub lock: PathBuf,
 }
 
 impl LayerChecks {
+    /// With `--verify-key`: checks the layer's signature and provenance (exit 3 when refused).
+    pub fn check_provenance(&self, layer: &Path) -> anyhow::Result<()> {
+        use crate::supply::layer_trust::{check, LayerFiles, Untrusted};
+        let Some(key) = &self.verify_key else {
+            return Ok(());
+        };
+        let key = crate::attest::VerifyKey::load(key)?;
+        let trust = crate::cli::common::TrustArgs {
+            trusted_key: std::env::var_os("KILN_TRUSTED_KEY").map(PathBuf::from),
+            allow_unsigned: false,
+        };
+        let lock = crate::cli::common::lock_in_use(&self.lock);
+        let (lock, _) = crate::cli::common::load_lock(&lock, &trust)?;
+        let files = LayerFiles::beside(layer).map_err(Untrusted)?;
+        let c = check(&files, &key, &lock)
+            .with_context(|| format!("layer {}: refused", layer.display()))?;
+        eprintln!(
+            "kiln: layer {} is signed by key {} and its provenance ({} inputs) is in the signed lock",
+            layer.display(),
+            key.id(),
+            c.dependencies
+        );
+        Ok(())
+    }
+
     /// The install options these flags make (announcing a `--trusted-key`).
     pub fn options(&self) -> anyhow::Result<InstallOptions> {
         let a = self;
@@ -91,6 +126,8 @@ pub fn run_install(a: InstallArgs, global: &Global) -> anyhow::Result<ExitCode> 
             let refused = e.chain().any(|c| {
                 c.downcast_ref::<InstallError>()
                     .is_some_and(InstallError::is_refusal)
+                    || c.downcast_ref::<crate::supply::layer_trust::Untrusted>()
+                        .is_some()
             });
             Ok(crate::cli::fail::ended(
                 &e,
@@ -101,6 +138,7 @@ pub fn run_install(a: InstallArgs, global: &Global) -> anyhow::Result<ExitCode> 
 }
 
 fn install_inner(a: InstallArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    a.checks.check_provenance(&a.layer)?;
     let mut opts = a.checks.options()?;
     opts.dry_run = a.dry_run;
     let r = crate::install::install(&a.layer, &a.root, &opts)

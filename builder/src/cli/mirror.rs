@@ -55,6 +55,14 @@ pub struct MirrorSyncArgs {
     pub registry: RegistryArgs,
     #[command(flatten)]
     pub trust: TrustArgs,
+    /// From an oci:// mirror: also bring in this layer (its main file's name, as `kiln mirror
+    /// push --layer` pushed it) into DIR/layers/, with its signatures, provenance and SBOM,
+    /// once they verify. Repeatable; needs --verify-key.
+    #[arg(long = "layer", value_name = "NAME", requires = "verify_key")]
+    pub layers: Vec<String>,
+    /// The public key (kiln key generate's PREFIX.pub) every --layer must be signed by.
+    #[arg(long, value_name = "FILE")]
+    pub verify_key: Option<PathBuf>,
 }
 
 /// `kiln mirror verify`
@@ -161,10 +169,16 @@ fn mirror_sync(a: MirrorSyncArgs, global: &Global) -> anyhow::Result<ExitCode> {
                 net: &a.net,
                 registry: &a.registry,
                 trust: &a.trust,
+                layers: &a.layers,
+                verify_key: a.verify_key.as_deref(),
             },
             global,
         );
     }
+    anyhow::ensure!(
+        a.layers.is_empty(),
+        "--layer: layers come from a registry mirror only (--from oci://HOST/REPO)"
+    );
     let staging = tempfile::tempdir()?;
     let lock_path = match (&a.lock, a.from.first()) {
         (Some(l), _) => l.clone(),

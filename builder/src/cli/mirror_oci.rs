@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use anyhow::Context as _;
 use clap::Args;
 
 use crate::cli::common::{
@@ -12,8 +13,10 @@ use crate::cli::common::{
 };
 use crate::cli::fetch::{report_summary, run_pull_images};
 use crate::cli::progress;
+use crate::supply::layer_trust::LayerFiles;
 use crate::supply::lock::Lock;
 use crate::supply::mirror::LOCK_NAME;
+use crate::supply::registry::layer_io::{pull_layer, push_layers, LayerUpload};
 use crate::supply::registry::{oci_mirror, ImageSource, OciTarget};
 
 /// `kiln mirror push`
@@ -30,6 +33,36 @@ pub struct MirrorPushArgs {
     pub registry: RegistryArgs,
     #[command(flatten)]
     pub trust: TrustArgs,
+    /// A layer `kiln bake --attest-key` wrote (its main file), pushed after the mirror and
+    /// tagged `layer-<file name>`, with its image signature, provenance attestation, SBOM and
+    /// file signature attached as OCI 1.1 referrers. Repeatable; needs --attest-key.
+    #[arg(long = "layer", value_name = "FILE", requires = "attest_key")]
+    pub layers: Vec<PathBuf>,
+    /// The key the layers were signed with at bake time: their signatures are checked with
+    /// its public half before anything is pushed, and it signs each layer's image signature
+    /// (what `cosign verify --key` checks).
+    #[arg(long, env = "KILN_ATTEST_KEY", value_name = "FILE")]
+    pub attest_key: Option<PathBuf>,
+}
+
+/// The signing key and each layer to push with its sha256.
+type Layers = (crate::attest::AttestKey, Vec<(LayerFiles, String)>);
+
+/// The layers to push, each checked with the key's public half against `lock`.
+fn checked_layers(a: &MirrorPushArgs, lock: &Lock) -> anyhow::Result<Option<Layers>> {
+    let Some(key_path) = a.attest_key.as_deref().filter(|_| !a.layers.is_empty()) else {
+        return Ok(None);
+    };
+    let key = crate::attest::AttestKey::load(key_path)?;
+    let vk = key.verify_key();
+    let mut out = Vec::new();
+    for l in &a.layers {
+        let files = LayerFiles::beside(l).map_err(crate::supply::layer_trust::Untrusted)?;
+        let checked = crate::supply::layer_trust::check(&files, &vk, lock)
+            .with_context(|| format!("--layer {}: not pushed", l.display()))?;
+        out.push((files, checked.sha256));
+    }
+    Ok(Some((key, out)))
 }
 
 /// Runs `kiln mirror push`: verifies the mirror's lock, then moves every artifact, image and
@@ -46,6 +79,7 @@ pub(crate) fn mirror_push(a: MirrorPushArgs, global: &Global) -> anyhow::Result<
     );
     let mirror = crate::supply::mirror::Mirror::open(&a.dir)?;
     let (lock, _) = load_lock(&lock_path, &a.trust)?;
+    let layers = checked_layers(&a, &lock)?;
     let lock_bytes = std::fs::read(&lock_path)?;
     let sig = match std::fs::read(crate::supply::sign::signature_path(&lock_path)) {
         Ok(s) => Some(s),
@@ -63,12 +97,25 @@ pub(crate) fn mirror_push(a: MirrorPushArgs, global: &Global) -> anyhow::Result<
         &ropts,
         &a.net.options(),
     ))?;
+    let pushed = match &layers {
+        Some((key, files)) => {
+            let ups: Vec<LayerUpload<'_>> = files
+                .iter()
+                .map(|(f, sha)| LayerUpload {
+                    files: f,
+                    sha256: sha,
+                })
+                .collect();
+            rt.block_on(push_layers(&target, &ropts, &a.net.options(), &ups, key))?
+        }
+        None => Vec::new(),
+    };
     let secs = started.elapsed().as_secs_f64();
     if global.json {
         crate::cli::json::emit(
             "summary",
             crate::cli::json::Level::Info,
-            serde_json::json!({"event": "summary", "command": "mirror push", "to": target.to_string(), "push": s, "seconds": secs}),
+            serde_json::json!({"event": "summary", "command": "mirror push", "to": target.to_string(), "push": s, "layers": pushed, "seconds": secs}),
         );
     } else if !global.quiet {
         println!(
@@ -81,6 +128,17 @@ pub(crate) fn mirror_push(a: MirrorPushArgs, global: &Global) -> anyhow::Result<
             s.blobs_present,
             s.bytes_uploaded,
         );
+        for p in &pushed {
+            let how = if p.referrers_api {
+                "the registry's referrers API".to_string()
+            } else {
+                format!("tag {}", p.digest.replace(':', "-"))
+            };
+            println!(
+                "mirror push: layer {} as {target}:{} ({}), signature, provenance, SBOM and file signature attached (listed by {how})",
+                p.name, p.tag, p.digest
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -94,6 +152,10 @@ pub(crate) struct SyncFromOci<'a> {
     pub net: &'a NetArgs,
     pub registry: &'a RegistryArgs,
     pub trust: &'a TrustArgs,
+    /// Layers to bring in (their main file names), into `<to>/layers/`.
+    pub layers: &'a [String],
+    /// The public key each layer must be signed by.
+    pub verify_key: Option<&'a std::path::Path>,
 }
 
 /// Runs `kiln mirror sync --from oci://…`: the registry's lock artifact (verified under the
@@ -138,12 +200,79 @@ pub(crate) fn sync_from_oci(a: SyncFromOci<'_>, global: &Global) -> anyhow::Resu
         "mirror sync",
         mirror.store(),
         &images,
-        &[ImageSource::Oci(target)],
+        &[ImageSource::Oci(target.clone())],
         a.registry,
         a.net,
         global,
     )?;
+    if !a.layers.is_empty() {
+        let key = a
+            .verify_key
+            .ok_or_else(|| anyhow::anyhow!("--layer needs --verify-key PUB: a layer is brought in only with a signature kiln can check"))?;
+        let key = crate::attest::VerifyKey::load(key)?;
+        for name in a.layers {
+            let dir = pull_verified_layer(&rt, &target, &ropts, &opts, name, &key, &lock, a.to)?;
+            if !global.quiet && !global.json {
+                println!("mirror sync: layer {name} from {target}: signatures and provenance verified with key {}, in {}", key.id(), dir.display());
+            }
+        }
+    }
     mirror.install_lock_file(&lock_path)?;
     report_summary("mirror sync", a.to, &summary, global);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Pulls layer `name` and its referrers into a scratch directory under `<to>/layers/`,
+/// checks the image signature, the file signature and the provenance with `key` against
+/// `lock`, then moves each file into `<to>/layers/`: nothing unverified is left there.
+#[allow(clippy::too_many_arguments)]
+fn pull_verified_layer(
+    rt: &tokio::runtime::Runtime,
+    target: &OciTarget,
+    ropts: &crate::supply::registry::RegistryOptions,
+    opts: &crate::supply::fetch::FetchOptions,
+    name: &str,
+    key: &crate::attest::VerifyKey,
+    lock: &Lock,
+    to: &std::path::Path,
+) -> anyhow::Result<PathBuf> {
+    use crate::supply::layer_trust::Untrusted;
+    let dir = to.join("layers");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let scratch = tempfile::Builder::new()
+        .prefix(".kiln-pull-")
+        .tempdir_in(&dir)
+        .with_context(|| format!("creating a scratch directory in {}", dir.display()))?;
+    let got = rt.block_on(pull_layer(target, ropts, opts, name, scratch.path()))?;
+    let shown = format!(
+        "{target}:{}",
+        crate::supply::registry::layer_oci::layer_tag(name)
+    );
+    let (payload, sig) = &got.image_signature;
+    let p: serde_json::Value = serde_json::from_slice(payload).unwrap_or_default();
+    if p["critical"]["image"]["docker-manifest-digest"] != got.digest.as_str() {
+        return Err(Untrusted(format!(
+            "layer {shown}: its image signature is for {}, not the layer's manifest {}",
+            p["critical"]["image"]["docker-manifest-digest"], got.digest
+        ))
+        .into());
+    }
+    key.verify_bytes(payload, sig)
+        .map_err(|e| Untrusted(format!("layer {shown}: image signature: {e}")))?;
+    let checked = crate::supply::layer_trust::check(&got.files, key, lock)
+        .with_context(|| format!("layer {shown}: refused, nothing kept"))?;
+    crate::atomic_file::write(
+        &got.files.provenance,
+        ".kiln-pull-",
+        &checked.statement,
+        0o644,
+    )
+    .map_err(|e| anyhow::anyhow!("writing {}: {}", e.path.display(), e.source))?;
+    let f = &got.files;
+    for p in [&f.main, &f.sig, &f.dsse, &f.sbom, &f.provenance] {
+        let dest = dir.join(p.file_name().unwrap_or_default());
+        std::fs::rename(p, &dest)
+            .with_context(|| format!("moving {} into place", dest.display()))?;
+    }
+    Ok(dir)
 }

@@ -109,38 +109,8 @@ fn rebuild(
 
 /// The provenance `--provenance` names, else the one beside the layer whose subject is it.
 fn find_provenance(a: &VerifyArgs) -> anyhow::Result<(PathBuf, Value)> {
-    let read = |p: &Path| -> anyhow::Result<Value> {
-        let text = crate::bounded_read::read_text(p, 4 << 20)
-            .with_context(|| format!("reading provenance {}", p.display()))?;
-        serde_json::from_str(&text).with_context(|| format!("parsing provenance {}", p.display()))
-    };
-    if let Some(p) = &a.provenance {
-        return Ok((p.clone(), read(p)?));
-    }
-    let dir = a
-        .layer
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let want = file_name(&a.layer);
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("listing {}", dir.display()))?
-        .filter_map(|e| Some(e.ok()?.path()))
-        .filter(|p| file_name(p).ends_with(".provenance.json"))
-        .collect();
-    found.sort();
-    for p in found {
-        let v = read(&p)?;
-        if v["subject"][0]["name"] == want.as_str() {
-            return Ok((p, v));
-        }
-    }
-    anyhow::bail!(
-        "no provenance for {} in {}: expected a *.provenance.json whose subject is {want:?} \
-         (kiln bake writes it beside the layer), or --provenance FILE",
-        a.layer.display(),
-        dir.display()
-    )
+    crate::supply::layer_trust::find_provenance(&a.layer, a.provenance.as_deref())
+        .map_err(|e| anyhow::anyhow!("{e}, or --provenance FILE"))
 }
 
 /// Only a regular file is read (hashed, decompressed): a FIFO or /dev/zero never ends.

@@ -11,6 +11,7 @@
 pub mod advisory;
 pub mod fetch;
 pub mod inspect;
+pub mod layer_trust;
 pub mod lock;
 pub mod lock_edit;
 pub mod lock_image;

@@ -35,6 +35,14 @@ pub enum RegistryError {
     /// The mirror lacks what its lock names; nothing was pushed.
     #[error("the mirror is incomplete, nothing was pushed (run kiln mirror verify, then kiln mirror sync):\n{}", .0.iter().map(|(id, e)| format!("  {id}: {e}")).collect::<Vec<_>>().join("\n"))]
     Incomplete(Vec<(String, String)>),
+    /// A layer in the registry is not what its referrers say, or lacks one.
+    #[error("layer {layer}: {why}")]
+    Untrusted {
+        /// `oci://HOST/REPO:TAG`.
+        layer: String,
+        /// Which check failed.
+        why: String,
+    },
     /// The lock artifact of a registry mirror could not be read.
     #[error("reading the mirror's lock from {0}")]
     LockArtifact(String),
@@ -64,7 +72,7 @@ impl RegistryError {
             | RegistryError::LockArtifact(_)
             | RegistryError::Deadline(_) => ExitClass::Fetch,
             RegistryError::Client(_) | RegistryError::Store(_) => ExitClass::Failure,
-            RegistryError::Incomplete(_) => ExitClass::Verify,
+            RegistryError::Incomplete(_) | RegistryError::Untrusted { .. } => ExitClass::Verify,
         }
     }
 }

@@ -11,6 +11,8 @@
 pub mod auth;
 mod blobs;
 mod error;
+pub mod layer_io;
+pub mod layer_oci;
 pub mod layout;
 pub mod manifest;
 pub mod oci_mirror;

@@ -48,8 +48,8 @@ pub const SIG_LAYER: &str = "application/vnd.kiln.lock.signature.v1+minisign";
 /// A file artifact's layer.
 pub const FILE_LAYER: &str = "application/octet-stream";
 /// The empty config of OCI artifacts (image-spec 1.1 "Guidance for an Empty Descriptor").
-const EMPTY_TYPE: &str = "application/vnd.oci.empty.v1+json";
-const EMPTY: &[u8] = b"{}";
+pub(super) const EMPTY_TYPE: &str = "application/vnd.oci.empty.v1+json";
+pub(super) const EMPTY: &[u8] = b"{}";
 /// The most a lock or its signature may be.
 const MAX_LOCK: u64 = 16 << 20;
 
@@ -58,7 +58,7 @@ fn sha256_digest(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
 }
 
-fn session<'a>(
+pub(super) fn session<'a>(
     target: &OciTarget,
     client: &'a reqwest::Client,
     ropts: &'a RegistryOptions,
@@ -74,9 +74,9 @@ fn session<'a>(
 }
 
 /// What to push or pull for one blob.
-struct Blob {
-    digest: String,
-    payload: Payload,
+pub(super) struct Blob {
+    pub(super) digest: String,
+    pub(super) payload: Payload,
 }
 
 /// One manifest with its blobs, pushed under one tag.
@@ -90,7 +90,7 @@ struct Unit {
 
 /// An OCI artifact manifest: the empty config and `layers` (`media type, digest, size,
 /// title`); deterministic bytes, so a re-push finds the same digest under the tag.
-fn artifact_manifest(
+pub(super) fn artifact_manifest(
     artifact_type: &str,
     layers: &[(&str, &str, u64, &str)],
     annotations: &[(&str, &str)],
@@ -246,7 +246,7 @@ pub struct PushSummary {
 }
 
 #[derive(Default)]
-struct Counters {
+pub(super) struct Counters {
     manifests_present: AtomicUsize,
     blobs_uploaded: AtomicUsize,
     blobs_present: AtomicUsize,
@@ -295,6 +295,7 @@ async fn push_unit(s: &Session<'_>, u: &Unit, c: &Counters) -> Result<(), Attemp
     }
     s.put_manifest(&u.tag, &u.bytes, &u.media_type, &digest)
         .await
+        .map(|_| ())
 }
 
 /// Pushes the mirror in `store` (the lock's artifacts and images, and the lock itself, given
@@ -419,7 +420,11 @@ pub async fn push_mirror(
     })
 }
 
-async fn ensure_blob(s: &Session<'_>, b: &Blob, c: &Counters) -> Result<(), AttemptError> {
+pub(super) async fn ensure_blob(
+    s: &Session<'_>,
+    b: &Blob,
+    c: &Counters,
+) -> Result<(), AttemptError> {
     if s.has_blob(&b.digest).await? {
         c.blobs_present.fetch_add(1, Ordering::Relaxed);
         return Ok(());

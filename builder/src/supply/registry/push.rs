@@ -134,7 +134,7 @@ impl Session<'_> {
         }
     }
 
-    fn url(&self, kind: &str, reference: &str) -> String {
+    pub(super) fn url(&self, kind: &str, reference: &str) -> String {
         format!("{}/v2/{}/{kind}/{reference}", self.base, self.repo)
     }
 
@@ -292,14 +292,16 @@ impl Session<'_> {
     }
 
     /// Stores `bytes` as manifest `reference` (a tag or the digest); checks the digest the
-    /// registry states is `digest`.
+    /// registry states is `digest`. Returns whether the registry stated `OCI-Subject` (it
+    /// keeps the referrers of a manifest with a `subject` itself: distribution-spec 1.1,
+    /// "Pushing Manifests with Subject").
     pub(super) async fn put_manifest(
         &self,
         reference: &str,
         bytes: &[u8],
         media_type: &str,
         digest: &str,
-    ) -> Result<(), AttemptError> {
+    ) -> Result<bool, AttemptError> {
         let url = self.url("manifests", reference);
         let mut h = HeaderMap::new();
         h.insert(
@@ -314,7 +316,33 @@ impl Session<'_> {
         if resp.status() != StatusCode::CREATED {
             return Err(refused(resp, "PUT", &url, "201 Created").await);
         }
-        check_digest(&resp, digest, &url)
+        check_digest(&resp, digest, &url)?;
+        Ok(resp.headers().contains_key("oci-subject"))
+    }
+
+    /// The referrers of manifest `digest` from the referrers API (`GET
+    /// /v2/<repo>/referrers/<digest>`), `None` when the registry has no such API (any 4xx
+    /// but 401/403: distribution 2.8 answers 404).
+    pub(super) async fn referrers_api(
+        &self,
+        digest: &str,
+    ) -> Result<Option<Vec<u8>>, AttemptError> {
+        let url = self.url("referrers", digest);
+        let mut h = HeaderMap::new();
+        h.insert(ACCEPT, HeaderValue::from_static(manifest::OCI_INDEX));
+        let resp = self
+            .call(Method::GET, &url, &h, &Payload::None, true)
+            .await?;
+        match resp.status().as_u16() {
+            200 => Ok(Some(small_body(resp, &url).await?)),
+            401 | 403 => Err(AttemptError::Denied(format!(
+                "{}: HTTP {}: the registry refused the credentials",
+                shown(&url),
+                resp.status()
+            ))),
+            400..=499 => Ok(None),
+            _ => Err(refused(resp, "GET", &url, "200 or 404").await),
+        }
     }
 }
 
