@@ -17,7 +17,7 @@ use bake_support::{kiln, repo, sha256_file};
 #[path = "../../testkit/optout.rs"]
 mod optout;
 
-fn cosign() -> Option<PathBuf> {
+pub(crate) fn cosign() -> Option<PathBuf> {
     let p = std::env::var_os("KILN_COSIGN")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo().join("target/attest-tools/cosign"));
@@ -35,7 +35,7 @@ fn cosign() -> Option<PathBuf> {
     None
 }
 
-fn bake(fx: &Path, out: &Path, key: &Path) -> Output {
+pub(crate) fn bake(fx: &Path, out: &Path, key: &Path) -> Output {
     let mut c = kiln();
     c.arg("bake")
         .arg(repo().join("images/ubuntu.toml"))
@@ -56,7 +56,7 @@ fn bake(fx: &Path, out: &Path, key: &Path) -> Output {
 }
 
 /// `cosign ARGS`; its verdict.
-fn cosign_ok(cosign: &Path, args: &[&dyn AsRef<std::ffi::OsStr>]) -> (bool, String) {
+pub(crate) fn cosign_ok(cosign: &Path, args: &[&dyn AsRef<std::ffi::OsStr>]) -> (bool, String) {
     let mut c = Command::new(cosign);
     for a in args {
         c.arg(a);

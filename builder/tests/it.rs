@@ -48,6 +48,7 @@ mod image_fs;
 mod image_hostile;
 mod image_unprivileged;
 mod install_safety;
+mod layer_publish;
 mod layout;
 mod prop_archive;
 mod prop_parsers;
