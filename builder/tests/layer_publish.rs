@@ -287,6 +287,23 @@ fn a_published_layer_is_what_cosign_oras_and_in_toto_accept_and_comes_back_verif
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("its provenance"), "{}", text(&o));
 
+    // The key rotated: the same layer baked and pushed again with a new key. Both keys'
+    // referrers are listed now, and a sync with either key takes the one that verifies.
+    let (new_key, new_public) = keypair(d.path(), "rotated");
+    let again = d.path().join("again");
+    bake(&fx, &again, &new_key, "amd64");
+    let o = push(&fx, &reg, &[&again.join(&name)], &new_key);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        pushed_digest(&o, &name),
+        digest,
+        "the same bytes, the same manifest"
+    );
+    for (k, to) in [(&new_public, "rotated-new"), (&public, "rotated-old")] {
+        let o = sync(&fx, &reg, &name, k, &d.path().join(to));
+        assert!(o.status.success(), "{}", text(&o));
+    }
+
     // A forged image signature (one character of it changed): cosign and kiln refuse it.
     let hex = digest.trim_start_matches("sha256:");
     let sig_tag = format!("sha256-{hex}.sig");

@@ -60,6 +60,9 @@ pub struct Facts<'a> {
     pub image_id: &'a str,
     /// `builder.id`.
     pub builder_id: &'a str,
+    /// The other files of the bake a verifier gets with the layer (the SBOM), as
+    /// `runDetails.byproducts`.
+    pub byproducts: &'a [Named],
     /// When the bake started and ended, seconds since the epoch.
     pub started: u64,
     /// See `started`.
@@ -129,6 +132,7 @@ pub fn statement(f: &Facts<'_>) -> String {
             },
             "runDetails": {
                 "builder": {"id": f.builder_id},
+                "byproducts": f.byproducts.iter().map(|b| descriptor(&b.name, None, &b.sha256)).collect::<Vec<_>>(),
                 "metadata": {
                     "startedOn": rfc3339(f.started),
                     "finishedOn": rfc3339(f.finished),
@@ -165,6 +169,7 @@ mod tests {
             images: &[],
             image_id: "sha256:x",
             builder_id: LOCAL_BUILDER,
+            byproducts: &[],
             started: 0,
             finished: 86_400,
         };

@@ -358,6 +358,13 @@ fn attest_outputs(
         .with_context(|| format!("reading {}", main.display()))?
         .len();
     let oci = crate::supply::registry::layer_oci::layer_manifest(&name(main), &main_sha, size);
+    let mut byproducts = Vec::new();
+    for p in out.files.iter().filter(|p| name(p).ends_with(".spdx.json")) {
+        byproducts.push(Named {
+            name: name(p),
+            sha256: hash(p)?,
+        });
+    }
     let facts = Facts {
         subject: Named {
             name: name(main),
@@ -384,6 +391,7 @@ fn attest_outputs(
         images: f.images,
         image_id: &out.image_id,
         builder_id: &f.a.builder_id,
+        byproducts: &byproducts,
         started: f.started,
         finished: now(),
     };

@@ -163,6 +163,9 @@ pub(crate) struct SyncFromOci<'a> {
 /// pinned image, verified while streaming; the lock goes into the mirror last.
 pub(crate) fn sync_from_oci(a: SyncFromOci<'_>, global: &Global) -> anyhow::Result<ExitCode> {
     let target = OciTarget::parse(a.from).map_err(|e| anyhow::anyhow!("--from {e}"))?;
+    for name in a.layers {
+        plain_layer_name(name)?;
+    }
     let ropts = a.registry.options()?;
     let opts = a.net.options();
     let rt = runtime()?;
@@ -222,6 +225,21 @@ pub(crate) fn sync_from_oci(a: SyncFromOci<'_>, global: &Global) -> anyhow::Resu
     Ok(ExitCode::SUCCESS)
 }
 
+/// A `--layer` NAME is a file name (it names a file in `DIR/layers/`), never a path.
+fn plain_layer_name(name: &str) -> Result<(), crate::supply::layer_trust::Untrusted> {
+    let plain = std::path::Path::new(name)
+        .file_name()
+        .is_some_and(|n| n == std::ffi::OsStr::new(name))
+        && !name.starts_with('.');
+    if plain {
+        Ok(())
+    } else {
+        Err(crate::supply::layer_trust::Untrusted(format!(
+            "--layer {name:?}: expected the layer's file name (as kiln mirror push printed it), not a path"
+        )))
+    }
+}
+
 /// Pulls layer `name` and its referrers into a scratch directory under `<to>/layers/`,
 /// checks the image signature, the file signature and the provenance with `key` against
 /// `lock`, then moves each file into `<to>/layers/`: nothing unverified is left there.
@@ -236,29 +254,17 @@ fn pull_verified_layer(
     lock: &Lock,
     to: &std::path::Path,
 ) -> anyhow::Result<PathBuf> {
-    use crate::supply::layer_trust::Untrusted;
     let dir = to.join("layers");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let scratch = tempfile::Builder::new()
         .prefix(".kiln-pull-")
         .tempdir_in(&dir)
         .with_context(|| format!("creating a scratch directory in {}", dir.display()))?;
-    let got = rt.block_on(pull_layer(target, ropts, opts, name, scratch.path()))?;
+    let got = rt.block_on(pull_layer(target, ropts, opts, name, scratch.path(), key))?;
     let shown = format!(
         "{target}:{}",
         crate::supply::registry::layer_oci::layer_tag(name)
     );
-    let (payload, sig) = &got.image_signature;
-    let p: serde_json::Value = serde_json::from_slice(payload).unwrap_or_default();
-    if p["critical"]["image"]["docker-manifest-digest"] != got.digest.as_str() {
-        return Err(Untrusted(format!(
-            "layer {shown}: its image signature is for {}, not the layer's manifest {}",
-            p["critical"]["image"]["docker-manifest-digest"], got.digest
-        ))
-        .into());
-    }
-    key.verify_bytes(payload, sig)
-        .map_err(|e| Untrusted(format!("layer {shown}: image signature: {e}")))?;
     let checked = crate::supply::layer_trust::check(&got.files, key, lock)
         .with_context(|| format!("layer {shown}: refused, nothing kept"))?;
     crate::atomic_file::write(
@@ -268,8 +274,9 @@ fn pull_verified_layer(
         0o644,
     )
     .map_err(|e| anyhow::anyhow!("writing {}: {}", e.path.display(), e.source))?;
+    // The main file last: where it is, its companions are.
     let f = &got.files;
-    for p in [&f.main, &f.sig, &f.dsse, &f.sbom, &f.provenance] {
+    for p in [&f.sig, &f.dsse, &f.sbom, &f.provenance, &f.main] {
         let dest = dir.join(p.file_name().unwrap_or_default());
         std::fs::rename(p, &dest)
             .with_context(|| format!("moving {} into place", dest.display()))?;

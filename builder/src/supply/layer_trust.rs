@@ -190,6 +190,7 @@ fn check_inner(files: &LayerFiles, key: &VerifyKey, lock: &Lock) -> Result<Check
                 .join(", ")
         ));
     }
+    check_byproducts(&v, files).map_err(|e| format!("provenance envelope {shown}: {e}"))?;
     let dependencies =
         check_dependencies(&v, lock).map_err(|e| format!("provenance envelope {shown}: {e}"))?;
     Ok(Checked {
@@ -197,6 +198,30 @@ fn check_inner(files: &LayerFiles, key: &VerifyKey, lock: &Lock) -> Result<Check
         statement,
         dependencies,
     })
+}
+
+/// The SBOM beside the layer, when there is one, is the byproduct the statement `v` names.
+fn check_byproducts(v: &Value, files: &LayerFiles) -> Result<(), String> {
+    let name = file_name(&files.sbom);
+    let Some(want) = v["predicate"]["runDetails"]["byproducts"]
+        .as_array()
+        .and_then(|b| b.iter().find(|b| b["name"] == name.as_str()))
+        .and_then(|b| b["digest"]["sha256"].as_str())
+    else {
+        return Ok(());
+    };
+    let Ok(bytes) = crate::bounded_read::read_regular(&files.sbom, MAX_SIDE_FILE) else {
+        return Ok(());
+    };
+    let have = crate::supply::registry::layer_oci::sha256_hex(&bytes);
+    if have == want {
+        Ok(())
+    } else {
+        Err(format!(
+            "it names SBOM {name} with sha256 {want}; {} has {have}",
+            files.sbom.display()
+        ))
+    }
 }
 
 /// Every `artifact` and `image` dependency of the statement `v` is in `lock`: an artifact by

@@ -17,7 +17,7 @@ use super::options::{client, RegistryOptions};
 use super::push::Payload;
 use super::session::Session;
 use super::target::OciTarget;
-use crate::attest::AttestKey;
+use crate::attest::{AttestKey, VerifyKey};
 use crate::supply::fetch::{msg, AttemptError, FetchOptions};
 use crate::supply::layer_trust::{LayerFiles, MAX_SIDE_FILE};
 use crate::supply::store::Store;
@@ -168,15 +168,15 @@ pub async fn push_layers(
     Ok(out)
 }
 
-/// A layer read from a registry into a staging directory, not yet trusted.
+/// A layer read from a registry into a directory: its image signature checked, each file
+/// chosen among the referrers because it verifies.
 #[derive(Debug)]
 pub struct PulledLayer {
-    /// Its files in the staging directory (the provenance's own file is not written yet).
+    /// Its files (the provenance's own file is not written yet: the caller writes the
+    /// statement it checked).
     pub files: LayerFiles,
     /// The layer manifest's digest.
     pub digest: String,
-    /// cosign's simple-signing payload and its signature.
-    pub image_signature: (Vec<u8>, String),
 }
 
 fn untrusted(target: &OciTarget, name: &str, why: String) -> RegistryError {
@@ -198,6 +198,9 @@ fn title(v: &Value, suffix: &str) -> Result<String, String> {
         Err(format!("a file name ending in {suffix:?}, found {t:?}"))
     }
 }
+
+/// The most a layer's main file may be (a node layer is tens to hundreds of MiB).
+pub const MAX_LAYER: u64 = 64 << 30;
 
 async fn get_blob(
     s: &Session<'_>,
@@ -230,15 +233,86 @@ async fn get_blob(
     Ok(staging.blob_path(desc.hex()))
 }
 
-/// Reads layer `name` (its main file's name) and its referrers from `target` into `dir`.
-/// Each manifest is checked against its digest, each referrer's subject against the layer;
-/// the caller checks the signatures.
+/// One referrer of `subject`: its manifest (checked against its digest and subject) and its
+/// one layer's bytes.
+async fn referrer(
+    s: &Session<'_>,
+    staging: &Store,
+    digest: &str,
+    subject: &str,
+) -> Result<(Value, PathBuf), String> {
+    if crate::supply::lock_image::digest_hex(digest).is_none() {
+        return Err(format!("{digest:?} is not a sha256 digest"));
+    }
+    let (rb, _) = s
+        .manifest_bytes(digest)
+        .await
+        .map_err(|e| msg(&e))?
+        .ok_or_else(|| format!("{digest} is listed but absent"))?;
+    if format!("sha256:{}", sha256_hex(&rb)) != digest {
+        return Err(format!(
+            "{digest}: the registry's bytes have another digest"
+        ));
+    }
+    let v: Value = serde_json::from_slice(&rb).map_err(|e| format!("{digest}: {e}"))?;
+    if v["subject"]["digest"] != subject {
+        return Err(format!(
+            "{digest} refers to {}, not the layer's manifest {subject}",
+            v["subject"]["digest"]
+        ));
+    }
+    let path = get_blob(s, staging, &v, MAX_SIDE_FILE)
+        .await
+        .map_err(|e| format!("{digest}: {e}"))?;
+    Ok((v, path))
+}
+
+/// The first referrer of type `t` that `accept` takes (several can be listed: a layer pushed
+/// again with a new key); the reasons the others were refused otherwise.
+async fn first_accepted<F>(
+    s: &Session<'_>,
+    staging: &Store,
+    index: &[Value],
+    t: &str,
+    subject: &str,
+    mut accept: F,
+) -> Result<(Value, PathBuf), String>
+where
+    F: FnMut(&Value, &Path) -> Result<(), String>,
+{
+    let mut why = Vec::new();
+    for e in index.iter().filter(|e| e["artifactType"] == t) {
+        let d = e["digest"].as_str().unwrap_or("");
+        match referrer(s, staging, d, subject).await {
+            Ok((v, p)) => match accept(&v, &p) {
+                Ok(()) => return Ok((v, p)),
+                Err(w) => why.push(format!("{d}: {w}")),
+            },
+            Err(w) => why.push(w),
+        }
+    }
+    if why.is_empty() {
+        Err(format!(
+            "no {t} refers to it (push it with kiln mirror push --layer)"
+        ))
+    } else {
+        Err(format!("no {t} referrer verifies: {}", why.join("; ")))
+    }
+}
+
+/// Reads layer `name` (its main file's name) and its referrers from `target` into `dir`,
+/// checking with `key` on the way: the image signature first (it names the layer's manifest,
+/// which names the main file's digest and size, so nothing unsigned is downloaded in bulk),
+/// then the file signature and the provenance envelope over the main file, and the SBOM
+/// against the provenance's byproducts. Every referrer must refer to this layer. The caller
+/// checks the provenance against the lock ([`crate::supply::layer_trust::check`]).
 pub async fn pull_layer(
     target: &OciTarget,
     ropts: &RegistryOptions,
     opts: &FetchOptions,
     name: &str,
     dir: &Path,
+    key: &VerifyKey,
 ) -> Result<PulledLayer, RegistryError> {
     let client = client(ropts, opts).map_err(RegistryError::Client)?;
     let s = session(target, &client, ropts, opts);
@@ -251,15 +325,14 @@ pub async fn pull_layer(
         })?;
     let digest = format!("sha256:{}", sha256_hex(&bytes));
     let m: Value = serde_json::from_slice(&bytes).map_err(|e| bad(format!("manifest: {e}")))?;
-    if m["artifactType"] != LAYER_TYPE
-        || m["layers"][0]["annotations"]["org.opencontainers.image.title"] != name
-    {
+    let titled = &m["layers"][0]["annotations"]["org.opencontainers.image.title"];
+    if m["artifactType"] != LAYER_TYPE || titled != name {
         return Err(bad(format!(
-            "expected a {LAYER_TYPE} artifact titled {name:?}, found artifactType {} title {}",
-            m["artifactType"], m["layers"][0]["annotations"]["org.opencontainers.image.title"]
+            "expected a {LAYER_TYPE} artifact titled {name:?}, found artifactType {} title {titled}",
+            m["artifactType"]
         )));
     }
-    let index = match s.referrers_api(&digest).await.map_err(net)? {
+    let listed = match s.referrers_api(&digest).await.map_err(net)? {
         Some(b) => Some(b),
         None => {
             let fallback = format!("sha256-{}", digest.trim_start_matches("sha256:"));
@@ -269,62 +342,73 @@ pub async fn pull_layer(
                 .map(|(b, _)| b)
         }
     };
-    let index: Value = match index {
-        Some(b) => serde_json::from_slice(&b).map_err(|e| bad(format!("referrers index: {e}")))?,
-        None => Value::Null,
+    let index: Vec<Value> = match listed {
+        Some(b) => serde_json::from_slice::<Value>(&b)
+            .map_err(|e| bad(format!("referrers index: {e}")))?["manifests"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default(),
+        None => Vec::new(),
     };
     let staging = Store::open(dir.join(".staging")).map_err(RegistryError::Store)?;
-    let main = get_blob(&s, &staging, &m, u64::MAX / 2)
-        .await
-        .map_err(bad)?;
-    let mut found: std::collections::BTreeMap<&str, (Value, PathBuf)> = Default::default();
-    let entries = index["manifests"].as_array().cloned().unwrap_or_default();
-    for want in [
-        COSIGN_SIG_TYPE,
-        crate::attest::IN_TOTO,
-        SBOM_TYPE,
-        BLOB_SIG_TYPE,
-    ] {
-        for e in entries.iter().filter(|e| e["artifactType"] == want) {
-            let rd = e["digest"].as_str().unwrap_or("");
-            if crate::supply::lock_image::digest_hex(rd).is_none() {
-                continue;
-            }
-            let (rb, _) = s
-                .manifest_bytes(rd)
-                .await
-                .map_err(net)?
-                .ok_or_else(|| bad(format!("referrer {rd} is listed but absent")))?;
-            if format!("sha256:{}", sha256_hex(&rb)) != rd {
-                return Err(bad(format!(
-                    "referrer {rd}: the registry's bytes have another digest"
-                )));
-            }
-            let rv: Value =
-                serde_json::from_slice(&rb).map_err(|e| bad(format!("referrer {rd}: {e}")))?;
-            if rv["subject"]["digest"] != digest.as_str() {
-                return Err(bad(format!(
-                    "referrer {rd} ({want}) refers to {}, not the layer's manifest {digest}",
-                    rv["subject"]["digest"]
-                )));
-            }
-            let path = get_blob(&s, &staging, &rv, MAX_SIDE_FILE)
-                .await
-                .map_err(|e| bad(format!("referrer {rd}: {e}")))?;
-            found.entry(want).or_insert((rv, path));
+    let (s, st) = (&s, &staging);
+    first_accepted(s, st, &index, COSIGN_SIG_TYPE, &digest, |v, p| {
+        let payload = std::fs::read(p).map_err(|e| e.to_string())?;
+        let named: Value = serde_json::from_slice(&payload).unwrap_or_default();
+        if named["critical"]["image"]["docker-manifest-digest"] != digest.as_str() {
+            return Err(format!(
+                "its payload names {}, not this manifest",
+                named["critical"]["image"]["docker-manifest-digest"]
+            ));
         }
-    }
-    let mut take = |t: &str, what: &str| {
-        found.remove(t).ok_or_else(|| {
-            bad(format!(
-                "no {what} refers to it (push it again with kiln mirror push --layer)"
-            ))
-        })
-    };
-    let (sig_v, sig_p) = take(COSIGN_SIG_TYPE, "image signature")?;
-    let (att_v, att_p) = take(crate::attest::IN_TOTO, "provenance attestation")?;
-    let (sbom_v, sbom_p) = take(SBOM_TYPE, "SBOM")?;
-    let (_, blob_sig_p) = take(BLOB_SIG_TYPE, "file signature")?;
+        let sig = v["layers"][0]["annotations"][SIG_ANNOTATION]
+            .as_str()
+            .unwrap_or("");
+        key.verify_bytes(&payload, sig)
+    })
+    .await
+    .map_err(|e| bad(format!("image signature: {e}")))?;
+    let main = get_blob(s, st, &m, MAX_LAYER)
+        .await
+        .map_err(|e| bad(format!("the layer's file: {e}")))?;
+    let sha = m["layers"][0]["digest"]
+        .as_str()
+        .unwrap_or("")
+        .trim_start_matches("sha256:")
+        .to_string();
+    let raw = hex::decode(&sha).unwrap_or_default();
+    let mut statement = Value::Null;
+    let (att_v, att_p) = first_accepted(s, st, &index, crate::attest::IN_TOTO, &digest, |_, p| {
+        let env = std::fs::read(p).map_err(|e| e.to_string())?;
+        let payload = key.open_dsse(&env, crate::attest::IN_TOTO)?;
+        statement = serde_json::from_slice(&payload).map_err(|e| e.to_string())?;
+        Ok(())
+    })
+    .await
+    .map_err(|e| bad(format!("provenance: {e}")))?;
+    let (_, sig_p) = first_accepted(s, st, &index, BLOB_SIG_TYPE, &digest, |_, p| {
+        let sig = std::fs::read_to_string(p).map_err(|_| "not text".to_string())?;
+        key.verify_sha256(&raw, &sig)
+    })
+    .await
+    .map_err(|e| bad(format!("file signature: {e}")))?;
+    let byproducts = statement["predicate"]["runDetails"]["byproducts"].clone();
+    let (sbom_v, sbom_p) = first_accepted(s, st, &index, SBOM_TYPE, &digest, |v, p| {
+        let t = title(v, ".spdx.json")?;
+        let want = byproducts
+            .as_array()
+            .and_then(|b| b.iter().find(|b| b["name"] == t.as_str()))
+            .and_then(|b| b["digest"]["sha256"].as_str())
+            .ok_or_else(|| format!("the provenance names no SBOM {t}"))?;
+        let have = sha256_hex(&std::fs::read(p).map_err(|e| e.to_string())?);
+        if have == want {
+            Ok(())
+        } else {
+            Err(format!("sha256 {have}; the provenance names {want}"))
+        }
+    })
+    .await
+    .map_err(|e| bad(format!("SBOM: {e}")))?;
     let dsse_name =
         title(&att_v, ".provenance.dsse.json").map_err(|e| bad(format!("attestation: {e}")))?;
     let sbom_name = title(&sbom_v, ".spdx.json").map_err(|e| bad(format!("SBOM: {e}")))?;
@@ -334,22 +418,13 @@ pub async fn pull_layer(
         std::fs::rename(from, &p).map_err(|e| bad(format!("moving into {}: {e}", p.display())))?;
         Ok(p)
     };
-    let payload = std::fs::read(&sig_p).map_err(|e| bad(e.to_string()))?;
-    let signature = sig_v["layers"][0]["annotations"][SIG_ANNOTATION]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
     let files = LayerFiles {
         main: place(&main, name.to_string())?,
-        sig: place(&blob_sig_p, format!("{name}.sig"))?,
+        sig: place(&sig_p, format!("{name}.sig"))?,
         provenance: dir.join(format!("{base}.provenance.json")),
         dsse: place(&att_p, dsse_name.clone())?,
         sbom: place(&sbom_p, sbom_name)?,
     };
     let _ = std::fs::remove_dir_all(dir.join(".staging"));
-    Ok(PulledLayer {
-        files,
-        digest,
-        image_signature: (payload, signature),
-    })
+    Ok(PulledLayer { files, digest })
 }
