@@ -29,6 +29,24 @@ pub struct Sysext {
     pub sha512: String,
     /// The bake's transfer file (`<name>.conf`), as written.
     pub transfer: Vec<u8>,
+    /// For a signed DDI (`kiln bake --sysext-ddi`): the certificate its dm-verity root hash is
+    /// signed for (`<name>.verity.crt`, PEM), which nodes must trust.
+    pub verity_cert: Option<Vec<u8>>,
+}
+
+/// The policy under which a node's `systemd-sysext` merges only extensions whose dm-verity
+/// signature verifies (systemd's default sysext policy merges unsigned images too, and from
+/// systemd 259 falls back to unsigned verity when a signature does not verify).
+pub const SIGNED_POLICY: &str = "root=signed+absent:usr=signed+absent";
+
+/// Whether `raw` is a GPT disk image (a DDI) rather than a bare filesystem: "EFI PART" at
+/// byte 512 (UEFI 2.10, 5.3.2).
+fn is_gpt(raw: &Path) -> std::io::Result<bool> {
+    use std::io::{Seek as _, SeekFrom};
+    let mut f = std::fs::File::open(raw)?;
+    f.seek(SeekFrom::Start(512))?;
+    let mut sig = [0u8; 8];
+    Ok(f.read_exact(&mut sig).is_ok() && &sig == b"EFI PART")
 }
 
 /// The most a transfer file may hold.
@@ -143,12 +161,14 @@ impl Sysext {
                 ),
             ));
         }
+        let verity_cert = verity_cert(raw, &name, &file)?;
         Ok(Sysext {
             name,
             file,
             url,
             sha512,
             transfer,
+            verity_cert,
         })
     }
 
@@ -167,7 +187,7 @@ impl Sysext {
     /// `/etc/sysupdate.d/`, has something there and does not fail.
     pub fn files(&self, root: &Value) -> Vec<Value> {
         let data = crate::render::model::data_url;
-        vec![
+        let mut v = vec![
             json!({
                 "path": self.image_path(),
                 "mode": 0o644,
@@ -192,7 +212,24 @@ impl Sysext {
                 "group": root,
                 "contents": {"source": data(NOOP_TRANSFER.as_bytes())},
             }),
-        ]
+        ];
+        v.extend(self.signed_files(root));
+        v
+    }
+
+    /// The certificate file and the `systemd-sysext.service` drop-in of a signed image.
+    fn signed_files(&self, root: &Value) -> Vec<Value> {
+        let Some(cert) = &self.verity_cert else {
+            return Vec::new();
+        };
+        vec![json!({
+            "path": format!("/etc/verity.d/kiln-{}.crt", self.name),
+            "mode": 0o644,
+            "overwrite": true,
+            "user": root,
+            "group": root,
+            "contents": {"source": crate::render::model::data_url(cert)},
+        })]
     }
 
     /// The `storage.links` entry systemd-sysext merges.
@@ -207,13 +244,20 @@ impl Sysext {
 
     /// The `systemd.units` entries: the sysupdate timer enabled, and the service's drop-in.
     pub fn units(&self) -> Vec<Value> {
-        vec![
+        let mut v = vec![
             json!({"name": "systemd-sysupdate.timer", "enabled": true}),
             json!({
                 "name": "systemd-sysupdate.service",
                 "dropins": [{"name": format!("kiln-{}.conf", self.name), "contents": self.dropin()}],
             }),
-        ]
+        ];
+        if self.verity_cert.is_some() {
+            v.push(json!({
+                "name": "systemd-sysext.service",
+                "dropins": [{"name": "kiln-signed.conf", "contents": signed_dropin()}],
+            }));
+        }
+        v
     }
 
     /// The `systemd-sysupdate.service` drop-in: update this extension's transfer set, and
@@ -228,6 +272,50 @@ impl Sysext {
              ExecStartPre=/usr/lib/systemd/systemd-sysupdate -C {n} update\n\
              ExecStartPost=/usr/bin/sh -c 'readlink --canonicalize /etc/extensions/{n}.raw | cmp -s - /run/kiln-sysupdate-{n}.before || touch /run/reboot-required'\n"
         )
+    }
+}
+
+/// The `systemd-sysext.service` drop-in for signed extensions: merge only what verifies.
+pub fn signed_dropin() -> String {
+    format!(
+        "# Written by kiln render: merge only extensions whose dm-verity signature verifies\n\
+         # against a certificate in /etc/verity.d/ (systemd's default sysext policy would merge\n\
+         # unsigned images too).\n\
+         [Service]\n\
+         ExecStart=\n\
+         ExecStart=/usr/bin/systemd-sysext refresh --image-policy={SIGNED_POLICY}\n"
+    )
+}
+
+/// The certificate beside a signed DDI (`<name>.verity.crt`): required for a GPT image (a
+/// DDI kiln signed), refused for a bare squashfs (a stale file from another bake).
+fn verity_cert(raw: &Path, name: &str, file: &str) -> Result<Option<Vec<u8>>, RenderError> {
+    let err = |path: &Path, message: String| RenderError::Sysext {
+        path: path.to_path_buf(),
+        message,
+    };
+    let cert_path = raw.with_file_name(format!("{name}.verity.crt"));
+    let gpt = is_gpt(raw).map_err(|e| RenderError::io(raw, e))?;
+    let cert = match crate::bounded_read::read_regular(&cert_path, 64 * 1024) {
+        Ok(c) => Some(c),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(RenderError::io(&cert_path, e)),
+    };
+    match (gpt, cert) {
+        (false, None) => Ok(None),
+        (true, Some(c)) if c.starts_with(b"-----BEGIN CERTIFICATE-----") => Ok(Some(c)),
+        (true, Some(_)) => Err(err(
+            &cert_path,
+            "expected a PEM certificate (-----BEGIN CERTIFICATE-----)".into(),
+        )),
+        (true, None) => Err(err(
+            raw,
+            format!("{file} is a signed disk image (kiln bake --sysext-ddi), but its certificate {name}.verity.crt is not beside it: nodes could not verify it"),
+        )),
+        (false, Some(_)) => Err(err(
+            &cert_path,
+            format!("a verity certificate beside {file}, which is a bare squashfs, not a signed disk image: left from another bake? remove it or bake with --sysext-ddi"),
+        )),
     }
 }
 
@@ -306,6 +394,46 @@ mod tests {
             .contains("systemd-sysupdate -C kubernetes update"));
         let s = Sysext::from_bake(&raw, Some("http://127.0.0.1:1/x.raw")).unwrap();
         assert_eq!(s.url, "http://127.0.0.1:1/x.raw");
+    }
+
+    /// Issue 39: a signed DDI (a GPT image) brings its certificate to the node and a
+    /// `systemd-sysext.service` drop-in that merges only what verifies; a DDI without its
+    /// certificate, or a certificate beside a bare squashfs, is refused by name.
+    #[test]
+    fn a_signed_image_brings_its_certificate_and_the_signed_only_policy() {
+        let d = tempfile::tempdir().unwrap();
+        let raw = bake(d.path(), "kubernetes-v1.36.1-x86-64.raw", Some(CONF));
+        let cert = d.path().join("kubernetes.verity.crt");
+        std::fs::write(
+            &cert,
+            "-----BEGIN CERTIFICATE-----\nMA==\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let e = Sysext::from_bake(&raw, None).unwrap_err().to_string();
+        assert!(
+            e.contains("bare squashfs") && e.contains("kubernetes.verity.crt"),
+            "{e}"
+        );
+        let mut gpt = vec![0u8; 1024];
+        gpt[512..520].copy_from_slice(b"EFI PART");
+        std::fs::write(&raw, &gpt).unwrap();
+        let s = Sysext::from_bake(&raw, None).unwrap();
+        let root = json!({"name": "root"});
+        let files = s.files(&root);
+        assert!(files
+            .iter()
+            .any(|f| f["path"] == "/etc/verity.d/kiln-kubernetes.crt"));
+        let units = serde_json::to_string(&s.units()).unwrap();
+        assert!(
+            units.contains("systemd-sysext.service") && units.contains(SIGNED_POLICY),
+            "{units}"
+        );
+        std::fs::remove_file(&cert).unwrap();
+        let e = Sysext::from_bake(&raw, None).unwrap_err().to_string();
+        assert!(
+            e.contains("signed disk image") && e.contains("not beside it"),
+            "{e}"
+        );
     }
 
     /// Issue 38: `render --sysext` takes any name `kiln bake` writes, a version without `v`
