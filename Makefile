@@ -147,6 +147,9 @@ unit: fixture ## the test suites (nextest) and doctests; the boot tests run in q
 	    echo "make unit: no systemd-sysupdate; KILN_TEST_OPT_OUT=sysupdate, so bake_sysupdate_real records it" >&2;; \
 	  *) echo "make unit: scripts/sysupdate-tools.sh failed: bake_sysupdate_real needs systemd-sysupdate (set KILN_TEST_OPT_OUT=sysupdate to skip it knowingly)" >&2; exit 1;; esac; \
 	fi
+	@if ! scripts/repart-257.sh target/repart-257 >/dev/null; then \
+	  echo "make unit: scripts/repart-257.sh failed: bake::ddi compares kiln's signed DDI with trixie's systemd-repart 257" >&2; exit 1; \
+	fi
 	@if ! scripts/attest-tools.sh target/attest-tools >/dev/null; then \
 	  case ",$${KILN_TEST_OPT_OUT:-}," in *,cosign,*) \
 	    echo "make unit: no cosign/oras; KILN_TEST_OPT_OUT=cosign, so bake_provenance and layer_publish record it" >&2;; \

@@ -25,6 +25,7 @@ base=(
   containerd gnupg                   # bake tests: containerd parses the Windows config, gpg signs SHA256SUMS
   busybox-static cpio kmod e2fsprogs
   gdisk fdisk                        # sgdisk and sfdisk: the kiln image tests build GPT and MBR base disks
+  cryptsetup-bin                     # veritysetup checks the dm-verity tree of a signed sysext DDI (bake/ddi)
   xfsprogs btrfs-progs               # kiln image writes xfs and btrfs roots (builder/tests/image_fs.rs)
   musl-tools
   protobuf-compiler                  # tools/cri-smoke: k8s-cri compiles the CRI protos with protoc

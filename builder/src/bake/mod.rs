@@ -7,6 +7,7 @@ pub mod assemble;
 pub mod chunk_cache;
 pub mod compare;
 pub mod containerd;
+pub mod ddi;
 pub mod error;
 pub mod extract;
 pub mod gpg;
