@@ -175,6 +175,11 @@ impl AttestKey {
         key_id(self.key.verifying_key())
     }
 
+    /// The P-256 key itself (a sysext DDI's dm-verity signature is made with it).
+    pub fn signing_key(&self) -> &SigningKey {
+        &self.key
+    }
+
     /// The public half, to check what this key signed before publishing it.
     pub fn verify_key(&self) -> VerifyKey {
         VerifyKey {

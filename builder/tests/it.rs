@@ -29,6 +29,7 @@ mod bake_repro;
 mod bake_rootfs_frames;
 mod bake_sbom;
 mod bake_sizing;
+mod bake_sysext_ddi;
 mod bake_sysext_systemd;
 mod bake_sysupdate_real;
 mod bake_sysupdate_sign;

@@ -137,6 +137,9 @@ pub enum BakeError {
     /// The squashfs writer refused the tree or failed to write.
     #[error(transparent)]
     Squash(#[from] SquashError),
+    /// The signed disk image (`--sysext-ddi`) could not be written.
+    #[error(transparent)]
+    Ddi(#[from] crate::bake::ddi::DdiError),
     /// An external tool failed.
     #[error("{tool} failed: {detail}")]
     Tool {

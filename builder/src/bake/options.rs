@@ -14,6 +14,24 @@ pub struct WriteOptions {
     /// Sign a sysext's `SHA256SUMS` (`SHA256SUMS.gpg`, transfer file `Verify=true`);
     /// `None` publishes it unsigned (`Verify=false`).
     pub sign: Option<gpg::GpgSigner>,
+    /// Write a sysext as a signed Discoverable Disk Image (`--sysext-ddi`) with this key and
+    /// certificate; `None` writes the bare squashfs.
+    pub ddi: Option<DdiSigning>,
+}
+
+/// What signs a sysext DDI's dm-verity root hash.
+#[derive(Clone)]
+pub struct DdiSigning {
+    /// The P-256 key (the bake's `--attest-key`).
+    pub key: p256::ecdsa::SigningKey,
+    /// Its self-signed certificate (DER), which nodes trust in `/etc/verity.d/`.
+    pub cert_der: Vec<u8>,
+}
+
+impl std::fmt::Debug for DdiSigning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DdiSigning(..)")
+    }
 }
 
 impl Default for WriteOptions {
@@ -22,6 +40,7 @@ impl Default for WriteOptions {
             threads: 0,
             mksquashfs: PathBuf::from("mksquashfs"),
             sign: None,
+            ddi: None,
         }
     }
 }

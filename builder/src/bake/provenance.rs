@@ -52,6 +52,8 @@ pub struct Facts<'a> {
     pub kubernetes_version: &'a str,
     /// SOURCE_DATE_EPOCH as the bake used it.
     pub epoch: u64,
+    /// `--sysext-ddi`: the sysext is a signed disk image.
+    pub sysext_ddi: bool,
     /// The lock entries placed in the layer.
     pub artifacts: &'a [ArtifactInput],
     /// The pinned images the layer carries.
@@ -123,6 +125,7 @@ pub fn statement(f: &Facts<'_>) -> String {
                     "arch": f.arch,
                     "kubernetesVersion": f.kubernetes_version,
                     "sourceDateEpoch": f.epoch,
+                    "sysextDdi": f.sysext_ddi,
                 },
                 "internalParameters": {
                     "kilnVersion": env!("CARGO_PKG_VERSION"),
@@ -165,6 +168,7 @@ mod tests {
             arch: "amd64",
             kubernetes_version: "v1",
             epoch: 1_700_000_000,
+            sysext_ddi: false,
             artifacts: &[],
             images: &[],
             image_id: "sha256:x",

@@ -225,7 +225,27 @@ pub fn write(layer: &Layer, cx: &TargetContext<'_>) -> Result<Vec<PathBuf>, Bake
     })?;
     let name = render::sysext_file_name(def, layer.arch).unwrap_or_default();
     let raw = out_dir.join(&name);
-    pack(layer, def, &raw, cx.work, cache, opts, &|n| compress.add(n))?;
+    let mut outputs = Vec::new();
+    match &opts.ddi {
+        None => pack(layer, def, &raw, cx.work, cache, opts, &|n| compress.add(n))?,
+        Some(d) => {
+            // The squashfs in the scratch directory, then the signed disk image around it.
+            let fs = cx.work.join(format!("{name}.squashfs"));
+            pack(layer, def, &fs, cx.work, cache, opts, &|n| compress.add(n))?;
+            let info = crate::bake::ddi::write_signed_ddi(
+                &fs,
+                &raw,
+                layer.arch,
+                ddi_seed(def, layer.arch),
+                &d.key,
+                &d.cert_der,
+            )?;
+            std::fs::remove_file(&fs).map_err(io_err(&fs))?;
+            let crt = out_dir.join(format!("{}.verity.crt", sx.name));
+            write_atomic(&crt, info.certificate_pem.as_bytes())?;
+            outputs.push(crt);
+        }
+    }
     compress.done();
     let sha = checksum(cx.progress, &raw)?;
     let conf = out_dir.join(format!("{}.conf", sx.name));
@@ -236,7 +256,25 @@ pub fn write(layer: &Layer, cx: &TargetContext<'_>) -> Result<Vec<PathBuf>, Bake
             .as_bytes(),
     )?;
     let (sums, sig) = crate::bake::sums::publish_sums(out_dir, &name, &sha, opts.sign.as_ref())?;
-    Ok([raw, conf, sums].into_iter().chain(sig).collect())
+    Ok([raw, conf, sums]
+        .into_iter()
+        .chain(sig)
+        .chain(outputs)
+        .collect())
+}
+
+/// The seed of a signed DDI's disk and partition UUIDs and verity salt (as repart's
+/// `--seed`): from the image's name, Kubernetes version and architecture, so a rebuild of the
+/// same image gets the same bytes and another image other UUIDs.
+fn ddi_seed(def: &ImageDef, arch: Arch) -> [u8; 16] {
+    use sha2::Digest as _;
+    let d = sha2::Sha256::digest(format!(
+        "kiln sysext ddi\n{}\n{}\n{arch}",
+        def.name, def.kubernetes.version
+    ));
+    let mut seed = [0u8; 16];
+    seed.copy_from_slice(&d[..16]);
+    seed
 }
 
 /// The sysext format: the `.raw` image, the sysupdate transfer file and `SHA256SUMS`.

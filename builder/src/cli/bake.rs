@@ -103,6 +103,12 @@ pub struct BakeArgs {
     /// ECDSA P-256 private key (PEM, mode 0600; `kiln key generate` makes one).
     #[arg(long, env = "KILN_ATTEST_KEY", value_name = "FILE")]
     pub attest_key: Option<PathBuf>,
+    /// Bake the sysext as a signed Discoverable Disk Image (GPT: the squashfs, its dm-verity
+    /// hash tree, and the root hash signed with --attest-key), which systemd-sysext verifies
+    /// before it merges; writes `<name>.verity.crt`, the certificate nodes trust in
+    /// /etc/verity.d/ (`kiln render --sysext` places it).
+    #[arg(long)]
+    pub sysext_ddi: bool,
     /// The provenance's `builder.id`: who ran this bake (a CI system's runner identity).
     #[arg(long, env = "KILN_BUILDER_ID", value_name = "URI", default_value = crate::bake::provenance::LOCAL_BUILDER)]
     pub builder_id: String,
@@ -289,10 +295,12 @@ fn bake_core(
         // for the other formats.
         (_, _) => None,
     };
+    let ddi = ddi_signing(a.sysext_ddi, format, attest_key.as_ref())?;
     let opts = WriteOptions {
         threads: a.threads,
         mksquashfs: a.mksquashfs.clone(),
         sign,
+        ddi,
     };
     let phases = PhaseDisplay::new(global);
     let out = bake::bake_with(&req, &a.out, &opts, &phases);
@@ -311,6 +319,33 @@ fn bake_core(
     let written = attest_outputs(&facts, &out, attest_key.as_ref())?;
     out.files.extend(written);
     Ok((out, def))
+}
+
+/// `--sysext-ddi`: the key and certificate the sysext's root hash is signed with.
+fn ddi_signing(
+    ddi: bool,
+    format: Format,
+    attest_key: Option<&crate::attest::AttestKey>,
+) -> anyhow::Result<Option<bake::options::DdiSigning>> {
+    Ok(match (ddi, format, attest_key) {
+        (false, _, _) => None,
+        (true, Format::Sysext, Some(k)) => Some(bake::options::DdiSigning {
+            key: k.signing_key().clone(),
+            // Its identity depends on the key only (a fixed notBefore), so every bake signed
+            // by one key ships the same certificate.
+            cert_der: bake::ddi::pkcs7::self_signed_certificate(
+                k.signing_key(),
+                &format!("kiln sysext signing key {}", k.id()),
+                0,
+            ),
+        }),
+        (true, Format::Sysext, None) => anyhow::bail!(
+            "--sysext-ddi signs the extension's dm-verity root hash with --attest-key (KILN_ATTEST_KEY): give one (kiln key generate makes one)"
+        ),
+        (true, f, _) => anyhow::bail!(
+            "--sysext-ddi makes a signed disk image of a sysext; this bake's format is {f}"
+        ),
+    })
 }
 
 fn now() -> u64 {
@@ -387,6 +422,7 @@ fn attest_outputs(
         arch: &arch,
         kubernetes_version: &f.def.kubernetes.version,
         epoch: f.epoch,
+        sysext_ddi: f.a.sysext_ddi,
         artifacts: f.inputs,
         images: f.images,
         image_id: &out.image_id,

@@ -39,6 +39,11 @@ pub struct VerifyArgs {
     /// The kiln-firstboot to ship (as `kiln bake`); its sha256 must be the recorded one.
     #[arg(long)]
     pub firstboot: Option<PathBuf>,
+    /// The key a signed sysext disk image (`kiln bake --sysext-ddi`) was signed with: its
+    /// signature partition is part of the bytes compared, and ECDSA (RFC 6979) signs the
+    /// same root hash the same way, so the rebuild needs the same key.
+    #[arg(long, env = "KILN_ATTEST_KEY", value_name = "FILE")]
+    pub attest_key: Option<PathBuf>,
 }
 
 /// Runs `kiln verify`.
@@ -64,7 +69,14 @@ fn rebuild(
     definition: &Path,
     [format, arch, version]: [&String; 3],
     epoch: u64,
+    ddi: bool,
 ) -> anyhow::Result<(tempfile::TempDir, Vec<PathBuf>)> {
+    anyhow::ensure!(
+        !ddi || a.attest_key.is_some(),
+        "{} is a signed sysext disk image (kiln bake --sysext-ddi): its rebuild is signed again, \
+         so give the key it was signed with (--attest-key, KILN_ATTEST_KEY)",
+        a.layer.display()
+    );
     let scratch = tempfile::Builder::new()
         .prefix(".kiln-verify-")
         .tempdir()
@@ -95,6 +107,11 @@ fn rebuild(
     }
     if a.trust.allow_unsigned {
         argv.push("--allow-unsigned".into());
+    }
+    if let (true, Some(k)) = (ddi, &a.attest_key) {
+        argv.push("--sysext-ddi".into());
+        argv.push("--attest-key".into());
+        argv.push(k.clone().into());
     }
     let cmd = crate::cli::bake::BakeArgs::augment_args(clap::Command::new("bake"));
     let mut bake = crate::cli::bake::BakeArgs::from_arg_matches(&cmd.try_get_matches_from(argv)?)?;
@@ -188,7 +205,8 @@ fn verify(a: &VerifyArgs, global: &Global) -> anyhow::Result<ExitCode> {
         .into());
     }
 
-    let (_scratch, rebuilt) = rebuild(a, &definition, [&format, &arch, &version], epoch)?;
+    let ddi = params["sysextDdi"] == true;
+    let (_scratch, rebuilt) = rebuild(a, &definition, [&format, &arch, &version], epoch, ddi)?;
     let main = &rebuilt[0];
 
     // The rebuild's own provenance names what it shipped: kiln-firstboot and every
