@@ -68,7 +68,9 @@ resolve_initramfs() {
 # systemd-container: trixie's systemd-sysupdate and systemd-pull (the Flatcar stand-in updates
 # its extension with them, as Flatcar's own systemd does); libcurl4t64: systemd-pull downloads
 # through it (trixie's name for libcurl4; debootstrap does not resolve the old name).
-base_packages=systemd-sysv,udev,dbus,kmod,iproute2,ca-certificates,systemd-container,libcurl4t64
+# libcryptsetup12: systemd dlopens it to set up dm-verity, so a signed sysext (kiln bake
+# --sysext-ddi) merges; it is only a Suggests of libsystemd-shared, which minbase skips.
+base_packages=systemd-sysv,udev,dbus,kmod,iproute2,ca-certificates,systemd-container,libcurl4t64,libcryptsetup12
 # debootstrap does not resolve virtual packages: python3-cryptography needs the
 # python3-cffi-backend-api-* that python3-cffi-backend provides, so it is named here.
 cloudinit_packages=$base_packages,cloud-init,isc-dhcp-client,python3-cffi-backend

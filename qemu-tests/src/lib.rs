@@ -24,6 +24,7 @@ pub mod relay;
 pub mod scenario;
 #[path = "../../testkit/serve.rs"]
 pub mod serve;
+pub mod signed_sysext;
 pub mod sysupdate;
 pub mod vm;
 

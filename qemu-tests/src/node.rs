@@ -416,8 +416,18 @@ pub fn boot_sysext_node(spec: &NodeBoot) -> Result<(Booted, crate::sysupdate::Mi
     if spec.pod {
         crate::pod::install(&root, "flatcar")?;
     }
+    // The extension is a signed disk image (kiln bake --sysext-ddi); after the join the
+    // guest's systemd-sysext is also given tampered copies of it (crate::signed_sysext).
+    crate::signed_sysext::place_copies(&raw, &root, &work.path().join("ddi"))?;
     // After the join, a patch update from the mirror the transfer file names.
-    crate::after_join::install(&root, &crate::sysupdate::after_join_script())?;
+    crate::after_join::install(
+        &root,
+        &format!(
+            "{}{}",
+            crate::sysupdate::after_join_script(),
+            crate::signed_sysext::script()
+        ),
+    )?;
     let mirror = crate::sysupdate::start_mirror(&raw)?;
     let disk = root.into_disk(&work.path().join("root.ext4"), 512)?;
     let b = boot_with(assets, spec, t0.elapsed().as_millis() as u64, |cfg| {

@@ -281,12 +281,25 @@ fn bake_uncached(
     )?;
     let def_path = out.join(format!("{image}.toml"));
     std::fs::write(&def_path, def).map_err(io_err(&def_path))?;
+    // A sysext is baked as a signed disk image (issue 39): the node's systemd-sysext merges
+    // it only once its dm-verity signature verifies (crate::signed_sysext).
+    let mut signed = Vec::new();
+    if format == "sysext" {
+        let prefix = out.join("sysext-signing");
+        run(Command::new(&tools.kiln)
+            .args(["--quiet", "key", "generate"])
+            .arg(&prefix))?;
+        signed.push("--sysext-ddi".into());
+        signed.push("--attest-key".into());
+        signed.push(prefix.with_extension("key").into_os_string());
+    }
     let o = run(Command::new(&tools.kiln)
         .arg("--json")
         .arg("bake")
         .arg(&def_path)
         .args(["--format", format, "--arch", arch.name(), "--out"])
         .arg(out)
+        .args(&signed)
         .arg("--lock")
         .arg(&lock)
         .arg("--trusted-key")

@@ -465,6 +465,39 @@ fn flatcar_sysext() {
         "{:?}",
         o.facts
     );
+    // The extension is a signed disk image: the boot merged it under the signed-only policy
+    // kiln render installed, and systemd-sysext, alone in a private mount namespace, merges
+    // the good copy and refuses each tampered one (qemu-tests/src/signed_sysext.rs).
+    assert_eq!(
+        step("ddi-policy", "exec"),
+        "image-policy=root=signed+absent:usr=signed+absent"
+    );
+    for case in kiln_qemu_tests::signed_sysext::CASES {
+        let log = kiln_qemu_tests::after_join::step_files(&b.lines, &format!("ddi-{case}-log"));
+        let want = if *case == "good" { "merged" } else { "refused" };
+        assert_eq!(
+            step(&format!("ddi-{case}"), "result"),
+            want,
+            "{case}: {log:?}"
+        );
+    }
+    let good = kiln_qemu_tests::after_join::step_files(&b.lines, "ddi-good-sig");
+    assert!(
+        format!("{good:?}").contains("validation succeeded"),
+        "systemd says which signature check accepted the good copy: {good:?}"
+    );
+    for case in ["sig-flipped", "other-key"] {
+        let sig = kiln_qemu_tests::after_join::step_files(&b.lines, &format!("ddi-{case}-sig"));
+        assert!(
+            format!("{sig:?}").contains("PKCS#7 validation failed"),
+            "{case} is refused by the signature check: {sig:?}"
+        );
+    }
+    let unsigned = kiln_qemu_tests::after_join::step_files(&b.lines, "ddi-unsigned-log");
+    assert!(
+        format!("{unsigned:?}").contains("policy"),
+        "the unsigned image is refused by the policy: {unsigned:?}"
+    );
     // Then the node's systemd-sysupdate, with the transfer file and drop-in Ignition placed,
     // took the next patch release from the mirror, never the next minor, moved the link
     // and asked for a reboot.
