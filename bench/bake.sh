@@ -190,6 +190,17 @@ record attest.ratio.sign_and_provenance "$(ratio_of "$W/attest.json" 1)" x "<= 1
 record attest.ratio.verify_rebuild "$(ratio_of "$W/attest.json" 2)" x "<= 1.1"
 echo "rootfs warm with --attest-key: $(rratio "$W/attest.json" 1) (budget <= 1.02x)"
 echo "kiln verify --rebuild, warm: $(rratio "$W/attest.json" 2) (budget <= 1.1x)"
+# The signed sysext (issue 39, --sysext-ddi): a warm sysext bake that also writes the DDI
+# (the squashfs copied into the image, its dm-verity tree hashed, the root hash signed),
+# against the same warm sysext bake with --attest-key alone. Budget <= 1.15x.
+bake sysext flatcar "$W/d1" --cache "$W/cache" --attest-key "$W/attest.key" >/dev/null
+bake sysext flatcar "$W/d2" --cache "$W/cache" --attest-key "$W/attest.key" --sysext-ddi >/dev/null
+hyperfine -S bash --style basic --runs "$RUNS" --export-json "$W/ddi.json" \
+  -n "kiln bake --format sysext (warm) --attest-key" "$(declare -f bake); bake sysext flatcar $W/d1 --cache $W/cache --attest-key $W/attest.key" \
+  -n "kiln bake --format sysext (warm) --attest-key --sysext-ddi" "$(declare -f bake); bake sysext flatcar $W/d2 --cache $W/cache --attest-key $W/attest.key --sysext-ddi"
+record_hyperfine "$W/ddi.json" ddi.time
+record ddi.ratio.signed_image "$(ratio_of "$W/ddi.json" 1)" x "<= 1.15"
+echo "sysext warm with --sysext-ddi: $(rratio "$W/ddi.json" 1) (budget <= 1.15x)"
 peak() { # METRIC LABEL COMMAND...: print and record one peak RSS
   local metric=$1 label=$2 kib; shift 2
   kib=$(rss "$@")

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::support::out_text as text;
-use bake_support::fixture_mirror::{fixture_flags, read_only_fixture, standin};
+use bake_support::fixture_mirror::{bake_from_fixture, fixture_flags, read_only_fixture, standin};
 use bake_support::{kiln, repo, sha256_file};
 
 #[path = "../../testkit/optout.rs"]
@@ -36,23 +36,14 @@ pub(crate) fn cosign() -> Option<PathBuf> {
 }
 
 pub(crate) fn bake(fx: &Path, out: &Path, key: &Path) -> Output {
-    let mut c = kiln();
-    c.arg("bake")
-        .arg(repo().join("images/ubuntu.toml"))
-        .args([
-            "--arch",
-            "amd64",
-            "--kubernetes-version",
-            &standin(),
-            "--lock",
-        ])
-        .arg(fx.join("artifacts.lock"))
-        .arg("--out")
-        .arg(out)
-        .arg("--attest-key")
-        .arg(key)
-        .args(["--builder-id", "https://ci.example/runner/7"]);
-    fixture_flags(&mut c, fx).output().unwrap()
+    let id = "https://ci.example/runner/7";
+    bake_from_fixture(
+        fx,
+        "ubuntu",
+        "amd64",
+        out,
+        &[&"--attest-key", &key, &"--builder-id", &id],
+    )
 }
 
 /// `cosign ARGS`; its verdict.

@@ -13,28 +13,21 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::support::out_text as text;
-use bake_support::fixture_mirror::{fixture_flags, read_only_fixture, standin};
+use bake_support::fixture_mirror::{bake_from_fixture, fixture_flags, read_only_fixture, standin};
 use bake_support::{kiln, repo};
 
 fn bake(fx: &Path, out: &Path, key: Option<&Path>, extra: &[&str]) -> std::process::Output {
-    let mut c = kiln();
-    c.arg("bake")
-        .arg(repo().join("images/flatcar.toml"))
-        .args([
-            "--arch",
-            "amd64",
-            "--kubernetes-version",
-            &standin(),
-            "--lock",
-        ])
-        .arg(fx.join("artifacts.lock"))
-        .arg("--out")
-        .arg(out)
-        .args(extra);
-    if let Some(k) = key {
-        c.arg("--attest-key").arg(k);
+    let mut flags: Vec<&dyn AsRef<std::ffi::OsStr>> = Vec::new();
+    for e in extra {
+        flags.push(e);
     }
-    fixture_flags(&mut c, fx).output().unwrap()
+    let k;
+    if let Some(key) = key {
+        k = key.to_path_buf();
+        flags.push(&"--attest-key");
+        flags.push(&k);
+    }
+    bake_from_fixture(fx, "flatcar", "amd64", out, &flags)
 }
 
 fn raw_of(out: &Path) -> PathBuf {
@@ -104,6 +97,19 @@ fn a_signed_sysext_ships_the_certificate_that_verifies_it() {
             "root-x86-64-verity",
             "root-x86-64-verity-sig"
         ]
+    );
+
+    // The data partition is the squashfs a plain bake writes, byte for byte (kiln writes it
+    // straight into the image, 1 MiB in).
+    let plain = d.path().join("plain");
+    let o = bake(&fx, &plain, None, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let squashfs = std::fs::read(raw_of(&plain)).unwrap();
+    let image = std::fs::read(&raw).unwrap();
+    assert_eq!(
+        &image[1 << 20..(1 << 20) + squashfs.len()],
+        &squashfs[..],
+        "the data partition"
     );
 
     // The certificate beside the image verifies its root hash's signature, as systemd's

@@ -13,7 +13,7 @@ use crate::support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use bake_support::fixture_mirror::{fixture_flags, read_only_fixture, standin};
+use bake_support::fixture_mirror::{bake_from_fixture, read_only_fixture, standin};
 use bake_support::{kiln, repo};
 use support::out_text as text;
 use support::registry::Registry;
@@ -26,16 +26,7 @@ fn tools() -> PathBuf {
 
 /// A bake of the fixture's Ubuntu layer for `arch`, signed with `key`; its main file.
 fn bake(fx: &Path, out: &Path, key: &Path, arch: &str) -> PathBuf {
-    let mut c = kiln();
-    c.arg("bake")
-        .arg(repo().join("images/ubuntu.toml"))
-        .args(["--arch", arch, "--kubernetes-version", &standin(), "--lock"])
-        .arg(fx.join("artifacts.lock"))
-        .arg("--out")
-        .arg(out)
-        .arg("--attest-key")
-        .arg(key);
-    let o = fixture_flags(&mut c, fx).output().unwrap();
+    let o = bake_from_fixture(fx, "ubuntu", arch, out, &[&"--attest-key", &key]);
     assert!(o.status.success(), "{}", text(&o));
     out.join(format!("ubuntu-{}-{arch}.tar.zst", standin()))
 }

@@ -113,17 +113,35 @@ pub fn pack(
         on_data(file_bytes(layer));
         return Ok(());
     };
-    if let Some((path, e)) = layer
+    let mut tmp = AtomicFile::create(out, ".kiln-", ".raw.tmp")?;
+    pack_into(layer, out, tmp.file_mut(), codec, cache, opts, on_data)?;
+    tmp.commit(crate::bake::layer::OUTPUT_MODE)?;
+    Ok(())
+}
+
+/// Writes `layer` as a squashfs with kiln's own writer into `file` from its current position
+/// (`path` names it in errors): only `/usr`, as a sysext may hold.
+fn pack_into(
+    layer: &Layer,
+    path: &Path,
+    file: &mut std::fs::File,
+    codec: Codec,
+    cache: Option<(&Path, bool)>,
+    opts: &WriteOptions,
+    on_data: &dyn Fn(u64),
+) -> Result<(), BakeError> {
+    if let Some((p, e)) = layer
         .entries
         .iter()
         .find(|(p, _)| !(p.as_str() == "usr" || p.starts_with("usr/")))
     {
-        return Err(only_usr(path, e));
+        return Err(only_usr(p, e));
     }
-    let summary = squashfs::write_file_with(
+    let summary = squashfs::write_image(
         layer.entries.iter().map(|(p, e)| (p.as_str(), &e.node)),
         layer.epoch,
-        out,
+        file,
+        path,
         &squashfs::Options {
             codec,
             threads: opts.threads as usize,
@@ -133,7 +151,7 @@ pub fn pack(
         on_data,
     )?;
     tracing::debug!(
-        image = %out.display(),
+        image = %path.display(),
         inodes = summary.inodes,
         bytes = summary.bytes_used,
         cached_files = summary.cache_hits,
@@ -229,18 +247,33 @@ pub fn write(layer: &Layer, cx: &TargetContext<'_>) -> Result<Vec<PathBuf>, Bake
     match &opts.ddi {
         None => pack(layer, def, &raw, cx.work, cache, opts, &|n| compress.add(n))?,
         Some(d) => {
-            // The squashfs in the scratch directory, then the signed disk image around it.
-            let fs = cx.work.join(format!("{name}.squashfs"));
-            pack(layer, def, &fs, cx.work, cache, opts, &|n| compress.add(n))?;
-            let info = crate::bake::ddi::write_signed_ddi(
-                &fs,
-                &raw,
-                layer.arch,
-                ddi_seed(def, layer.arch),
-                &d.key,
-                &d.cert_der,
-            )?;
-            std::fs::remove_file(&fs).map_err(io_err(&fs))?;
+            // kiln's squashfs is written straight into the disk image, 1 MiB in; an xz image
+            // (mksquashfs) is packed apart and copied in.
+            let seed = ddi_seed(def, layer.arch);
+            let info = match kiln_codec(def) {
+                Some(codec) => crate::bake::ddi::write_signed_ddi_with(
+                    &raw,
+                    layer.arch,
+                    seed,
+                    &d.key,
+                    &d.cert_der,
+                    |file| pack_into(layer, &raw, file, codec, cache, opts, &|n| compress.add(n)),
+                )?,
+                None => {
+                    let fs = cx.work.join(format!("{name}.squashfs"));
+                    pack(layer, def, &fs, cx.work, cache, opts, &|n| compress.add(n))?;
+                    let info = crate::bake::ddi::write_signed_ddi(
+                        &fs,
+                        &raw,
+                        layer.arch,
+                        seed,
+                        &d.key,
+                        &d.cert_der,
+                    )?;
+                    std::fs::remove_file(&fs).map_err(io_err(&fs))?;
+                    info
+                }
+            };
             let crt = out_dir.join(format!("{}.verity.crt", sx.name));
             write_atomic(&crt, info.certificate_pem.as_bytes())?;
             outputs.push(crt);

@@ -61,6 +61,28 @@ pub fn fixture_flags<'a>(c: &'a mut Command, fx: &Path) -> &'a mut Command {
         .arg(fx.join("mirror"))
 }
 
+/// `kiln bake images/<image>.toml` for `arch` from the fixture mirror `fx` into `out`, for the
+/// lock's Kubernetes version, with `extra` flags; its output.
+pub fn bake_from_fixture(
+    fx: &Path,
+    image: &str,
+    arch: &str,
+    out: &Path,
+    extra: &[&dyn AsRef<std::ffi::OsStr>],
+) -> std::process::Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kiln"));
+    c.arg("bake")
+        .arg(repo().join(format!("images/{image}.toml")))
+        .args(["--arch", arch, "--kubernetes-version", &standin(), "--lock"])
+        .arg(fx.join("artifacts.lock"))
+        .arg("--out")
+        .arg(out);
+    for e in extra {
+        c.arg(e);
+    }
+    fixture_flags(&mut c, fx).output().unwrap()
+}
+
 /// Copies the parts of the fixture mirror in `shared` that tests use into `out`.
 pub fn copy_fixture(shared: &Path, out: &Path) {
     for part in PARTS {

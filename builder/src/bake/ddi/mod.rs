@@ -130,39 +130,81 @@ pub fn write_signed_ddi(
     key: &SigningKey,
     cert_der: &[u8],
 ) -> Result<DdiInfo, DdiError> {
-    let cert_err = |source| DdiError::Certificate {
-        path: out.to_path_buf(),
-        source,
-    };
-    pkcs7::check_certificate(cert_der, key).map_err(cert_err)?;
     let read_err = |source| DdiError::Io {
         action: "reading",
         path: squashfs.to_path_buf(),
         source,
     };
+    let mut input = File::open(squashfs).map_err(read_err)?;
+    let empty = || DdiError::Empty {
+        path: squashfs.to_path_buf(),
+    };
+    write_signed_ddi_with(out, arch, seed, key, cert_der, |file| {
+        // The data partition: the squashfs copied to 1 MiB (hashed again below).
+        let n = io::copy(&mut input, file).map_err(|e| DdiError::Io {
+            action: "copying",
+            path: squashfs.to_path_buf(),
+            source: e,
+        })?;
+        if n == 0 {
+            return Err(empty());
+        }
+        Ok(())
+    })
+}
+
+/// [`write_signed_ddi`] where `fill` writes the data partition's filesystem itself, from
+/// the file's current position (1 MiB into the image; kiln's squashfs writer writes there
+/// directly, so the image is not a second copy of it). `fill` may leave the position
+/// anywhere; the data is what lies between 1 MiB and the file's end, zero-padded to 4 KiB.
+pub fn write_signed_ddi_with<E: From<DdiError>>(
+    out: &Path,
+    arch: Arch,
+    seed: [u8; 16],
+    key: &SigningKey,
+    cert_der: &[u8],
+    fill: impl FnOnce(&mut File) -> Result<(), E>,
+) -> Result<DdiInfo, E> {
+    let cert_err = |source| DdiError::Certificate {
+        path: out.to_path_buf(),
+        source,
+    };
+    pkcs7::check_certificate(cert_der, key).map_err(cert_err)?;
     let write_err = |source| DdiError::Io {
         action: "writing",
         path: out.to_path_buf(),
         source,
     };
-    let mut input = File::open(squashfs).map_err(read_err)?;
-    let mut image = AtomicFile::create(out, ".kiln-", ".tmp")?;
+    let mut image = AtomicFile::create(out, ".kiln-", ".tmp").map_err(DdiError::from)?;
     let file = image.file_mut();
-
-    // The data partition: the squashfs copied to 1 MiB and hashed on the way.
-    file.seek(SeekFrom::Start(2048 * SECTOR))
-        .map_err(write_err)?;
+    let start = 2048 * SECTOR;
+    file.seek(SeekFrom::Start(start)).map_err(write_err)?;
+    fill(file)?;
+    let end = file.metadata().map_err(write_err)?.len();
+    if end <= start {
+        return Err(DdiError::Empty {
+            path: out.to_path_buf(),
+        }
+        .into());
+    }
+    // Hash the data partition where it lies (it is in the page cache: just written).
+    file.seek(SeekFrom::Start(start)).map_err(write_err)?;
     let params = VerityParams {
         salt: seeded(&seed, b"verity-salt"),
         uuid: uuid_v4(&seeded(&seed, b"verity-uuid")),
     };
-    let tree = copy_hashing(&mut input, file, params).map_err(|e| match e {
-        Copy::Read(e) => read_err(e),
-        Copy::Write(e) => write_err(e),
-    })?;
-    let tree = tree.ok_or_else(|| DdiError::Empty {
-        path: squashfs.to_path_buf(),
-    })?;
+    let tree = copy_hashing(&mut file.take(end - start), &mut io::sink(), params)
+        .map_err(|e| match e {
+            Copy::Read(e) | Copy::Write(e) => write_err(e),
+        })?
+        .ok_or_else(|| DdiError::Empty {
+            path: out.to_path_buf(),
+        })?;
+    // The zero padding of a last partial block, then the hash area and the signature.
+    file.seek(SeekFrom::Start(end)).map_err(write_err)?;
+    let padding = (end - start).next_multiple_of(BLOCK as u64) - (end - start);
+    file.write_all(&vec![0u8; padding as usize])
+        .map_err(write_err)?;
     file.write_all(&tree.hash_area).map_err(write_err)?;
 
     let root_hash = hex::encode(tree.root_hash);
@@ -175,7 +217,7 @@ pub fn write_signed_ddi(
     file.seek(SeekFrom::Start(disk.total_size() - 33 * SECTOR))
         .map_err(write_err)?;
     file.write_all(&disk.tail()).map_err(write_err)?;
-    image.commit(MODE)?;
+    image.commit(MODE).map_err(DdiError::from)?;
 
     let [data, verity, signature] = disk.extents().try_into().expect("three partitions");
     Ok(DdiInfo {

@@ -423,7 +423,8 @@ fn listing(ents: &[DirEnt<'_>]) -> (Vec<u8>, Vec<(u32, usize)>) {
 }
 
 /// Writes a squashfs image of `entries` (paths relative to the root, parents before
-/// children, as a [`super::Layer`] holds them) into `out`, an empty file; `path` names it
+/// children, as a [`super::Layer`] holds them) into `out` from its current position (the
+/// start of an empty file, or 1 MiB into a disk image); `path` names it
 /// in errors. Every inode gets `mtime`, owner and group 0. `on_data` hears, once a distinct
 /// file content is read, the bytes of every file holding it (in total, every file's size).
 pub fn write_image<'a>(
@@ -460,6 +461,8 @@ pub fn write_image<'a>(
         .as_ref()
         .map(|cache| ahead::block_cache(&opts.codec, cache));
     let io = image_io(path);
+    // The image starts where `out` stands: a signed disk image has its squashfs 1 MiB in.
+    let base = out.stream_position().map_err(&io)?;
     let mut w = BufWriter::with_capacity(1 << 20, out);
     w.write_all(&[0u8; SUPERBLOCK_LEN as usize]).map_err(&io)?;
     let mut pos = SUPERBLOCK_LEN;
@@ -541,7 +544,7 @@ pub fn write_image<'a>(
     sb.extend_from_slice(&dir_table_start.to_le_bytes());
     sb.extend_from_slice(&fragment_table_start.to_le_bytes());
     sb.extend_from_slice(&NONE64.to_le_bytes()); // export (lookup) table
-    w.seek(SeekFrom::Start(0)).map_err(&io)?;
+    w.seek(SeekFrom::Start(base)).map_err(&io)?;
     w.write_all(&sb).map_err(&io)?;
     w.flush().map_err(&io)?;
     Ok(Summary {
