@@ -61,6 +61,19 @@ pub fn hash_file(path: &Path, sums: Sums) -> io::Result<FileDigest> {
     hash_reader(&mut File::open(path)?, sums)
 }
 
+/// CRC-32 as GPT uses it (IEEE 802.3, reflected polynomial 0xEDB88320; UEFI spec §5.3.2).
+pub fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &byte in data {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            let mask = (crc & 1).wrapping_neg();
+            crc = (crc >> 1) ^ (0xEDB8_8320 & mask);
+        }
+    }
+    !crc
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

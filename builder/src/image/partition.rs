@@ -136,18 +136,7 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
-/// CRC-32 as GPT uses it (IEEE 802.3, reflected polynomial 0xEDB88320; UEFI spec §5.3.2).
-pub fn crc32(data: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &byte in data {
-        crc ^= u32::from(byte);
-        for _ in 0..8 {
-            let mask = (crc & 1).wrapping_neg();
-            crc = (crc >> 1) ^ (0xEDB8_8320 & mask);
-        }
-    }
-    !crc
-}
+pub use crate::digest::crc32;
 
 /// A GUID's text form: the first three fields are little-endian on disk (UEFI spec
 /// Appendix A), the last two big-endian.

@@ -2,7 +2,7 @@
 //! sectors, a protective MBR, the first partition at 1 MiB, partitions back to back in
 //! 4 KiB steps, and the backup table in the last 33 sectors.
 
-use crate::image::partition::crc32;
+use crate::digest::crc32;
 use crate::supply::lock::Arch;
 
 /// The sector size of an image file.
