@@ -230,3 +230,98 @@ fn the_sysext_lands_in_etc_extensions_of_the_root_partition() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// Issue 39: a signed sysext disk image (`kiln bake --sysext-ddi`) lands with its
+/// certificate in `/etc/verity.d/` and the signed-only `systemd-sysext.service` drop-in, as
+/// `kiln render --sysext` places them (without the certificate, systemd-sysext could not
+/// verify the image and would not merge it); one without its certificate beside it is refused
+/// before the base is read.
+#[test]
+fn a_signed_sysext_lands_with_its_certificate_and_policy() {
+    if !require(TOOLS, true) {
+        return;
+    }
+    let fx = fixture(Bins::Tiny);
+    let d = fx.dir.path();
+    let prefix = d.join("attest");
+    let o = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["key", "generate"])
+        .arg(&prefix)
+        .output()
+        .unwrap();
+    ok(&o, "kiln key generate");
+    let key = d.join("attest.key").display().to_string();
+    let out = d.join("out");
+    ok(
+        &bake_cli(
+            &fx,
+            &repo().join("images/flatcar.toml"),
+            "sysext",
+            "amd64",
+            &out,
+            &["--sysext-ddi", "--attest-key", &key],
+        ),
+        "bake --sysext-ddi",
+    );
+    let sx = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "raw"))
+        .expect("a .raw sysext");
+    let base = flatcar_base(d);
+    let at = part_offset(&base, 9);
+    let node = d.join("node.raw");
+    let o = image(&[
+        &"--base",
+        &base,
+        &"--layer",
+        &sx,
+        &"--out",
+        &node,
+        &"--format",
+        &"raw",
+    ]);
+    ok(&o, "kiln image with a signed sysext");
+    assert_eq!(
+        dump(
+            &node,
+            at,
+            "/etc/verity.d/kiln-kubernetes.crt",
+            &d.join("crt")
+        )
+        .unwrap(),
+        std::fs::read(out.join("kubernetes.verity.crt")).unwrap()
+    );
+    let dropin = dump(
+        &node,
+        at,
+        "/etc/systemd/system/systemd-sysext.service.d/kiln-signed.conf",
+        &d.join("dropin"),
+    )
+    .unwrap();
+    assert!(
+        String::from_utf8_lossy(&dropin).contains("root=signed+absent:usr=signed+absent"),
+        "{}",
+        String::from_utf8_lossy(&dropin)
+    );
+    std::fs::remove_file(out.join("kubernetes.verity.crt")).unwrap();
+    let o = image(&[
+        &"--base",
+        &base,
+        &"--layer",
+        &sx,
+        &"--out",
+        &d.join("n2.raw"),
+        &"--format",
+        &"raw",
+    ]);
+    assert!(
+        !o.status.success(),
+        "a signed image without its certificate was placed"
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("kubernetes.verity.crt is not beside it"),
+        "{err}"
+    );
+}

@@ -114,6 +114,7 @@ pub fn build(o: &ImageOptions) -> Result<ImageReport, ImageError> {
     // The layer first: a layer that cannot be read fails before gigabytes are copied.
     let is_sysext = sysext::is_sysext(&o.layer);
     let facts = if is_sysext {
+        sysext::check_signed(&o.layer)?;
         layer::LayerFacts {
             unpacked_bytes: std::fs::metadata(&o.layer).map_err(io_err(&o.layer))?.len(),
             entries: 1,

@@ -18,13 +18,101 @@ use crate::install::InstallError;
 /// The directory systemd-sysext reads (besides /var/lib/extensions), relative to the root.
 pub const EXTENSIONS: &str = "etc/extensions";
 
-/// Whether `layer` is a squashfs image (magic `hsqs`, little-endian 0x73717368).
+/// Whether `layer` is a squashfs image (magic `hsqs`, little-endian 0x73717368) or a signed
+/// disk image of one (`kiln bake --sysext-ddi`: a GPT).
 pub fn is_sysext(layer: &Path) -> bool {
     let mut b = [0u8; 4];
-    File::open(layer)
+    let squashfs = File::open(layer)
         .and_then(|mut f| f.read_exact(&mut b))
         .is_ok()
-        && &b == b"hsqs"
+        && &b == b"hsqs";
+    squashfs || crate::render::sysext::is_gpt(layer).unwrap_or(false)
+}
+
+/// A signed disk image must have its certificate beside it; checked before the base is
+/// copied.
+pub fn check_signed(layer: &Path) -> Result<(), ImageError> {
+    let file = layer
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    crate::render::sysext::verity_cert(layer, family(&file), &file)
+        .map(|_| ())
+        .map_err(|e| ImageError::Layer {
+            layer: layer.to_path_buf(),
+            why: e.to_string(),
+        })
+}
+
+/// The directory `name` in `dir`, made when missing; an error for anything else there.
+fn subdir(dir: &crate::install::root::Dir, name: &str) -> io::Result<crate::install::root::Dir> {
+    match dir.node(name)? {
+        Node::Missing => dir.mkdir(name),
+        Node::Dir => dir.subdir(name),
+        _ => Err(io::Error::other(format!("{name} is not a directory"))),
+    }
+}
+
+/// Writes `bytes` as `name` in `dir` (0644), through a temp file renamed over it.
+fn put(dir: &crate::install::root::Dir, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let (tmp, mut f) = dir.create_temp()?;
+    let r = (|| {
+        f.write_all(bytes)?;
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+        f.sync_all()
+    })();
+    match r {
+        Ok(()) => dir.rename(&tmp, name),
+        Err(e) => {
+            let _ = dir.unlink(&tmp);
+            Err(e)
+        }
+    }
+}
+
+/// For a signed disk image: its certificate (`<name>.verity.crt` beside it) as
+/// `/etc/verity.d/kiln-<name>.crt` and the signed-only `systemd-sysext.service` drop-in, as
+/// `kiln render --sysext` places them; without either the node's systemd-sysext could not
+/// verify the image and would not merge it. Returns what it wrote.
+fn place_signed(
+    layer: &Path,
+    etc: &crate::install::root::Dir,
+    fam: &str,
+    file: &str,
+) -> Result<Vec<String>, ImageError> {
+    let cert =
+        crate::render::sysext::verity_cert(layer, fam, file).map_err(|e| ImageError::Layer {
+            layer: layer.to_path_buf(),
+            why: e.to_string(),
+        })?;
+    let Some(cert) = cert else {
+        return Ok(Vec::new());
+    };
+    let io = |e: io::Error| ImageError::Io {
+        path: Path::new("/etc").join("verity.d"),
+        source: e,
+    };
+    put(
+        &subdir(etc, "verity.d").map_err(io)?,
+        &format!("kiln-{fam}.crt"),
+        &cert,
+    )
+    .map_err(io)?;
+    let dropin = subdir(etc, "systemd")
+        .and_then(|d| subdir(&d, "system"))
+        .and_then(|d| subdir(&d, "systemd-sysext.service.d"))
+        .map_err(io)?;
+    put(
+        &dropin,
+        "kiln-signed.conf",
+        crate::render::sysext::signed_dropin().as_bytes(),
+    )
+    .map_err(io)?;
+    Ok(vec![
+        format!("etc/verity.d/kiln-{fam}.crt"),
+        "etc/systemd/system/systemd-sysext.service.d/kiln-signed.conf".into(),
+    ])
 }
 
 /// The name that versions of one sysext share: `flatcar` of `flatcar-v1.36.1-x86-64.raw`
@@ -42,6 +130,8 @@ pub struct Placed {
     pub written: String,
     /// Other versions of the same sysext removed (with `--replace`).
     pub removed: Vec<String>,
+    /// For a signed disk image: the certificate and the policy drop-in written.
+    pub signed: Vec<String>,
 }
 
 /// Places the sysext `layer` into `/etc/extensions/` of the mounted `root`.
@@ -161,5 +251,6 @@ pub fn place(
         ext.unlink(&o).map_err(io)?;
         placed.removed.push(format!("{EXTENSIONS}/{o}"));
     }
+    placed.signed = place_signed(layer, &etc, fam, &name)?;
     Ok(placed)
 }

@@ -41,7 +41,7 @@ pub const SIGNED_POLICY: &str = "root=signed+absent:usr=signed+absent";
 
 /// Whether `raw` is a GPT disk image (a DDI) rather than a bare filesystem: "EFI PART" at
 /// byte 512 (UEFI 2.10, 5.3.2).
-fn is_gpt(raw: &Path) -> std::io::Result<bool> {
+pub fn is_gpt(raw: &Path) -> std::io::Result<bool> {
     use std::io::{Seek as _, SeekFrom};
     let mut f = std::fs::File::open(raw)?;
     f.seek(SeekFrom::Start(512))?;
@@ -289,7 +289,7 @@ pub fn signed_dropin() -> String {
 
 /// The certificate beside a signed DDI (`<name>.verity.crt`): required for a GPT image (a
 /// DDI kiln signed), refused for a bare squashfs (a stale file from another bake).
-fn verity_cert(raw: &Path, name: &str, file: &str) -> Result<Option<Vec<u8>>, RenderError> {
+pub fn verity_cert(raw: &Path, name: &str, file: &str) -> Result<Option<Vec<u8>>, RenderError> {
     let err = |path: &Path, message: String| RenderError::Sysext {
         path: path.to_path_buf(),
         message,
