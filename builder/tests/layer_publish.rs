@@ -383,6 +383,59 @@ fn hostile_layers_are_refused_naming_the_check_and_nothing_is_kept() {
         "application/vnd.oci.image.index.v1+json",
     );
 
+    // The attestation re-titled by the registry (its title is not signed) to overwrite
+    // another layer's provenance files in DIR/layers/: refused, names come from the
+    // signed statement.
+    let mut index: serde_json::Value = serde_json::from_slice(&amd_index).unwrap();
+    let att = index["manifests"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|e| e["artifactType"] == "application/vnd.in-toto+json")
+        .unwrap();
+    let m = get_manifest(&reg, att["digest"].as_str().unwrap());
+    let mut v: serde_json::Value = serde_json::from_slice(&m).unwrap();
+    v["layers"][0]["annotations"]["org.opencontainers.image.title"] =
+        "victim.provenance.dsse.json".into();
+    let forged = serde_json::to_vec(&v).unwrap();
+    let digest = {
+        use sha2::Digest as _;
+        format!("sha256:{}", hex::encode(sha2::Sha256::digest(&forged)))
+    };
+    put_manifest(
+        &reg,
+        &digest,
+        &forged,
+        "application/vnd.oci.image.manifest.v1+json",
+    );
+    att["digest"] = digest.clone().into();
+    att["size"] = forged.len().into();
+    put_manifest(
+        &reg,
+        &tag_of(&da),
+        &serde_json::to_vec(&index).unwrap(),
+        "application/vnd.oci.image.index.v1+json",
+    );
+    let to = d.path().join("m0");
+    let o = sync(&fx, &reg, &name(&amd), &public, &to);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(
+        text(&o).contains("victim.provenance.dsse.json"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        names_in(&to.join("layers")).is_empty(),
+        "{:?}",
+        names_in(&to.join("layers"))
+    );
+    put_manifest(
+        &reg,
+        &tag_of(&da),
+        &amd_index,
+        "application/vnd.oci.image.index.v1+json",
+    );
+
     // The layer's bytes changed in the registry's own storage: refused, nothing kept.
     let lm: serde_json::Value =
         serde_json::from_slice(&get_manifest(&reg, &format!("layer-{}", name(&amd)))).unwrap();

@@ -409,10 +409,19 @@ pub async fn pull_layer(
     })
     .await
     .map_err(|e| bad(format!("SBOM: {e}")))?;
-    let dsse_name =
-        title(&att_v, ".provenance.dsse.json").map_err(|e| bad(format!("attestation: {e}")))?;
+    // Every name a file gets comes from the signed statement, not from a title a registry
+    // could change: the SBOM's is a byproduct the statement names (checked above), the
+    // provenance files share its base, and the main file is the statement's first subject.
     let sbom_name = title(&sbom_v, ".spdx.json").map_err(|e| bad(format!("SBOM: {e}")))?;
-    let base = dsse_name.trim_end_matches(".provenance.dsse.json");
+    let base = sbom_name.trim_end_matches(".spdx.json").to_string();
+    let dsse_name = format!("{base}.provenance.dsse.json");
+    let titled = title(&att_v, ".provenance.dsse.json").unwrap_or_default();
+    if titled != dsse_name || statement["subject"][0]["name"] != name {
+        return Err(bad(format!(
+            "the signed provenance is for {} with SBOM {sbom_name}; the registry names them {name:?} and {titled:?}",
+            statement["subject"][0]["name"]
+        )));
+    }
     let place = |from: &Path, to: String| -> Result<PathBuf, RegistryError> {
         let p = dir.join(to);
         std::fs::rename(from, &p).map_err(|e| bad(format!("moving into {}: {e}", p.display())))?;
