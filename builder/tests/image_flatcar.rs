@@ -21,8 +21,8 @@ const TOOLS: &[&str] = &[
 const COREOS_ROOT: &str = "3884DD41-8582-4404-B9A8-E9B84F2DF50E";
 const COREOS_USR: &str = "5DFBF5F4-2848-4BAC-AA5E-0D9A20B745A6";
 
-/// The sysext `kiln bake` makes of images/flatcar.toml.
-fn sysext(fx: &Fixture, out: &Path) -> PathBuf {
+/// The sysext `kiln bake` makes of images/flatcar.toml (with `extra` flags).
+fn sysext_with(fx: &Fixture, out: &Path, extra: &[&str]) -> PathBuf {
     ok(
         &bake_cli(
             fx,
@@ -30,7 +30,7 @@ fn sysext(fx: &Fixture, out: &Path) -> PathBuf {
             "sysext",
             "amd64",
             out,
-            &[],
+            extra,
         ),
         "bake sysext",
     );
@@ -39,6 +39,10 @@ fn sysext(fx: &Fixture, out: &Path) -> PathBuf {
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|x| x == "raw"))
         .expect("a .raw sysext")
+}
+
+fn sysext(fx: &Fixture, out: &Path) -> PathBuf {
+    sysext_with(fx, out, &[])
 }
 
 /// Flatcar's layout in small: EFI (1), USR-A (3), ROOT (9, ext4 with /etc).
@@ -252,22 +256,7 @@ fn a_signed_sysext_lands_with_its_certificate_and_policy() {
     ok(&o, "kiln key generate");
     let key = d.join("attest.key").display().to_string();
     let out = d.join("out");
-    ok(
-        &bake_cli(
-            &fx,
-            &repo().join("images/flatcar.toml"),
-            "sysext",
-            "amd64",
-            &out,
-            &["--sysext-ddi", "--attest-key", &key],
-        ),
-        "bake --sysext-ddi",
-    );
-    let sx = std::fs::read_dir(&out)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "raw"))
-        .expect("a .raw sysext");
+    let sx = sysext_with(&fx, &out, &["--sysext-ddi", "--attest-key", &key]);
     let base = flatcar_base(d);
     let at = part_offset(&base, 9);
     let node = d.join("node.raw");
