@@ -265,7 +265,7 @@ fn pull_verified_layer(
         "{target}:{}",
         crate::supply::registry::layer_oci::layer_tag(name)
     );
-    let checked = crate::supply::layer_trust::check(&got.files, key, lock)
+    let checked = crate::supply::layer_trust::check_known(&got.files, key, lock, &got.sha256)
         .with_context(|| format!("layer {shown}: refused, nothing kept"))?;
     crate::atomic_file::write(
         &got.files.provenance,

@@ -122,10 +122,26 @@ pub struct Checked {
 /// whose subject is the main file's sha256; every lock entry and pinned image it names is in
 /// `lock` with the same digest. Each refusal names the file and the check.
 pub fn check(files: &LayerFiles, key: &VerifyKey, lock: &Lock) -> Result<Checked, Untrusted> {
-    check_inner(files, key, lock).map_err(Untrusted)
+    check_inner(files, key, lock, None).map_err(Untrusted)
 }
 
-fn check_inner(files: &LayerFiles, key: &VerifyKey, lock: &Lock) -> Result<Checked, String> {
+/// [`check`] of a main file whose sha256 was verified while it was written (a layer pulled
+/// against a signed manifest's digest): not hashed again.
+pub fn check_known(
+    files: &LayerFiles,
+    key: &VerifyKey,
+    lock: &Lock,
+    sha256: &str,
+) -> Result<Checked, Untrusted> {
+    check_inner(files, key, lock, Some(sha256)).map_err(Untrusted)
+}
+
+fn check_inner(
+    files: &LayerFiles,
+    key: &VerifyKey,
+    lock: &Lock,
+    known: Option<&str>,
+) -> Result<Checked, String> {
     let main = &files.main;
     let meta = std::fs::metadata(main).map_err(|e| format!("layer {}: {e}", main.display()))?;
     if !meta.is_file() {
@@ -145,9 +161,14 @@ fn check_inner(files: &LayerFiles, key: &VerifyKey, lock: &Lock) -> Result<Check
     };
     let sig = String::from_utf8(side(&files.sig, "layer signature")?)
         .map_err(|_| format!("layer signature {}: not text", files.sig.display()))?;
-    let sha256 = crate::digest::hash_file(main, crate::digest::Sums::Sha256)
-        .map_err(|e| format!("hashing {}: {e}", main.display()))?
-        .sha256;
+    let sha256 = match known {
+        Some(s) => s.to_string(),
+        None => {
+            crate::digest::hash_file(main, crate::digest::Sums::Sha256)
+                .map_err(|e| format!("hashing {}: {e}", main.display()))?
+                .sha256
+        }
+    };
     let raw = hex::decode(&sha256).unwrap_or_default();
     key.verify_sha256(&raw, &sig).map_err(|e| {
         format!(

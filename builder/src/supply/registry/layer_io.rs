@@ -177,6 +177,8 @@ pub struct PulledLayer {
     pub files: LayerFiles,
     /// The layer manifest's digest.
     pub digest: String,
+    /// The main file's sha256, verified as it was downloaded.
+    pub sha256: String,
 }
 
 fn untrusted(target: &OciTarget, name: &str, why: String) -> RegistryError {
@@ -435,5 +437,9 @@ pub async fn pull_layer(
         sbom: place(&sbom_p, sbom_name)?,
     };
     let _ = std::fs::remove_dir_all(dir.join(".staging"));
-    Ok(PulledLayer { files, digest })
+    Ok(PulledLayer {
+        files,
+        digest,
+        sha256: sha,
+    })
 }
