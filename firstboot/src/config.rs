@@ -400,16 +400,20 @@ fn credential(
     secrets: &mut Secrets,
 ) -> Result<Credential, Error> {
     let (kubeconfig, token, join) = (
-        paths.bootstrap_kubeconfig.clone(),
-        paths.bootstrap_token.clone(),
-        paths.kubeadm_join.clone(),
+        &paths.bootstrap_kubeconfig,
+        &paths.bootstrap_token,
+        &paths.kubeadm_join,
     );
-    // Present as anything, a symlink included: a symlink is refused below, not skipped.
-    let exists = |p: &&PathBuf| std::fs::symlink_metadata(p).is_ok();
-    let present: Vec<&PathBuf> = match mode {
-        JoinMode::Kubelet => [&kubeconfig, &token].into_iter().filter(exists).collect(),
-        JoinMode::Kubeadm => [&join].into_iter().filter(exists).collect(),
+    let wanted: &[&PathBuf] = match mode {
+        JoinMode::Kubelet => &[kubeconfig, token],
+        JoinMode::Kubeadm => &[join],
     };
+    // Present as anything, a symlink included: a symlink is refused below, not skipped.
+    let present: Vec<&PathBuf> = wanted
+        .iter()
+        .copied()
+        .filter(|p| std::fs::symlink_metadata(p).is_ok())
+        .collect();
     let looked = match mode {
         JoinMode::Kubelet => format!("{} or {}", kubeconfig.display(), token.display()),
         JoinMode::Kubeadm => join.display().to_string(),
@@ -440,11 +444,11 @@ fn credential(
         };
         Error::config(reason, format!("{}: {e}", path.display()))
     })?;
-    if path == &join {
+    if path == join {
         secrets.extend(redact::secrets_in(&text));
         return Ok(Credential::KubeadmJoin);
     }
-    if path == &kubeconfig {
+    if path == kubeconfig {
         secrets.extend(redact::secrets_in(&text));
         return Ok(Credential::Kubeconfig);
     }

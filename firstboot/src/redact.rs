@@ -79,12 +79,14 @@ impl Redactor {
         if valid_token(secret) {
             forms.push(secret[7..].to_string());
         }
+        // Longest first, so a secret is replaced whole before a shorter one inside it; in
+        // the order they came among those of one length.
         for f in forms {
             if !self.literals.contains(&f) {
-                self.literals.push(f);
+                let at = self.literals.partition_point(|l| l.len() >= f.len());
+                self.literals.insert(at, f);
             }
         }
-        self.literals.sort_by_key(|l| std::cmp::Reverse(l.len()));
     }
 
     /// Adds every secret in `secrets`.
@@ -270,10 +272,14 @@ pub fn secrets_in(text: &str) -> Vec<String> {
 fn key_values(line: &str) -> Vec<&str> {
     let b = line.as_bytes();
     let mut found = Vec::new();
-    for key in SECRET_KEYS {
-        let mut from = 0;
-        while let Some(pos) = line[from..].find(key).map(|p| p + from) {
-            from = pos + key.len();
+    // Where each key may match next: one key's matches do not overlap.
+    let mut next = [0; SECRET_KEYS.len()];
+    for pos in 0..b.len() {
+        for (key, next) in SECRET_KEYS.iter().zip(&mut next) {
+            if pos < *next || !b[pos..].starts_with(key.as_bytes()) {
+                continue;
+            }
+            *next = pos + key.len();
             let before_ok =
                 pos == 0 || matches!(b[pos - 1], b' ' | b'\t' | b'{' | b',' | b'"' | b'\'' | b'-');
             let mut j = pos + key.len();
@@ -291,23 +297,29 @@ fn key_values(line: &str) -> Vec<&str> {
                 }
                 _ => rest.find([',', '}']).map_or(rest, |e| &rest[..e]).trim(),
             };
-            found.push((pos, value));
+            found.push(value);
         }
     }
-    found.sort_by_key(|(pos, _)| *pos);
-    found.into_iter().map(|(_, v)| v).collect()
+    found
 }
 
-/// The one way to the process's stdout: writes `text` as it is (no newline added).
-#[allow(clippy::print_stdout)]
+/// The one way to the process's stdout: writes `text` as it is (no newline added). Fails
+/// as `print!` does, without its formatting machinery.
 pub fn print(text: &Redacted) {
-    print!("{}", text.as_str());
+    use std::io::Write;
+    std::io::stdout()
+        .write_all(text.as_str().as_bytes())
+        .unwrap_or_else(|e| panic!("failed printing to stdout: {e}"));
 }
 
-/// The one way to the process's stderr: writes `text` and a newline.
-#[allow(clippy::print_stderr)]
+/// The one way to the process's stderr: writes `text` and a newline. Fails as `eprintln!`
+/// does.
 pub fn eprint(text: &Redacted) {
-    eprintln!("{}", text.as_str());
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    err.write_all(text.as_str().as_bytes())
+        .and_then(|()| err.write_all(b"\n"))
+        .unwrap_or_else(|e| panic!("failed printing to stderr: {e}"));
 }
 
 /// True for a kubeadm bootstrap token, `[a-z0-9]{6}.[a-z0-9]{16}`.

@@ -11,7 +11,6 @@
 use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -83,15 +82,22 @@ impl Keep {
 /// waiting for the end of a stream that a left-behind process may never close.
 type Kept = Arc<Mutex<Vec<u8>>>;
 
-/// Reads a stream on a thread, keeping the part `keep` says in the returned buffer; the
-/// thread drops its clone of `done` when the stream ends.
-fn reader(mut r: impl Read + Send + 'static, keep: Keep, done: mpsc::Sender<()>) -> Kept {
+/// One output stream's `read`: boxed, so that one reader serves both streams.
+type Reads = Box<dyn FnMut(&mut [u8]) -> std::io::Result<usize> + Send>;
+
+/// A stream read on a thread of its own: what it kept so far, and the thread.
+struct Reader {
+    kept: Kept,
+    thread: thread::JoinHandle<()>,
+}
+
+/// Reads a stream on a thread, keeping the part `keep` says in the reader's buffer.
+fn reader(mut read: Reads, keep: Keep) -> Reader {
     let kept = Kept::default();
     let shared = Arc::clone(&kept);
-    thread::spawn(move || {
-        let _done = done;
+    let thread = thread::spawn(move || {
         let mut buf = [0u8; 4096];
-        while let Ok(n) = r.read(&mut buf) {
+        while let Ok(n) = read(&mut buf) {
             if n == 0 {
                 break;
             }
@@ -101,19 +107,23 @@ fn reader(mut r: impl Read + Send + 'static, keep: Keep, done: mpsc::Sender<()>)
             }
         }
     });
-    kept
+    Reader { kept, thread }
 }
 
-/// Waits until every reader has finished (each holds a clone of the sender behind `ended`
-/// and nobody sends: the channel disconnects when the last stream ended), or `until`.
-fn wait_readers(ended: &mpsc::Receiver<()>, until: Instant) {
-    let _ = ended.recv_timeout(until.saturating_duration_since(Instant::now()));
+/// Waits until every reader has finished (its stream ended), or `until`. Polled, not
+/// received over a channel: an mpsc channel costs the static binary about 3 KiB of code
+/// (as in `doctor::tls::resolve`), and a millisecond more does not matter here.
+fn wait_readers(readers: &[Option<Reader>], until: Instant) {
+    let running = || readers.iter().flatten().any(|r| !r.thread.is_finished());
+    while running() && Instant::now() < until {
+        thread::sleep(Duration::from_millis(1));
+    }
 }
 
-/// Takes what a reader kept so far.
-fn take(kept: &Kept) -> Vec<u8> {
-    kept.lock()
-        .map(|mut k| std::mem::take(&mut *k))
+/// Takes what a reader kept so far (nothing for a stream that was not there).
+fn take(reader: Option<Reader>) -> Vec<u8> {
+    reader
+        .and_then(|r| r.kept.lock().ok().map(|mut k| std::mem::take(&mut *k)))
         .unwrap_or_default()
 }
 
@@ -203,10 +213,11 @@ fn exec(program: &Path, args: &[&str], deadline: Instant, keep: Keep) -> Result<
     let mut child = cmd
         .spawn()
         .map_err(|e| ToolError::Spawn(format!("cannot run {}: {e}", shown(program, args))))?;
-    let (done, ended) = mpsc::channel();
-    let out = child.stdout.take().map(|r| reader(r, keep, done.clone()));
-    let err = child.stderr.take().map(|r| reader(r, keep, done.clone()));
-    drop(done);
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let readers = [
+        stdout.map(|mut r| reader(Box::new(move |b| r.read(b)), keep)),
+        stderr.map(|mut r| reader(Box::new(move |b| r.read(b)), keep)),
+    ];
     // Poll quickly at first: systemctl --no-block returns in a millisecond or two.
     let mut pause = Duration::from_micros(50);
     let status = loop {
@@ -236,13 +247,13 @@ fn exec(program: &Path, args: &[&str], deadline: Instant, keep: Keep) -> Result<
     };
     // The tool has exited: its output is in the pipes already, unless something it left
     // behind still holds them open; that is given a moment, never the rest of the run.
-    wait_readers(&ended, Instant::now() + EOF_GRACE);
-    let kept = |k: Option<Kept>| k.as_ref().map(take).unwrap_or_default();
+    wait_readers(&readers, Instant::now() + EOF_GRACE);
+    let [stdout, stderr] = readers.map(take);
     Ok(Output {
         success: status.success(),
         code: status.code(),
-        stdout: kept(out),
-        stderr: kept(err),
+        stdout,
+        stderr,
     })
 }
 

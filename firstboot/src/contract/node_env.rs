@@ -314,13 +314,10 @@ pub fn check(key: &str, value: &str) -> Result<(), &'static str> {
         NODE_TAINTS if set => {
             for item in value.split(',') {
                 let ok = item.rsplit_once(':').is_some_and(|(kv, effect)| {
+                    let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
                     matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute")
-                        && kv.split('=').next().is_some_and(is_name)
-                        && kv
-                            .split('=')
-                            .nth(1)
-                            .is_none_or(|v| v.is_empty() || is_name(v))
-                        && kv.split('=').count() <= 2
+                        && is_name(k)
+                        && (v.is_empty() || is_name(v))
                 });
                 if !ok {
                     return Err("comma-separated key[=value]:Effect taints");

@@ -13,7 +13,8 @@ use crate::http::Client;
 use crate::netaddr::Candidate;
 use crate::netaddr::{IpFamily, Offered};
 use crate::provider::common::MetadataSource;
-use crate::provider::common::{get_list, get_text, http_error, parallel, Context, Metadata};
+use crate::provider::common::{each, get_optional, get_text, http_error, parallel};
+use crate::provider::common::{Context, Metadata};
 use crate::Reason;
 
 /// How long the session token lives; firstboot needs it for well under a second.
@@ -53,26 +54,20 @@ impl MetadataSource for Aws {
             ..*cx
         };
         let lifecycle_url = format!("{base}/latest/meta-data/{TARGET_LIFECYCLE_STATE}");
-        let (lifecycle, v) = std::thread::scope(|s| {
-            let lifecycle = s.spawn(|| get_text(&lcx, &lifecycle_url, &headers, true));
-            let v = parallel(&[
-                &|| get("instance-id", false),
-                &|| get("instance-type", false),
-                &|| get("placement/availability-zone", false),
-                &|| get("placement/region", true),
-                &|| get("local-ipv4", true),
-                &|| get("local-hostname", true),
-                &|| get("ipv6", true),
-                &|| get("mac", true),
-            ]);
-            (lifecycle.join(), v)
-        });
-        let v = v?;
-        let lifecycle = match lifecycle {
-            Ok(Ok(state)) => Ok(state.unwrap_or_default()),
-            Ok(Err(e)) => Err(e.message().to_string()),
-            Err(_) => Err("the lookup thread panicked".to_string()),
-        };
+        let lifecycle = || Ok(get_text(&lcx, &lifecycle_url, &headers, true)?.unwrap_or_default());
+        let mut v = each(&[
+            &lifecycle,
+            &|| get("instance-id", false),
+            &|| get("instance-type", false),
+            &|| get("placement/availability-zone", false),
+            &|| get("placement/region", true),
+            &|| get("local-ipv4", true),
+            &|| get("local-hostname", true),
+            &|| get("ipv6", true),
+            &|| get("mac", true),
+        ]);
+        let lifecycle = v.remove(0).map_err(|e| e.message().to_string());
+        let v = v.into_iter().collect::<Result<Vec<_>, _>>()?;
         let [instance_id, instance_type, zone, mut region, ip, hostname, ipv6, mac] =
             <[String; 8]>::try_from(v).unwrap_or_default();
         // Older IMDS versions lack placement/region; the zone minus its letter is the region.
@@ -93,22 +88,18 @@ impl MetadataSource for Aws {
         if !mac.is_empty() && (offered.v4.is_none() || (want_v6 && offered.v6.is_none())) {
             let nic = format!("network/interfaces/macs/{mac}");
             let (v4s, v6s) = (format!("{nic}/local-ipv4s"), format!("{nic}/ipv6s"));
-            let lists = std::thread::scope(|s| {
-                let a =
-                    s.spawn(|| get_list(cx, &format!("{base}/latest/meta-data/{v4s}"), &headers));
-                let b =
-                    s.spawn(|| get_list(cx, &format!("{base}/latest/meta-data/{v6s}"), &headers));
-                (a.join(), b.join())
-            });
-            let (Ok(v4_list), Ok(v6_list)) = lists else {
-                return Err(Error::metadata(
-                    Reason::Internal,
-                    "a metadata lookup thread panicked".to_string(),
-                ));
-            };
-            for (field, list) in [(v4s, v4_list?), (v6s, v6_list?)] {
+            let (v4_url, v6_url) = (
+                format!("{base}/latest/meta-data/{v4s}"),
+                format!("{base}/latest/meta-data/{v6s}"),
+            );
+            let v4 = || get_optional(cx, &v4_url, &headers);
+            let v6 = || get_optional(cx, &v6_url, &headers);
+            let lists = parallel(&[&v4, &v6])?;
+            // Items are not token-checked: they are addresses, which netaddr parses.
+            for (field, list) in [v4s, v6s].into_iter().zip(lists) {
                 let field = format!("meta-data/{field}");
-                addresses.extend(list.into_iter().map(|v| Candidate::new(&field, v)));
+                let items = list.lines().map(str::trim).filter(|l| !l.is_empty());
+                addresses.extend(items.map(|v| Candidate::new(&field, v)));
             }
         }
         Ok(Metadata {

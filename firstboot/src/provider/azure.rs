@@ -11,14 +11,11 @@ use std::path::Path;
 use crate::contract::paths;
 use crate::contract::Provider;
 use crate::error::Error;
-use crate::json::{self, Value};
+use crate::json::Value;
 use crate::netaddr::Candidate;
-use crate::provider::common::{
-    body_text, check_token, http_error, Context, Metadata, MetadataSource,
-};
+use crate::provider::common::{doc_field, get_json, Context, Metadata, MetadataSource};
 use crate::provider::common::{ChannelError, ReportTarget};
 use crate::redact::Redacted;
-use crate::Reason;
 
 /// The api-version firstboot is written and tested against.
 pub const API_VERSION: &str = "2021-02-01";
@@ -65,38 +62,14 @@ impl MetadataSource for Azure {
 
     fn fetch(&self, cx: &Context<'_>) -> Result<Metadata, Error> {
         let url = format!("{}/metadata/instance?api-version={API_VERSION}", cx.base());
-        let resp = cx
-            .client
-            .send("GET", &url, &[("Metadata", "true")])
-            .map_err(http_error)?;
-        if resp.status != 200 {
-            return Err(Error::metadata(
-                Reason::MetadataInvalid,
-                format!("GET {url}: expected HTTP 200, found HTTP {}", resp.status),
-            ));
-        }
-        let text = body_text(&url, resp.body)?;
-        let doc = json::parse(&text)
-            .map_err(|e| Error::metadata(Reason::MetadataInvalid, format!("GET {url}: {e}")))?;
+        let doc = get_json(cx, &url, &[("Metadata", "true")])?;
         from_document(&doc, &url)
     }
 }
 
 /// Turns the instance document into metadata; `url` names the source in errors.
 pub fn from_document(doc: &Value, url: &str) -> Result<Metadata, Error> {
-    let field = |path: &str, required: bool| -> Result<String, Error> {
-        match doc.pointer(path).and_then(Value::as_text) {
-            Some(v) => {
-                check_token(v, path, url)?;
-                Ok(v.to_string())
-            }
-            None if required => Err(Error::metadata(
-                Reason::MetadataInvalid,
-                format!("GET {url}: expected the field {path}, found none"),
-            )),
-            None => Ok(String::new()),
-        }
-    };
+    let field = |path: &str, required: bool| doc_field(doc, url, path, required);
     let vm_id = field("compute/vmId", true)?;
     let name = field("compute/name", true)?;
     let sub = field("compute/subscriptionId", true)?;

@@ -6,6 +6,7 @@
 use crate::contract::Provider;
 use crate::error::Error;
 use crate::http::{Client, HttpError};
+use crate::json::{self, Value};
 use crate::netaddr::Candidate;
 use crate::netaddr::{self, IpFamily};
 use crate::redact::{Collected, Redacted};
@@ -148,6 +149,14 @@ pub fn http_error(e: HttpError) -> Error {
     }
 }
 
+/// An answer other than 200 (or an allowed 404) to `GET url`.
+pub fn unexpected_status(url: &str, status: u16) -> Error {
+    Error::metadata(
+        Reason::MetadataInvalid,
+        format!("GET {url}: expected HTTP 200, found HTTP {status}"),
+    )
+}
+
 /// A response body as UTF-8 text, or an error naming the URL and the first bad byte.
 pub fn body_text(url: &str, body: Vec<u8>) -> Result<String, Error> {
     String::from_utf8(body).map_err(|e| {
@@ -178,33 +187,54 @@ pub fn get_text(
             Ok(Some(v))
         }
         404 if optional => Ok(None),
-        s => Err(Error::metadata(
-            Reason::MetadataInvalid,
-            format!("GET {url}: expected HTTP 200, found HTTP {s}"),
-        )),
+        s => Err(unexpected_status(url, s)),
     }
 }
 
-/// GETs a newline-separated list (EC2's `local-ipv4s`, `ipv6s`); a 404 is the empty list.
-/// Items are not token-checked: they are addresses, which [`crate::netaddr`] parses.
-pub fn get_list(
+/// GETs a document that may be absent: its text, or the empty string for a 404 (EC2's
+/// `local-ipv4s` and `ipv6s` lists, OpenStack's `network_data.json`).
+pub fn get_optional(
     cx: &Context<'_>,
     url: &str,
     headers: &[(&str, &str)],
-) -> Result<Vec<String>, Error> {
+) -> Result<String, Error> {
     let resp = cx.client.send("GET", url, headers).map_err(http_error)?;
     match resp.status {
-        200 => Ok(body_text(url, resp.body)?
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect()),
-        404 => Ok(Vec::new()),
-        s => Err(Error::metadata(
+        200 => body_text(url, resp.body),
+        404 => Ok(String::new()),
+        s => Err(unexpected_status(url, s)),
+    }
+}
+
+/// GETs a JSON document that must be there (Azure's instance document, OpenStack's
+/// `meta_data.json`).
+pub fn get_json(cx: &Context<'_>, url: &str, headers: &[(&str, &str)]) -> Result<Value, Error> {
+    let resp = cx.client.send("GET", url, headers).map_err(http_error)?;
+    if resp.status != 200 {
+        return Err(unexpected_status(url, resp.status));
+    }
+    parse_json(url, &body_text(url, resp.body)?)
+}
+
+/// Parses the JSON document `url` answered.
+pub fn parse_json(url: &str, text: &str) -> Result<Value, Error> {
+    json::parse(text)
+        .map_err(|e| Error::metadata(Reason::MetadataInvalid, format!("GET {url}: {e}")))
+}
+
+/// The text at `path` in the document `url` answered, token-checked; empty when absent,
+/// unless `required`.
+pub fn doc_field(doc: &Value, url: &str, path: &str, required: bool) -> Result<String, Error> {
+    match doc.pointer(path).and_then(Value::as_text) {
+        Some(v) => {
+            check_token(v, path, url)?;
+            Ok(v.to_string())
+        }
+        None if required => Err(Error::metadata(
             Reason::MetadataInvalid,
-            format!("GET {url}: expected HTTP 200, found HTTP {s}"),
+            format!("GET {url}: expected the field {path}, found none"),
         )),
+        None => Ok(String::new()),
     }
 }
 
@@ -215,6 +245,11 @@ pub type Job<'a> = &'a (dyn Fn() -> Result<String, Error> + Sync);
 /// order. Metadata round trips dominate a boot's critical path; they do not depend on each
 /// other, so they need not wait for each other.
 pub fn parallel(jobs: &[Job<'_>]) -> Result<Vec<String>, Error> {
+    each(jobs).into_iter().collect()
+}
+
+/// [`parallel`], with every lookup's own result: for a caller that can go on without some.
+pub fn each(jobs: &[Job<'_>]) -> Vec<Result<String, Error>> {
     std::thread::scope(|s| {
         let handles: Vec<_> = jobs.iter().map(|job| s.spawn(*job)).collect();
         handles
@@ -240,18 +275,29 @@ fn resolve_api(api_server: &str) -> Result<SocketAddr, Error> {
         .split('/')
         .next()
         .unwrap_or("");
-    let with_port = if hostport.ends_with(']') || !hostport.contains(':') {
-        format!("{hostport}:443")
-    } else {
-        hostport.to_string()
+    let cannot = |e: &dyn fmt::Display| {
+        fail(format!(
+            "API_SERVER {api_server}: cannot resolve for the route to it: {e}"
+        ))
     };
-    with_port
+    // Port 443 unless given; an IPv6 address is bracketed in the URL, not in the lookup. A
+    // bad port is said in std's words, as resolving `host:port` text says it.
+    let (host, port) = match hostport.rsplit_once(':') {
+        Some((host, port)) if !hostport.ends_with(']') => (
+            host,
+            port.parse().map_err(|_| cannot(&"invalid port value"))?,
+        ),
+        _ => (hostport, 443),
+    };
+    // The brackets go whatever is inside: a scoped link-local address (`fe80::1%2`) is not
+    // an `Ipv6Addr` to std, but the C resolver reads it.
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    (host, port)
         .to_socket_addrs()
-        .map_err(|e| {
-            fail(format!(
-                "API_SERVER {api_server}: cannot resolve for the route to it: {e}"
-            ))
-        })?
+        .map_err(|e| cannot(&e))?
         .next()
         .ok_or_else(|| fail(format!("API_SERVER {api_server}: resolves to no address")))
 }
@@ -268,9 +314,9 @@ pub fn api_family(api_server: &str) -> Option<IpFamily> {
 pub fn route_ip(api_server: &str) -> Result<IpAddr, Error> {
     let addr = resolve_api(api_server)?;
     let local = if addr.is_ipv4() {
-        "0.0.0.0:0"
+        SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0))
     } else {
-        "[::]:0"
+        SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0))
     };
     let sock = UdpSocket::bind(local)
         .and_then(|s| s.connect(addr).map(|_| s))

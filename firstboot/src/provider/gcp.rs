@@ -15,7 +15,7 @@ use crate::http::Client;
 use crate::provider::common::{
     http_error, last_segment, parallel, Context, Metadata, MetadataSource,
 };
-use crate::provider::common::{ChannelError, ReportTarget, LINK_LOCAL};
+use crate::provider::common::{unexpected_status, ChannelError, ReportTarget, LINK_LOCAL};
 use crate::redact::Redacted;
 use crate::Reason;
 
@@ -40,10 +40,7 @@ fn get(cx: &Context<'_>, path: &str, optional: bool) -> Result<String, Error> {
         return Ok(String::new());
     }
     if resp.status != 200 {
-        return Err(Error::metadata(
-            Reason::MetadataInvalid,
-            format!("GET {url}: expected HTTP 200, found HTTP {}", resp.status),
-        ));
+        return Err(unexpected_status(&url, resp.status));
     }
     if resp.header("metadata-flavor") != Some("Google") {
         return Err(Error::metadata(

@@ -7,11 +7,11 @@
 
 use crate::contract::Provider;
 use crate::error::Error;
-use crate::json::{self, Value};
+use crate::json::Value;
 use crate::netaddr::Candidate;
-use crate::provider::common::{body_text, check_token, get_text, http_error, parallel, Context};
+use crate::provider::common::{doc_field, get_json, get_optional, get_text, parse_json};
+use crate::provider::common::{parallel, Context};
 use crate::provider::common::{Metadata, MetadataSource};
-use crate::Reason;
 
 #[derive(Debug)]
 pub struct OpenStack;
@@ -24,28 +24,8 @@ impl MetadataSource for OpenStack {
     fn fetch(&self, cx: &Context<'_>) -> Result<Metadata, Error> {
         let base = cx.base();
         let url = format!("{base}/openstack/latest/meta_data.json");
-        let resp = cx.client.send("GET", &url, &[]).map_err(http_error)?;
-        if resp.status != 200 {
-            return Err(Error::metadata(
-                Reason::MetadataInvalid,
-                format!("GET {url}: expected HTTP 200, found HTTP {}", resp.status),
-            ));
-        }
-        let doc = json::parse(&body_text(&url, resp.body)?)
-            .map_err(|e| Error::metadata(Reason::MetadataInvalid, format!("GET {url}: {e}")))?;
-        let field = |key: &str, required: bool| -> Result<String, Error> {
-            match doc.get(key).and_then(Value::as_text) {
-                Some(v) => {
-                    check_token(v, key, &url)?;
-                    Ok(v.to_string())
-                }
-                None if required => Err(Error::metadata(
-                    Reason::MetadataInvalid,
-                    format!("GET {url}: expected the field {key}, found none"),
-                )),
-                None => Ok(String::new()),
-            }
-        };
+        let doc = get_json(cx, &url, &[])?;
+        let field = |key: &str, required: bool| doc_field(&doc, &url, key, required);
         let uuid = field("uuid", true)?;
         let name = field("name", false)?;
         let zone = field("availability_zone", false)?;
@@ -54,28 +34,12 @@ impl MetadataSource for OpenStack {
             Ok(get_text(cx, &u, &[], true)?.unwrap_or_default())
         };
         let network_url = format!("{base}/openstack/latest/network_data.json");
-        let network = || -> Result<String, Error> {
-            let resp = cx
-                .client
-                .send("GET", &network_url, &[])
-                .map_err(http_error)?;
-            match resp.status {
-                200 => body_text(&network_url, resp.body),
-                404 => Ok(String::new()),
-                s => Err(Error::metadata(
-                    Reason::MetadataInvalid,
-                    format!("GET {network_url}: expected HTTP 200, found HTTP {s}"),
-                )),
-            }
-        };
+        let network = || get_optional(cx, &network_url, &[]);
         let v = parallel(&[&|| leaf("local-ipv4"), &|| leaf("instance-type"), &network])?;
         let [ip, instance_type, network] = <[String; 3]>::try_from(v).unwrap_or_default();
         let mut addresses = vec![Candidate::new("meta-data/local-ipv4", ip)];
         if !network.is_empty() {
-            let doc = json::parse(&network).map_err(|e| {
-                Error::metadata(Reason::MetadataInvalid, format!("GET {network_url}: {e}"))
-            })?;
-            addresses.extend(network_addresses(&doc));
+            addresses.extend(network_addresses(&parse_json(&network_url, &network)?));
         }
         Ok(Metadata {
             // cloud-provider-openstack finds a node's server by its name.

@@ -66,7 +66,7 @@ impl Reporter {
         let message = self.redactor.redact(&diagnosis.message);
         push_capped(&mut self.message, message.as_str(), MESSAGE_CAP);
         self.set_log(&diagnosis.log);
-        self.units.clone_from(&diagnosis.units);
+        self.units = diagnosis.units.clone();
         let mut line = String::with_capacity(96);
         let _ = write!(
             line,

@@ -78,7 +78,9 @@ impl Reporter {
     /// A reporter with an already opened (or absent) console.
     pub fn with_console(paths: &NodePaths, console: Console) -> Reporter {
         Reporter {
-            paths: paths.clone(),
+            // Its own copy, built from the same root: `under` is linked anyway, while a
+            // clone of every path would be code of its own in the static binary.
+            paths: NodePaths::under(&paths.root),
             console,
             report_back: None,
             provider: String::new(),
@@ -256,7 +258,7 @@ impl Reporter {
     /// states all go into status.json.
     pub fn failure_diagnosed(&mut self, phase: Phase, diagnosis: &Diagnosis) {
         self.set_log(&diagnosis.log);
-        self.units.clone_from(&diagnosis.units);
+        self.units = diagnosis.units.clone();
         self.failure(phase, diagnosis.reason, &diagnosis.message);
     }
 
