@@ -101,11 +101,15 @@ USAGE:
 
 RUN FLAGS:
   --root DIR            prefix for every contract and /sys path (default /)
-  --provider NAME       auto, aws, azure, gcp, openstack, vmware, qemu, none (default: PROVIDER
-                        in /etc/kiln/node.env, else auto = detect from DMI)
-  --metadata-url URL    metadata base URL, or aws-ipv6 for http://[fd00:ec2::254] (default
-                        METADATA_URL in node.env, else http://169.254.169.254, the real
-                        service: on a workstation always pass a loopback URL)
+  --provider NAME       auto, aws, azure, gcp, openstack, vmware, qemu, none,
+                        configdrive, nocloud, hetzner, digitalocean, oraclecloud, akamai,
+                        ibmcloud, scaleway (default: PROVIDER in /etc/kiln/node.env, else
+                        auto = detect from DMI and attached metadata volumes)
+  --metadata-url URL    metadata base URL, or aws-ipv6 for http://[fd00:ec2::254], or the
+                        directory of a config drive's or NoCloud seed's files (default
+                        METADATA_URL in node.env, else the platform's service, e.g.
+                        http://169.254.169.254, or its volume: on a workstation always pass
+                        a loopback URL)
   --systemctl PATH      service manager (default /usr/bin/systemctl; with it and --root /,
                         kubelet's start is queued over /run/systemd/private directly)
   --kubeadm PATH        kubeadm for JOIN_MODE=kubeadm (default /usr/bin/kubeadm)
@@ -201,9 +205,9 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             }
             "--metadata-url" => {
                 let v = value()?;
-                if crate::provider::named_endpoint(&v).is_none() {
+                if crate::provider::named_endpoint(&v).is_none() && !v.starts_with('/') {
                     crate::http::Url::parse(&v).map_err(|e| {
-                        format!("--metadata-url: {e}, or a name: aws-ipv6 (AWS IMDS over IPv6)")
+                        format!("--metadata-url: {e}, a name: aws-ipv6 (AWS IMDS over IPv6), or a metadata volume's directory (/path)")
                     })?;
                 }
                 opts.metadata_url = Some(v);
@@ -259,10 +263,13 @@ mod tests {
 
     #[test]
     fn the_help_names_every_provider() {
-        let line = USAGE
+        // The flag's paragraph: its line and the continuation lines under it.
+        let line: String = USAGE
             .lines()
-            .find(|l| l.trim_start().starts_with("--provider NAME"))
-            .unwrap();
+            .skip_while(|l| !l.trim_start().starts_with("--provider NAME"))
+            .take_while(|l| !l.trim_start().starts_with("--metadata-url"))
+            .collect::<Vec<_>>()
+            .join(" ");
         for p in Provider::ALL {
             assert!(
                 line.contains(&format!(" {},", p.name()))

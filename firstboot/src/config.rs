@@ -564,7 +564,7 @@ mod tests {
             ("NODE_IP", "10.0.0"),
             ("MAX_PODS", "0"),
             ("JOIN_MODE", "ssh"),
-            ("PROVIDER", "digitalocean"),
+            ("PROVIDER", "do"),
             ("CLUSTER_NAME", "a b"),
         ];
         for (k, v) in bad {

@@ -39,3 +39,4 @@ pub mod wait;
 pub mod windows;
 pub mod windows_kubelet;
 pub mod windows_main;
+pub mod yaml;

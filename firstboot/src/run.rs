@@ -200,6 +200,7 @@ fn warm_pool(
             client: &client,
             rpctool: &opts.rpctool,
             api_server: &cfg.node.api_server,
+            cluster: &cfg.node.cluster_name,
             ip_family: cfg.node.ip_family,
             secrets: &found,
         };
@@ -306,6 +307,7 @@ fn metadata(
         client: &client,
         rpctool: &opts.rpctool,
         api_server,
+        cluster: &cfg.node.cluster_name,
         ip_family: cfg.node.ip_family,
         secrets,
     };

@@ -31,6 +31,7 @@ mod run_credential_providers;
 mod run_faults;
 mod run_hostile;
 mod run_kubeadm;
+mod run_platforms;
 mod run_providers;
 mod run_proxy;
 mod run_swap;

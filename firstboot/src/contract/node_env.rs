@@ -101,11 +101,27 @@ pub enum Provider {
     Qemu,
     /// No metadata: node.env says everything.
     None,
+    /// An OpenStack config drive (a volume labelled `config-2`).
+    Configdrive,
+    /// A NoCloud seed (a volume labelled `cidata`, or `ds=nocloud` on the command line).
+    Nocloud,
+    /// Hetzner Cloud's metadata service.
+    Hetzner,
+    /// DigitalOcean's metadata service.
+    Digitalocean,
+    /// Oracle Cloud's instance metadata service (`/opc/v2`).
+    Oraclecloud,
+    /// Akamai (Linode)'s metadata service.
+    Akamai,
+    /// IBM Cloud VPC's metadata service.
+    Ibmcloud,
+    /// Scaleway's metadata service.
+    Scaleway,
 }
 
 /// Every value `PROVIDER` accepts, `auto` first (for parsers that list them, e.g. serde's
 /// "expected one of"); a unit test holds it to [`Provider::ALL`].
-pub const PROVIDER_CHOICES: [&str; 8] = [
+pub const PROVIDER_CHOICES: [&str; 16] = [
     "auto",
     "aws",
     "azure",
@@ -114,17 +130,25 @@ pub const PROVIDER_CHOICES: [&str; 8] = [
     "vmware",
     "qemu",
     "none",
+    "configdrive",
+    "nocloud",
+    "hetzner",
+    "digitalocean",
+    "oraclecloud",
+    "akamai",
+    "ibmcloud",
+    "scaleway",
 ];
 
 /// Every value `JOIN_MODE` accepts.
 pub const JOIN_MODES: [&str; 2] = ["kubelet", "kubeadm"];
 
 /// What `PROVIDER` and `--provider` accept, as a message says it.
-pub const PROVIDER_EXPECTED: &str = "auto, aws, azure, gcp, openstack, vmware, qemu or none";
+pub const PROVIDER_EXPECTED: &str = "auto, aws, azure, gcp, openstack, vmware, qemu, none, configdrive, nocloud, hetzner, digitalocean, oraclecloud, akamai, ibmcloud or scaleway";
 
 impl Provider {
     /// Every provider, in the contract's order.
-    pub const ALL: [Provider; 7] = [
+    pub const ALL: [Provider; 15] = [
         Provider::Aws,
         Provider::Azure,
         Provider::Gcp,
@@ -132,6 +156,14 @@ impl Provider {
         Provider::Vmware,
         Provider::Qemu,
         Provider::None,
+        Provider::Configdrive,
+        Provider::Nocloud,
+        Provider::Hetzner,
+        Provider::Digitalocean,
+        Provider::Oraclecloud,
+        Provider::Akamai,
+        Provider::Ibmcloud,
+        Provider::Scaleway,
     ];
 
     /// The name in node.env, kubelet.env and status.json.
@@ -144,6 +176,14 @@ impl Provider {
             Provider::Vmware => "vmware",
             Provider::Qemu => "qemu",
             Provider::None => "none",
+            Provider::Configdrive => "configdrive",
+            Provider::Nocloud => "nocloud",
+            Provider::Hetzner => "hetzner",
+            Provider::Digitalocean => "digitalocean",
+            Provider::Oraclecloud => "oraclecloud",
+            Provider::Akamai => "akamai",
+            Provider::Ibmcloud => "ibmcloud",
+            Provider::Scaleway => "scaleway",
         }
     }
 
@@ -277,11 +317,11 @@ pub fn check(key: &str, value: &str) -> Result<(), &'static str> {
         METADATA_URL
             if set
                 && !METADATA_URL_NAMES.contains(&value)
-                && (!value.starts_with("http://")
+                && (!(value.starts_with("http://") || value.starts_with('/'))
                     || value.len() == "http://".len()
                     || !value.bytes().all(|b| b.is_ascii_graphic())) =>
         {
-            return Err("http://host[:port] or aws-ipv6")
+            return Err("http://host[:port], aws-ipv6, or a volume's directory (/path)")
         }
         MAX_PODS if set && value.parse::<u32>().map_or(true, |n| n == 0) => {
             return Err("a positive integer")

@@ -9,7 +9,7 @@ fn the_choice_lists_are_the_enums() {
     assert_eq!(names, PROVIDER_CHOICES);
     assert_eq!(
         PROVIDER_EXPECTED,
-        "auto, aws, azure, gcp, openstack, vmware, qemu or none"
+        "auto, aws, azure, gcp, openstack, vmware, qemu, none, configdrive, nocloud, hetzner, digitalocean, oraclecloud, akamai, ibmcloud or scaleway"
     );
     for m in JOIN_MODES {
         assert_eq!(JoinMode::parse(m).map(JoinMode::as_str), Some(m));
@@ -26,7 +26,7 @@ fn providers_parse_and_print_their_names() {
     }
     assert_eq!(Provider::parse_choice("auto"), Ok(None));
     assert_eq!(Provider::parse_choice(""), Ok(None));
-    for bad in ["AWS", "digitalocean", " aws"] {
+    for bad in ["AWS", "DigitalOcean", " aws", "linode"] {
         let e = Provider::parse_choice(bad).unwrap_err().to_string();
         assert!(e.contains(PROVIDER_EXPECTED) && e.contains(bad), "{e}");
     }

@@ -86,15 +86,12 @@ pub(crate) fn clock(node: &Node) -> Check {
         .or(node.node(METADATA_URL))
         .map(|u| provider::named_endpoint(u).unwrap_or(u).to_string())
         .or_else(|| {
-            // A named cloud provider has the link-local service; `auto` and the local
-            // providers are not guessed at.
-            match node.node(PROVIDER).and_then(Provider::from_name) {
-                Some(Provider::Aws | Provider::Azure | Provider::Gcp | Provider::Openstack) => {
-                    Some(provider::LINK_LOCAL.to_string())
-                }
-                _ => None,
-            }
-        });
+            // A named cloud provider has its service; `auto` and the local providers (and
+            // the volumes) are not guessed at.
+            let p = node.node(PROVIDER).and_then(Provider::from_name)?;
+            provider::service_url(p).map(str::to_string)
+        })
+        .filter(|u| !u.starts_with('/'));
     let Some(url) = url else {
         return Check::skip(
             CLOCK,

@@ -364,7 +364,14 @@ impl Client {
         req.push_str(&url.host_header());
         req.push_str("\r\nUser-Agent: kiln-firstboot/");
         req.push_str(env!("CARGO_PKG_VERSION"));
-        req.push_str("\r\nAccept: */*\r\nConnection: close\r\n");
+        // One Accept only: a source that asks for a format (Akamai's JSON) says so itself.
+        if !headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("accept"))
+        {
+            req.push_str("\r\nAccept: */*");
+        }
+        req.push_str("\r\nConnection: close\r\n");
         for (k, v) in headers {
             req.push_str(k);
             req.push_str(": ");

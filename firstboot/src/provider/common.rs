@@ -48,6 +48,8 @@ pub struct Context<'a> {
     pub rpctool: &'a str,
     /// `API_SERVER` from node.env, for the route-based node IP.
     pub api_server: &'a str,
+    /// `CLUSTER_NAME` from node.env, for a provider ID that names the cluster (IBM Cloud).
+    pub cluster: &'a str,
     /// `IP_FAMILY` from node.env, when set.
     pub ip_family: Option<IpFamily>,
     /// Where a source notes the secrets it is handed (a metadata session token), so the

@@ -8,6 +8,7 @@ use std::path::Path;
 use crate::contract::paths;
 use crate::contract::Provider;
 use crate::fsutil;
+use crate::provider::volume;
 
 /// The DMI values detection looks at, trimmed; empty when absent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -32,6 +33,11 @@ pub struct Dmi {
     pub hypervisor_uuid: String,
     /// Whether QEMU's fw_cfg shows kiln's entries (`/sys/firmware/qemu_fw_cfg/…/opt/kiln`).
     pub qemu_fw_cfg: bool,
+    /// Whether a volume labelled `config-2` is attached.
+    pub config_drive: bool,
+    /// Whether a volume labelled `cidata` is attached, or `ds=nocloud` is on the kernel
+    /// command line or in the DMI serial.
+    pub nocloud: bool,
 }
 
 /// The DMI files read, with the name each has in [`Dmi`] and in messages.
@@ -87,6 +93,9 @@ impl Dmi {
         let mut d = Dmi {
             hypervisor_uuid: read_trimmed(&paths::under(root, HYPERVISOR_UUID)),
             qemu_fw_cfg: paths::under(root, crate::provider::qemu::FW_CFG_DIR).is_dir(),
+            config_drive: volume::find(root, &volume::CONFIG_DRIVE).is_some(),
+            nocloud: volume::find(root, &volume::NOCLOUD_SEED).is_some()
+                || volume::nocloud_args(root).is_some(),
             ..Dmi::default()
         };
         for name in DMI_FILES {
@@ -210,11 +219,16 @@ fn marker(name: &str, value: &str) -> String {
 ///    `chassis_asset_tag` is one of the OpenStack tags, or `sys_vendor` is `OpenStack
 ///    Foundation`.
 /// 5. VMware: `sys_vendor` is `VMware, Inc.`.
-/// 6. Recognised, unsupported: Alibaba (`product_name` `Alibaba Cloud ECS`), Oracle
-///    (`chassis_asset_tag` `OracleCloud.com`), DigitalOcean and Hetzner (`sys_vendor`).
-/// 7. QEMU with kiln's fw_cfg entries.
-/// 8. A marker of a known cloud anywhere (`amazon`, `google`, `openstack`, `vmware`,
-///    `alibaba`, `oracle`, `digitalocean`, `hetzner`, case-insensitive) is a partial match.
+/// 6. Oracle Cloud (`chassis_asset_tag` `OracleCloud.com`), DigitalOcean, Hetzner, Akamai
+///    (`Linode` or `Akamai`) and Scaleway (`sys_vendor`).
+/// 7. NoCloud named by the DMI serial (`ds=nocloud…`); then a volume labelled `config-2`
+///    (a config drive); then a volume labelled `cidata`, or `ds=nocloud` on the kernel
+///    command line (NoCloud). A cloud's own DMI rule wins over its volume.
+/// 8. Recognised, unsupported: Alibaba (`product_name` `Alibaba Cloud ECS`).
+/// 9. QEMU with kiln's fw_cfg entries.
+/// 10. A marker of a known cloud anywhere (`amazon`, `google`, `openstack`, `vmware`,
+///     `alibaba`, `oracle`, `digitalocean`, `hetzner`, `linode`, `akamai`, `scaleway`,
+///     case-insensitive) is a partial match.
 pub fn detect(d: &Dmi) -> Detected {
     use Detected::*;
     if d.chassis_asset_tag == AZURE_ASSET_TAG {
@@ -284,31 +298,58 @@ pub fn detect(d: &Dmi) -> Detected {
             "sys_vendor is VMware, Inc.",
         );
     }
-    for (cloud, rule, hit) in [
+    use crate::contract::Provider as P;
+    for (p, rule, hit) in [
         (
-            "Alibaba Cloud",
-            "product_name is Alibaba Cloud ECS",
-            d.product_name == "Alibaba Cloud ECS",
-        ),
-        (
-            "Oracle Cloud",
+            P::Oraclecloud,
             "chassis_asset_tag is OracleCloud.com",
             d.chassis_asset_tag == "OracleCloud.com",
         ),
         (
-            "DigitalOcean",
+            P::Digitalocean,
             "sys_vendor is DigitalOcean",
             d.sys_vendor == "DigitalOcean",
         ),
         (
-            "Hetzner",
+            P::Hetzner,
             "sys_vendor is Hetzner",
             d.sys_vendor == "Hetzner",
         ),
+        (
+            P::Akamai,
+            "sys_vendor is Linode or Akamai",
+            d.sys_vendor == "Linode" || d.sys_vendor == "Akamai",
+        ),
+        (
+            P::Scaleway,
+            "sys_vendor is Scaleway",
+            d.sys_vendor == "Scaleway",
+        ),
+        (
+            P::Nocloud,
+            "product_serial or the kernel command line says ds=nocloud",
+            d.product_serial.starts_with("ds=nocloud"),
+        ),
+        (
+            P::Configdrive,
+            "a volume is labelled config-2",
+            d.config_drive,
+        ),
+        (
+            P::Nocloud,
+            "a volume is labelled cidata, or the kernel command line says ds=nocloud",
+            d.nocloud,
+        ),
     ] {
         if hit {
-            return Unsupported { cloud, rule };
+            return Provider(p, rule);
         }
+    }
+    if d.product_name == "Alibaba Cloud ECS" {
+        return Unsupported {
+            cloud: "Alibaba Cloud",
+            rule: "product_name is Alibaba Cloud ECS",
+        };
     }
     if d.sys_vendor == "QEMU" && d.qemu_fw_cfg {
         return Provider(
@@ -327,7 +368,7 @@ pub fn detect(d: &Dmi) -> Detected {
 
 /// Known clouds' words anywhere in the values: a rule that did not match in full.
 fn partial_markers(d: &Dmi) -> Detected {
-    const WORDS: [(&str, &str); 8] = [
+    const WORDS: [(&str, &str); 11] = [
         ("amazon", "AWS"),
         ("google", "GCE"),
         ("openstack", "OpenStack"),
@@ -336,6 +377,9 @@ fn partial_markers(d: &Dmi) -> Detected {
         ("oraclecloud", "Oracle Cloud"),
         ("digitalocean", "DigitalOcean"),
         ("hetzner", "Hetzner"),
+        ("linode", "Akamai"),
+        ("akamai", "Akamai"),
+        ("scaleway", "Scaleway"),
     ];
     let fields = [
         ("sys_vendor", &d.sys_vendor),
@@ -379,6 +423,10 @@ mod tests {
         for (k, v) in pairs {
             if *k == "qemu_fw_cfg" {
                 d.qemu_fw_cfg = true;
+            } else if *k == "config_drive" {
+                d.config_drive = true;
+            } else if *k == "nocloud" {
+                d.nocloud = true;
             } else if *k == "hypervisor_uuid" {
                 d.hypervisor_uuid = v.to_string();
             } else {
@@ -457,6 +505,35 @@ mod tests {
             (&[("chassis_asset_tag", "SAP CCloud VM")], P::Openstack),
             (&[("sys_vendor", "VMware, Inc.")], P::Vmware),
             (&[("sys_vendor", "QEMU"), ("qemu_fw_cfg", "")], P::Qemu),
+            (&[("chassis_asset_tag", "OracleCloud.com")], P::Oraclecloud),
+            (&[("sys_vendor", "DigitalOcean")], P::Digitalocean),
+            (&[("sys_vendor", "Hetzner")], P::Hetzner),
+            (&[("sys_vendor", "Linode")], P::Akamai),
+            (&[("sys_vendor", "Akamai")], P::Akamai),
+            (&[("sys_vendor", "Scaleway")], P::Scaleway),
+            (&[("config_drive", "")], P::Configdrive),
+            (&[("nocloud", "")], P::Nocloud),
+            // A config drive beside fw_cfg: the drive (it carries the identity).
+            (
+                &[
+                    ("sys_vendor", "QEMU"),
+                    ("qemu_fw_cfg", ""),
+                    ("config_drive", ""),
+                ],
+                P::Configdrive,
+            ),
+            // A cloud's own rule wins over a volume it also attaches.
+            (
+                &[("sys_vendor", "DigitalOcean"), ("config_drive", "")],
+                P::Digitalocean,
+            ),
+            (
+                &[
+                    ("product_serial", "ds=nocloud;s=http://10.0.0.1/"),
+                    ("config_drive", ""),
+                ],
+                P::Nocloud,
+            ),
         ];
         for (pairs, want) in table {
             let got = detect(&dmi(pairs));
@@ -466,12 +543,7 @@ mod tests {
 
     #[test]
     fn recognised_but_unsupported() {
-        for (pairs, want) in [
-            ([("product_name", "Alibaba Cloud ECS")], "Alibaba Cloud"),
-            ([("chassis_asset_tag", "OracleCloud.com")], "Oracle Cloud"),
-            ([("sys_vendor", "DigitalOcean")], "DigitalOcean"),
-            ([("sys_vendor", "Hetzner")], "Hetzner"),
-        ] {
+        for (pairs, want) in [([("product_name", "Alibaba Cloud ECS")], "Alibaba Cloud")] {
             match detect(&dmi(&pairs)) {
                 Detected::Unsupported { cloud, .. } => assert_eq!(cloud, want),
                 other => panic!("{pairs:?}: {other:?}"),

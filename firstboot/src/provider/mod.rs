@@ -12,12 +12,14 @@ pub mod common;
 pub mod detect;
 pub mod gcp;
 pub mod none;
-pub mod openstack;
+pub mod platforms;
 pub mod qemu;
 /// Windows' SMBIOS sources for detection; built for tests on every host.
 #[cfg(any(windows, test))]
 pub mod smbios;
+pub mod table;
 pub mod vmware;
+pub mod volume;
 
 pub use common::{
     api_family, route_ip, ChannelError, Context, Metadata, MetadataSource, ReportTarget, LINK_LOCAL,
@@ -32,16 +34,40 @@ pub fn named_endpoint(name: &str) -> Option<&'static str> {
     }
 }
 
+/// The metadata service a provider reads, when it has one at a fixed address (doctor's
+/// clock check asks it); `None` for the local sources and the volumes.
+pub fn service_url(provider: Provider) -> Option<&'static str> {
+    match provider {
+        Provider::Aws | Provider::Azure | Provider::Gcp => Some(LINK_LOCAL),
+        Provider::Openstack => Some(platforms::OPENSTACK.base),
+        Provider::Hetzner => Some(platforms::HETZNER.base),
+        Provider::Digitalocean => Some(platforms::DIGITALOCEAN.base),
+        Provider::Oraclecloud => Some(platforms::ORACLECLOUD.base),
+        Provider::Akamai => Some(platforms::AKAMAI.base),
+        Provider::Ibmcloud => Some(platforms::IBMCLOUD.base),
+        Provider::Scaleway => Some(platforms::SCALEWAY.base),
+        _ => None,
+    }
+}
+
 /// The one `match` from a provider to its source.
 pub fn source(provider: Provider) -> &'static dyn MetadataSource {
     match provider {
         Provider::Aws => &aws::Aws,
         Provider::Azure => &azure::Azure,
         Provider::Gcp => &gcp::Gcp,
-        Provider::Openstack => &openstack::OpenStack,
+        Provider::Openstack => &platforms::OPENSTACK,
         Provider::Vmware => &vmware::Vmware,
         Provider::Qemu => &qemu::Qemu,
         Provider::None => &none::NoMetadata,
+        Provider::Configdrive => &volume::CONFIG_DRIVE,
+        Provider::Nocloud => &volume::NOCLOUD_SEED,
+        Provider::Hetzner => &platforms::HETZNER,
+        Provider::Digitalocean => &platforms::DIGITALOCEAN,
+        Provider::Oraclecloud => &platforms::ORACLECLOUD,
+        Provider::Akamai => &platforms::AKAMAI,
+        Provider::Ibmcloud => &platforms::IBMCLOUD,
+        Provider::Scaleway => &platforms::SCALEWAY,
     }
 }
 
@@ -90,6 +116,7 @@ pub(crate) mod test_support {
             client: &client,
             rpctool: "/nonexistent/vmware-rpctool",
             api_server: "https://127.0.0.1:6443",
+            cluster: "kiln-test",
             ip_family: None,
             secrets: &crate::redact::Collected::default(),
         };

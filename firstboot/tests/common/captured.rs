@@ -11,7 +11,7 @@ use kiln_firstboot::json::{self, Value};
 
 use kiln_firstboot::standin::aws_imdsv2;
 
-use crate::common::{fixtures, Reply, Req, Server};
+use crate::common::{firstboot, fixtures, Outcome, Reply, Req, Root, Server};
 
 /// `fixtures/captured/`.
 pub fn captured() -> PathBuf {
@@ -288,4 +288,111 @@ fn openstack_file(dir: &Path, route: &str) -> Option<Vec<u8>> {
         .collect();
     versions.sort();
     std::fs::read(versions.last()?.join(file)).ok()
+}
+
+// --- Running the binary against a capture ------------------------------------------------
+
+/// Writes DMI values under the root.
+pub fn dmi(root: &Root, pairs: &[(&str, &str)]) {
+    for (k, v) in pairs {
+        root.write(&format!("sys/class/dmi/id/{k}"), &format!("{v}\n"));
+    }
+}
+
+/// Writes a captured DMI case (`aws/xen-t2-dmi-4.2.amazon`) under the root: its files as
+/// `/sys/class/dmi/id/<name>`, `hypervisor_uuid` as `/sys/hypervisor/uuid`.
+pub fn dmi_capture(root: &Root, case: &str) {
+    for e in std::fs::read_dir(captured().join(case)).unwrap().flatten() {
+        let name = e.file_name().into_string().unwrap();
+        let value = std::fs::read_to_string(e.path()).unwrap();
+        match name.as_str() {
+            "SOURCE.txt" => {}
+            "hypervisor_uuid" => root.write("sys/hypervisor/uuid", &value),
+            _ => root.write(&format!("sys/class/dmi/id/{name}"), &value),
+        }
+    }
+}
+
+/// One `--no-start` run against `url`, with `--provider` when given.
+pub fn run(root: &Root, url: &str, provider: Option<&str>) -> Outcome {
+    let mut args = vec!["--no-start", "--deadline", "10", "--metadata-url", url];
+    if let Some(p) = provider {
+        args.extend(["--provider", p]);
+    }
+    firstboot(root, &args)
+}
+
+/// The identity lines of kubelet.env, in the contract's order.
+pub const IDENTITY: [&str; 8] = [
+    "PROVIDER=",
+    "NODE_NAME=",
+    "NODE_IP=",
+    "INSTANCE_ID=",
+    "INSTANCE_TYPE=",
+    "ZONE=",
+    "REGION=",
+    "PROVIDER_ID=",
+];
+
+pub fn identity(env: &str) -> Vec<String> {
+    env.lines()
+        .filter(|l| IDENTITY.iter().any(|k| l.starts_with(k)))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Runs with `--provider` and with auto-detection over the DMI already under `root`; both
+/// must succeed with `want` as the identity, the same kubelet.env, kubelet's `--node-ip` and
+/// `--provider-id` matching, and no auto-detected `none`. Returns the status.json of the
+/// auto run.
+pub fn both_ways(root: &Root, provider: &str, url: &str, want: &[&str]) -> String {
+    let explicit = run(root, url, Some(provider));
+    assert_eq!(explicit.code, 0, "--provider {provider}: {explicit:#?}");
+    let env = root.read("run/kiln/kubelet.env");
+    assert_eq!(identity(&env), want, "--provider {provider}:\n{env}");
+    let node_ip = want[2].trim_start_matches("NODE_IP=");
+    let flag = format!("--node-ip={node_ip}");
+    assert!(
+        env.contains(&format!("{flag} ")) || env.contains(&format!("{flag}\"")),
+        "{env}"
+    );
+    // The provider ID is a KubeletConfiguration field: in the node's drop-in, not a flag.
+    let dropin = root.read("run/kiln/kubelet.conf.d/10-kiln-node.conf");
+    let provider_id = want[7].trim_start_matches("PROVIDER_ID=");
+    if provider_id.is_empty() {
+        assert!(!dropin.contains("providerID"), "{dropin}");
+    } else {
+        assert!(
+            dropin.contains(&format!("\"providerID\":\"{provider_id}\"")),
+            "{dropin}"
+        );
+    }
+    assert!(!env.contains("--provider-id"), "{env}");
+
+    let auto = run(root, url, None);
+    assert_eq!(auto.code, 0, "auto: {auto:#?}");
+    assert_eq!(
+        root.read("run/kiln/kubelet.env"),
+        env,
+        "auto-detection gave another kubelet.env"
+    );
+    assert_eq!(
+        root.read("run/kiln/kubelet.conf.d/10-kiln-node.conf"),
+        dropin,
+        "auto-detection gave another drop-in"
+    );
+    let status = root.read("run/kiln/status.json");
+    assert!(
+        !status.contains("no known platform") && !auto.stderr.contains("no known platform"),
+        "{status}\n{}",
+        auto.stderr
+    );
+    status
+}
+
+pub fn want(lines: [&str; 8]) -> [&str; 8] {
+    for (l, k) in lines.iter().zip(IDENTITY) {
+        assert!(l.starts_with(k), "{l} is not {k}");
+    }
+    lines
 }
