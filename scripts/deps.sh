@@ -41,7 +41,7 @@ firstboot=(rustc-web cargo-web rust-web-src musl-tools gcc-aarch64-linux-gnu mus
 # images for the vendor-style boot disks (qemu-tests/src/bootdisk.rs), ovmf the UEFI firmware
 # the Flatcar-style one boots with; never grub-pc or grub-efi-amd64, whose scripts would set
 # up the host's own bootloader.
-qemu=(busybox-static cpio kmod e2fsprogs squashfs-tools erofs-utils debootstrap zstd dosfstools mtools openssl util-linux grub-pc-bin grub2-common grub-efi-amd64-bin ovmf)
+qemu=(busybox-static cpio kmod e2fsprogs squashfs-tools erofs-utils debootstrap zstd dosfstools mtools genisoimage openssl util-linux grub-pc-bin grub2-common grub-efi-amd64-bin ovmf)
 windows=(rustc-web cargo-web rust-web-src gcc-mingw-w64-x86-64 wine64 wine)
 
 want=("${base[@]}" "${firstboot[@]}")

@@ -126,6 +126,29 @@ fn minimal_config_and_optional_files() {
     );
 }
 
+/// Every provider kiln-firstboot has (issue 40's platforms included) renders into node.env
+/// as itself, and firstboot's own node.env reader takes it back.
+#[test]
+fn every_firstboot_provider_renders() {
+    use kiln_firstboot::contract::node_env::{Provider, PROVIDER};
+    for p in Provider::ALL {
+        let toml = full_node_toml("kubelet").replace(
+            "provider = \"aws\"",
+            &format!("provider = \"{}\"", p.name()),
+        );
+        let dir = node_dir(&toml);
+        let files = load(dir.path()).unwrap().files();
+        let env = String::from_utf8(file(&files, "node.env").contents.clone()).unwrap();
+        let line = format!("{PROVIDER}={}", p.name());
+        assert!(env.lines().any(|l| l == line), "{line}:\n{env}");
+        let parsed = kiln_firstboot::contract::envfile::parse(&env).unwrap();
+        assert_eq!(
+            Provider::parse_choice(parsed.get(PROVIDER).unwrap()),
+            Ok(Some(p))
+        );
+    }
+}
+
 #[test]
 fn server_tls_bootstrap_reaches_node_env_only_when_on() {
     let with = |v: &str| {

@@ -64,7 +64,7 @@ pub fn make_image(work: &Path, spec: &NodeBoot, vendor: Vendor) -> Result<Imaged
         Vendor::Ubuntu => (bootdisk::UBUNTU, "ubuntu"),
         Vendor::Flatcar => {
             make_flatcar_like(&root)?;
-            // Metadata comes from fw_cfg: no NIC for network-online.target to wait for.
+            // Metadata comes from a volume: no NIC for network-online.target to wait for.
             root.mask("systemd-networkd-wait-online.service")?;
             (bootdisk::FLATCAR, "flatcar")
         }

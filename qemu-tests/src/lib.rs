@@ -22,6 +22,7 @@ pub mod pod;
 pub mod registry;
 pub mod relay;
 pub mod scenario;
+pub mod seed;
 #[path = "../../testkit/serve.rs"]
 pub mod serve;
 pub mod signed_sysext;

@@ -46,8 +46,10 @@ pub enum Metadata {
     AwsAs(AwsInstance),
     /// A forward to a loopback port where nothing listens.
     Nowhere,
-    /// No network; fw_cfg entries `opt/kiln/<key>` = value.
-    FwCfg(Vec<(String, String)>),
+    /// No network; a NoCloud volume (FAT, `CIDATA`) as a second drive ([`crate::seed`]).
+    NoCloud,
+    /// No network; an OpenStack config drive (ISO 9660, `config-2`) as a second drive.
+    ConfigDrive,
 }
 
 /// How one node boots.
@@ -195,13 +197,15 @@ pub fn boot_with(
             drop(l);
             cfg.smbios = aws_smbios();
         }
-        Metadata::FwCfg(entries) => {
+        Metadata::NoCloud => {
             cfg.smbios = vec!["type=1,manufacturer=QEMU".into()];
-            for (k, v) in entries {
-                let f = work.path().join(format!("fwcfg-{k}"));
-                std::fs::write(&f, v).map_err(io_err(&f))?;
-                cfg.fw_cfg.push((format!("opt/kiln/{k}"), f));
-            }
+            cfg.extra_disks
+                .push(crate::seed::nocloud_volume(work.path())?);
+        }
+        Metadata::ConfigDrive => {
+            cfg.smbios = vec!["type=1,manufacturer=QEMU".into()];
+            cfg.extra_disks
+                .push(crate::seed::config_drive(work.path())?);
         }
     }
     let mut vm = Vm::start(&cfg, assets)?;
@@ -367,21 +371,8 @@ pub fn make_flatcar_like(root: &Root) -> Result<()> {
     )
 }
 
-/// The fw_cfg entries of the Flatcar scenario (kiln-firstboot's `qemu` source).
-pub fn fw_cfg_entries() -> Vec<(String, String)> {
-    let i = test_instance();
-    vec![
-        ("instance-id".into(), i.instance_id),
-        ("hostname".into(), "flatcar-node-1".into()),
-        ("local-ipv4".into(), "10.0.4.9".into()),
-        ("instance-type".into(), i.instance_type),
-        ("zone".into(), i.zone),
-        ("region".into(), i.region),
-    ]
-}
-
 /// A Flatcar-style node: the base with no Kubernetes bits; real Ignition places kiln's sysext
-/// (`kiln render --sysext`); metadata from fw_cfg; after the join, the node's
+/// (`kiln render --sysext`); metadata from `spec.metadata` (a volume); after the join, the node's
 /// systemd-sysupdate updates the extension from the returned mirror ([`crate::sysupdate`]).
 pub fn boot_sysext_node(spec: &NodeBoot) -> Result<(Booted, crate::sysupdate::Mirror)> {
     let t0 = Instant::now();
@@ -392,7 +383,7 @@ pub fn boot_sysext_node(spec: &NodeBoot) -> Result<(Booted, crate::sysupdate::Mi
     let raw = scenario::pick(&baked, ".raw")?;
     let root = Root::from_base(&assets.base, work.path())?;
     make_flatcar_like(&root)?;
-    // Metadata comes from fw_cfg; the NIC reaches only the update mirror, which nothing at
+    // Metadata comes from a volume; the NIC reaches only the update mirror, which nothing at
     // boot waits for: systemd-networkd-wait-online would hold network-online.target (and
     // kubelet, ordered after it) for as long as DHCP takes.
     root.mask("systemd-networkd-wait-online.service")?;
@@ -440,32 +431,17 @@ pub fn boot_sysext_node(spec: &NodeBoot) -> Result<(Booted, crate::sysupdate::Mi
 /// A NoCloud seed disk (`cidata` label, vfat) holding the user data, made without mounting
 /// (mkfs.vfat + mtools' mcopy).
 pub fn nocloud_seed(dir: &Path, user_data: &str, instance_id: &str) -> Result<PathBuf> {
-    let ud = dir.join("user-data");
-    std::fs::write(&ud, user_data).map_err(io_err(&ud))?;
-    let md = dir.join("meta-data");
-    std::fs::write(
-        &md,
-        format!("instance-id: {instance_id}\nlocal-hostname: kiln-cloudinit-node\n"),
+    crate::seed::vfat(
+        dir,
+        "CIDATA",
+        &[
+            ("user-data", user_data),
+            (
+                "meta-data",
+                &format!("instance-id: {instance_id}\nlocal-hostname: kiln-cloudinit-node\n"),
+            ),
+        ],
     )
-    .map_err(io_err(&md))?;
-    let img = dir.join("seed.vfat");
-    let f = std::fs::File::create(&img).map_err(io_err(&img))?;
-    f.set_len(2 << 20).map_err(io_err(&img))?;
-    drop(f);
-    crate::run(
-        std::process::Command::new("mkfs.vfat")
-            .args(["-n", "CIDATA"])
-            .arg(&img),
-    )?;
-    crate::run(
-        std::process::Command::new("mcopy")
-            .arg("-i")
-            .arg(&img)
-            .arg(&ud)
-            .arg(&md)
-            .arg("::/"),
-    )?;
-    Ok(img)
 }
 
 /// A cloud-init node: the rootfs layer installed into the cloud-init base, and the

@@ -410,12 +410,7 @@ fn node_registration_refused() {
 
 #[test]
 fn flatcar_sysext() {
-    let mut s = spec_with_pod(
-        "flatcar_sysext",
-        "success",
-        Metadata::FwCfg(kiln_qemu_tests::node::fw_cfg_entries()),
-        240,
-    );
+    let mut s = spec_with_pod("flatcar_sysext", "success", Metadata::ConfigDrive, 240);
     s.node.provider = "auto".into();
     let (b, mirror) = expect_ok(kiln_qemu_tests::node::boot_sysext_node(&s));
     eprintln!(
@@ -431,10 +426,17 @@ fn flatcar_sysext() {
     assert_eq!(o.result(), "success", "status: {}", o.status);
     assert_registered(o);
     assert_pod_ran(o, "flatcar");
+    // Found by its label, mounted by kiln-firstboot (ISO 9660), read, and unmounted.
     assert_eq!(
-        o.status["provider"], "qemu",
-        "auto detection: QEMU DMI + fw_cfg entries"
+        o.status["provider"], "configdrive",
+        "auto detection: a volume labelled config-2: {}",
+        o.status
     );
+    assert_eq!(
+        o.kubelet_env("INSTANCE_ID"),
+        Some(test_instance().instance_id)
+    );
+    assert_eq!(o.kubelet_env("ZONE"), Some(test_instance().zone));
     // systemd-sysext really merged the extension at boot: the one Ignition fetched into
     // /opt/extensions/ (from `kiln render --sysext`), through the /etc/extensions/ link.
     assert!(
@@ -519,18 +521,15 @@ fn flatcar_sysext() {
         "{:?}",
         o.facts
     );
-    let i = test_instance();
     assert_eq!(o.kubelet_env("NODE_IP").as_deref(), Some("10.0.4.9"));
-    let provider_id = format!("kiln://qemu/{}", i.instance_id);
-    assert_eq!(
-        o.kubelet_env("PROVIDER_ID").as_deref(),
-        Some(provider_id.as_str())
-    );
+    // A config drive names no provider ID: the cloud controller sets its own.
+    assert_eq!(o.kubelet_env("PROVIDER_ID").as_deref(), Some(""));
+    // The flavor from the drive's EC2 document, through max-pods.map.
     assert_eq!(o.kubelet_env("MAX_PODS").as_deref(), Some("29"));
     let args = o.kubelet_args();
     assert!(args.iter().any(|a| a == "--node-ip=10.0.4.9"), "{args:?}");
     let kc = o.kubelet_config();
-    assert_eq!(kc["providerID"], provider_id.as_str(), "{kc}");
+    assert!(kc.get("providerID").is_none(), "{kc}");
     assert_eq!(kc["maxPods"], 29, "{kc}");
     // images/flatcar.toml: the GKE formula on the guest's vCPUs and 1 GiB of RAM (MemTotal
     // under 1 GiB: 255 MiB).
@@ -963,16 +962,11 @@ fn image_boot() {
 /// systemd-sysext at boot): `kiln image` places the sysext in the ROOT partition's
 /// `/etc/extensions/` and the node config in `/etc/kiln/`; UEFI firmware (OVMF) boots the
 /// image's GRUB from its EFI system partition (the disk has no BIOS boot partition), the
-/// real systemd-sysext merges the extension kiln placed, and the node joins from fw_cfg
-/// metadata.
+/// real systemd-sysext merges the extension kiln placed, and the node joins from a NoCloud
+/// volume.
 #[test]
 fn image_boot_flatcar() {
-    let mut s = spec_with_pod(
-        "image_boot_flatcar",
-        "success",
-        Metadata::FwCfg(kiln_qemu_tests::node::fw_cfg_entries()),
-        240,
-    );
+    let mut s = spec_with_pod("image_boot_flatcar", "success", Metadata::NoCloud, 240);
     s.node.provider = "auto".into();
     let (b, imaged) = expect_ok(kiln_qemu_tests::image_node::boot_image_node(
         &s,
@@ -996,7 +990,14 @@ fn image_boot_flatcar() {
     );
     assert_eq!(o.result(), "success", "status: {}", o.status);
     assert_registered(o);
-    assert_eq!(o.status["provider"], "qemu", "status: {}", o.status);
+    // The NoCloud volume (FAT, CIDATA), found by label and mounted by kiln-firstboot: the
+    // name from meta-data, the address from network-config.
+    assert_eq!(o.status["provider"], "nocloud", "status: {}", o.status);
+    assert_eq!(
+        o.status["node_name"], "flatcar-node-1",
+        "status: {}",
+        o.status
+    );
     assert_pod_ran(o, "flatcar");
     // Placed by kiln image as a file (no link), merged by the real systemd-sysext.
     assert_eq!(

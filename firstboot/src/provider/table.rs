@@ -341,3 +341,63 @@ fn serial_matches(cx: &Context<'_>, id: &str, what: &str) -> Result<(), Error> {
         ))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn treatments() {
+        for (how, v, want) in [
+            (How::Text, " a ", "a"),
+            (How::Lower, "Node-A", "node-a"),
+            (How::AfterColon, "qIZq:PHX-AD-1", "PHX-AD-1"),
+            (How::AfterColon, "PHX-AD-1", "PHX-AD-1"),
+            (How::ZoneRegion, "fr-par-1", "fr-par"),
+            (How::ZoneRegion, "us-south-1", "us-south"),
+            (How::Location, "hel1-dc2", "hel1"),
+            (How::Location, "ash", "ash"),
+            (How::Address, "10.0.0.1/24", "10.0.0.1"),
+            (How::Address, "2001:db8::10/64", "2001:db8::10"),
+            (
+                How::CrnAccount,
+                "crn:v1:bluemix:public:is:us-south-1:a/abc123::instance:0717_x",
+                "abc123",
+            ),
+            (How::CrnAccount, "not-a-crn", ""),
+        ] {
+            assert_eq!(apply(how, v), want, "{how:?} {v}");
+        }
+    }
+
+    #[test]
+    fn paths_with_wildcards_name_what_they_found() {
+        let doc = crate::yaml::parse(
+            "ethernets:\n  eth0:\n    addresses: [10.0.0.2/24, '2001:db8::2/64']\n  eth1:\n    dhcp4: true\nlist:\n- ip: 1.1.1.1\n- ip: 2.2.2.2\n",
+        )
+        .unwrap();
+        let mut found = Vec::new();
+        walk(&doc, "ethernets/*/addresses/*", String::new(), &mut found);
+        let got: Vec<_> = found
+            .iter()
+            .map(|(p, v)| (p.as_str(), v.as_text().unwrap()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("ethernets/eth0/addresses/0", "10.0.0.2/24"),
+                ("ethernets/eth0/addresses/1", "2001:db8::2/64")
+            ]
+        );
+        found.clear();
+        walk(&doc, "list/*/ip", String::new(), &mut found);
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[1].0, "list/1/ip");
+        found.clear();
+        walk(&doc, "", String::new(), &mut found);
+        assert_eq!(found.len(), 1, "an empty path is the document itself");
+        found.clear();
+        walk(&doc, "missing/*/x", String::new(), &mut found);
+        assert!(found.is_empty());
+    }
+}

@@ -251,3 +251,66 @@ pub fn unmount(at: &Path) {
     }
     let _ = std::fs::remove_dir(at);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args_of(cmdline: &str, serial: &str) -> Option<Vec<(String, String)>> {
+        let dir =
+            std::env::temp_dir().join(format!("kiln-nocloud-args-{}", crate::fsutil::random_u64()));
+        std::fs::create_dir_all(dir.join("proc")).unwrap();
+        std::fs::create_dir_all(dir.join("sys/class/dmi/id")).unwrap();
+        std::fs::write(dir.join("proc/cmdline"), cmdline).unwrap();
+        std::fs::write(dir.join("sys/class/dmi/id/product_serial"), serial).unwrap();
+        let got = nocloud_args(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        got
+    }
+
+    #[test]
+    fn cloud_inits_command_line_forms() {
+        let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            args_of(
+                "ro quiet ds=nocloud;s=http://10.0.0.1:8000/;i=iid;h=host console=ttyS0\n",
+                ""
+            ),
+            Some(pairs(&[
+                ("seedfrom", "http://10.0.0.1:8000/"),
+                ("instance-id", "iid"),
+                ("local-hostname", "host")
+            ]))
+        );
+        assert_eq!(
+            args_of("ds=nocloud-net;seedfrom=http://h/\n", ""),
+            Some(pairs(&[("seedfrom", "http://h/")]))
+        );
+        assert_eq!(args_of("ds=nocloud\n", ""), Some(Vec::new()));
+        // The DMI serial, as QEMU's -smbios type=1,serial=… sets it.
+        assert_eq!(
+            args_of("ro\n", "ds=nocloud;i=from-serial"),
+            Some(pairs(&[("instance-id", "from-serial")]))
+        );
+        assert_eq!(args_of("ro ds=nocloudy\n", ""), None);
+        assert_eq!(args_of("ro\n", ""), None);
+    }
+
+    #[test]
+    fn labels_are_found_in_either_case() {
+        let dir = std::env::temp_dir().join(format!("kiln-labels-{}", crate::fsutil::random_u64()));
+        let by = dir.join("dev/disk/by-label");
+        std::fs::create_dir_all(&by).unwrap();
+        assert_eq!(find(&dir, &NOCLOUD_SEED), None);
+        std::fs::write(by.join("CIDATA"), "").unwrap();
+        assert_eq!(find(&dir, &NOCLOUD_SEED), Some(by.join("CIDATA")));
+        assert_eq!(find(&dir, &CONFIG_DRIVE), None);
+        std::fs::write(by.join("config-2"), "").unwrap();
+        assert_eq!(find(&dir, &CONFIG_DRIVE), Some(by.join("config-2")));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
