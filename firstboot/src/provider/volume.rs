@@ -257,8 +257,7 @@ mod tests {
     use super::*;
 
     fn args_of(cmdline: &str, serial: &str) -> Option<Vec<(String, String)>> {
-        let dir =
-            std::env::temp_dir().join(format!("kiln-nocloud-args-{}", crate::fsutil::random_u64()));
+        let dir = std::env::temp_dir().join(format!("kiln-nocloud-args-{}", fsutil::random_u64()));
         std::fs::create_dir_all(dir.join("proc")).unwrap();
         std::fs::create_dir_all(dir.join("sys/class/dmi/id")).unwrap();
         std::fs::write(dir.join("proc/cmdline"), cmdline).unwrap();
@@ -302,7 +301,7 @@ mod tests {
 
     #[test]
     fn labels_are_found_in_either_case() {
-        let dir = std::env::temp_dir().join(format!("kiln-labels-{}", crate::fsutil::random_u64()));
+        let dir = std::env::temp_dir().join(format!("kiln-labels-{}", fsutil::random_u64()));
         let by = dir.join("dev/disk/by-label");
         std::fs::create_dir_all(&by).unwrap();
         assert_eq!(find(&dir, &NOCLOUD_SEED), None);
