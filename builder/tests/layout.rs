@@ -444,8 +444,11 @@ const FIRSTBOOT_LAYERS: &[&[&str]] = &[
         "error",
         "netaddr",
     ],
-    // helpers on those: redaction, waits, sizing, the console, the Windows system calls
-    &["redact", "wait", "sizing", "console", "windows", "swap"],
+    // helpers on those: redaction, waits, sizing, the console, the Windows system calls,
+    // the YAML reader (on json)
+    &[
+        "redact", "wait", "sizing", "console", "windows", "swap", "yaml",
+    ],
     // the node's inputs read: its config, its platform, kubelet's flags
     &["config", "provider", "kubelet_env"],
     // the command line; checks and steps on a configured node

@@ -4,6 +4,7 @@
 //! provider ID) are in docs/firstboot.md, "Platforms"; the fixtures each table is tested
 //! against are in `tests/fixtures/<provider>/` and `tests/fixtures/captured/`.
 
+use super::common::LINK_LOCAL;
 use super::table::{Doc::*, How::*, Pick, Table, Token};
 use crate::contract::Provider;
 
@@ -12,7 +13,7 @@ use crate::contract::Provider;
 /// the CCM's region is the location (`hel1`), its zone the `availability-zone`.
 pub static HETZNER: Table = Table {
     provider: Provider::Hetzner,
-    base: super::LINK_LOCAL,
+    base: LINK_LOCAL,
     headers: &[],
     token: None,
     docs: &[
@@ -41,7 +42,7 @@ pub static HETZNER: Table = Table {
 /// so it comes first. `anchor_ipv4` (the reserved-IP anchor) is never a node address.
 pub static DIGITALOCEAN: Table = Table {
     provider: Provider::Digitalocean,
-    base: super::LINK_LOCAL,
+    base: LINK_LOCAL,
     headers: &[],
     token: None,
     docs: &[("/metadata/v1.json", Required)],
@@ -67,7 +68,7 @@ pub static DIGITALOCEAN: Table = Table {
 /// the instance OCID); the zone is the availability domain after its tenancy prefix.
 pub static ORACLECLOUD: Table = Table {
     provider: Provider::Oraclecloud,
-    base: super::LINK_LOCAL,
+    base: LINK_LOCAL,
     headers: &[("Authorization", "Bearer Oracle")],
     token: None,
     docs: &[
@@ -95,7 +96,7 @@ pub static ORACLECLOUD: Table = Table {
 /// Linode has no zones. A VPC address first, then the private, public and SLAAC ones.
 pub static AKAMAI: Table = Table {
     provider: Provider::Akamai,
-    base: super::LINK_LOCAL,
+    base: LINK_LOCAL,
     headers: &[("Accept", "application/json")],
     token: Some(Token {
         path: "/v1/token",
@@ -131,7 +132,7 @@ pub static AKAMAI: Table = Table {
 /// cluster-api-provider-ibmcloud sets it), the account from the instance's CRN.
 pub static IBMCLOUD: Table = Table {
     provider: Provider::Ibmcloud,
-    base: super::LINK_LOCAL,
+    base: LINK_LOCAL,
     headers: &[],
     token: Some(Token {
         path: "/instance_identity/v1/token?version=2022-03-01",
@@ -194,7 +195,7 @@ pub static SCALEWAY: Table = Table {
 /// (the controller finds a node's server by its name).
 pub static OPENSTACK: Table = Table {
     provider: Provider::Openstack,
-    base: super::LINK_LOCAL,
+    base: LINK_LOCAL,
     headers: &[],
     token: None,
     docs: &[
