@@ -98,7 +98,7 @@ pub static AKAMAI: Table = Table {
     provider: Provider::Akamai,
     base: LINK_LOCAL,
     headers: &[("Accept", "application/json")],
-    token: Some(Token {
+    token: Some(&Token {
         path: "/v1/token",
         headers: &[("Metadata-Token-Expiry-Seconds", "300")],
         body: "",
@@ -134,7 +134,7 @@ pub static IBMCLOUD: Table = Table {
     provider: Provider::Ibmcloud,
     base: LINK_LOCAL,
     headers: &[],
-    token: Some(Token {
+    token: Some(&Token {
         path: "/instance_identity/v1/token?version=2022-03-01",
         headers: &[
             ("Metadata-Flavor", "ibm"),

@@ -14,7 +14,7 @@ use crate::error::Error;
 use crate::fsutil;
 use crate::json::Value;
 use crate::netaddr::Candidate;
-use crate::provider::common::{body_text, check_token, http_error};
+use crate::provider::common::{body_text, check_token, get_optional, http_error};
 use crate::provider::common::{Context, Metadata, MetadataSource};
 use crate::Reason;
 
@@ -63,7 +63,7 @@ pub struct Token {
 pub enum Doc {
     /// JSON or YAML that must be there.
     Required,
-    /// JSON or YAML that may be absent (HTTP 404, no file): then it is null.
+    /// JSON or YAML that may be absent (HTTP 404, no file, or empty): then it is null.
     Optional,
     /// One text value (an EC2-style leaf), read whole; absent is null.
     Leaf,
@@ -86,7 +86,7 @@ pub struct Table {
     pub base: &'static str,
     /// Headers on every document request.
     pub headers: &'static [(&'static str, &'static str)],
-    pub token: Option<Token>,
+    pub token: Option<&'static Token>,
     /// Document paths under the base (or the volume's root), and what each is.
     pub docs: &'static [(&'static str, Doc)],
     /// Where each of [`ID`] … [`AUX`] is: the first pick that gives a value wins.
@@ -162,46 +162,38 @@ impl Table {
     /// The documents from `from`, parsed; an absent optional one is null.
     pub fn load(&self, cx: &Context<'_>, from: From<'_>) -> Result<Vec<Value>, Error> {
         let mut auth = None;
-        if let (From::Http(base), Some(t)) = (from, &self.token) {
+        if let (From::Http(base), Some(t)) = (from, self.token) {
             auth = Some((t.header, session(cx, base, t)?));
         }
         let mut out = Vec::new();
         for &(path, doc) in self.docs {
+            // The text, empty when the document is absent (HTTP 404, no file).
             let (what, text) = match from {
                 From::Http(base) => {
                     let url = format!("{base}{path}");
                     let mut headers = self.headers.to_vec();
                     headers.extend(auth.as_ref().map(|(h, v)| (*h, v.as_str())));
-                    let resp = cx.client.send("GET", &url, &headers).map_err(http_error)?;
-                    let text = match resp.status {
-                        200 => Some(body_text(&url, resp.body)?),
-                        404 if doc != Doc::Required => None,
-                        s => {
-                            return Err(invalid(format!(
-                                "GET {url}: expected HTTP 200, found HTTP {s}"
-                            )))
-                        }
-                    };
+                    let text = get_optional(cx, &url, &headers)?;
                     (format!("GET {url}"), text)
                 }
                 From::Dir(dir) => {
                     let file = dir.join(path);
-                    let text = read_file(&file)?;
+                    let text = read_file(&file)?.unwrap_or_default();
                     (file.display().to_string(), text)
                 }
             };
-            out.push(match (text, doc) {
-                (None, Doc::Required) => {
+            let text = text.trim();
+            out.push(if text.is_empty() {
+                if doc == Doc::Required {
                     return Err(invalid(format!(
                         "{what}: expected the document, found none"
-                    )))
+                    )));
                 }
-                (None, _) => Value::Null,
-                (Some(t), Doc::Leaf) => Value::String(t.trim().to_string()),
-                (Some(t), _) if t.trim().is_empty() => Value::Null,
-                (Some(t), _) => {
-                    crate::yaml::parse(&t).map_err(|e| invalid(format!("{what}: {e}")))?
-                }
+                Value::Null
+            } else if doc == Doc::Leaf {
+                Value::String(text.to_string())
+            } else {
+                crate::yaml::parse(text).map_err(|e| invalid(format!("{what}: {e}")))?
             });
         }
         Ok(out)

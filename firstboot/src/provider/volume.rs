@@ -18,7 +18,7 @@ use crate::contract::{paths, Provider};
 use crate::error::Error;
 use crate::fsutil;
 use crate::json::Value;
-use crate::provider::common::{Context, Metadata, MetadataSource};
+use crate::provider::common::{check_token, Context, Metadata, MetadataSource};
 use crate::Reason;
 
 /// Where the volume is mounted while it is read.
@@ -57,9 +57,9 @@ pub fn find(root: &Path, v: &Volume) -> Option<PathBuf> {
 }
 
 /// cloud-init's `ds=nocloud[-net][;k=v…]` from the kernel command line, else from the DMI
-/// serial (`-smbios type=1,serial=ds=nocloud;…`): the `k=v` pairs, with `s`, `i` and `h`
-/// spelled out. `None` when neither says `ds=nocloud`.
-pub fn nocloud_args(root: &Path) -> Option<Vec<(String, String)>> {
+/// serial (`-smbios type=1,serial=ds=nocloud;…`); `None` when neither says it. Its values
+/// are read with [`ds_arg`].
+pub fn nocloud_args(root: &Path) -> Option<String> {
     let read = |p: &str| {
         fsutil::read_capped(&paths::under(root, p), 65536)
             .ok()
@@ -70,25 +70,18 @@ pub fn nocloud_args(root: &Path) -> Option<Vec<(String, String)>> {
     let token = cmdline
         .split_ascii_whitespace()
         .chain(serial.split_ascii_whitespace())
-        .find(|t| t.starts_with("ds=nocloud"))?;
-    let mut parts = token.split(';');
-    if !matches!(parts.next(), Some("ds=nocloud" | "ds=nocloud-net")) {
-        return None;
-    }
-    Some(
-        parts
-            .filter_map(|p| p.split_once('='))
-            .map(|(k, v)| {
-                let k = match k {
-                    "s" => "seedfrom",
-                    "i" => "instance-id",
-                    "h" => "local-hostname",
-                    k => k,
-                };
-                (k.to_string(), v.to_string())
-            })
-            .collect(),
-    )
+        .find(|t| matches!(t.split(';').next(), Some("ds=nocloud" | "ds=nocloud-net")))?;
+    Some(token.to_string())
+}
+
+/// The value of `short=` or `long=` in a `ds=nocloud;…` token (cloud-init's `s2l`: `s`
+/// seedfrom, `i` instance-id, `h` local-hostname).
+pub fn ds_arg<'a>(args: &'a str, short: &str, long: &str) -> Option<&'a str> {
+    args.split(';')
+        .skip(1)
+        .filter_map(|p| p.split_once('='))
+        .find(|(k, _)| *k == short || *k == long)
+        .map(|(_, v)| v)
 }
 
 fn unreachable(m: String) -> Error {
@@ -103,11 +96,10 @@ impl MetadataSource for Volume {
     fn fetch(&self, cx: &Context<'_>) -> Result<Metadata, Error> {
         let args = match self.table.provider {
             Provider::Nocloud => nocloud_args(cx.root).unwrap_or_default(),
-            _ => Vec::new(),
+            _ => String::new(),
         };
-        let arg = |k: &str| args.iter().find(|(a, _)| a == k).map(|(_, v)| v.as_str());
-        let seed = cx.base_url.or(arg("seedfrom"));
-        let (mut docs, what) = match seed {
+        let seed = cx.base_url.or(ds_arg(&args, "s", "seedfrom"));
+        let (docs, what) = match seed {
             Some(s) if s.starts_with("http://") => {
                 let base = if s.ends_with('/') { s.to_string() } else { format!("{s}/") };
                 (self.table.load(cx, From::Http(&base))?, base)
@@ -121,21 +113,18 @@ impl MetadataSource for Volume {
             }
             None => self.mounted(cx)?,
         };
+        let mut md = self.table.read(cx, &docs, &what)?;
         // The command line beats the seed, as cloud-init merges it over `meta-data`.
-        if let Some(d) = docs.first_mut() {
-            if *d == Value::Null {
-                *d = Value::Object(Vec::new());
-            }
-            if let Value::Object(m) = d {
-                for key in ["instance-id", "local-hostname"] {
-                    if let Some(v) = arg(key) {
-                        m.retain(|(k, _)| k != key);
-                        m.push((key.to_string(), Value::String(v.to_string())));
-                    }
-                }
+        for (short, long, field) in [
+            ("i", "instance-id", &mut md.instance_id),
+            ("h", "local-hostname", &mut md.hostname),
+        ] {
+            if let Some(v) = ds_arg(&args, short, long) {
+                check_token(v, long, "ds=nocloud")?;
+                *field = v.to_ascii_lowercase();
             }
         }
-        self.table.read(cx, &docs, &what)
+        Ok(md)
     }
 }
 
@@ -206,8 +195,7 @@ pub fn mount_ro(dev: &Path, at: &Path) -> Result<(), String> {
         .create(at)
         .map_err(|e| format!("{}: cannot create: {e}", at.display()))?;
     let (d, t) = (cstr(dev), cstr(at));
-    let mut why = Vec::new();
-    for fs in [&b"iso9660\0"[..], b"vfat\0"] {
+    let try_fs = |fs: &[u8]| {
         // SAFETY: NUL-terminated strings that outlive the call; no data argument.
         let rc = unsafe {
             sys::mount(
@@ -218,18 +206,24 @@ pub fn mount_ro(dev: &Path, at: &Path) -> Result<(), String> {
                 std::ptr::null(),
             )
         };
-        if rc == 0 {
-            return Ok(());
+        match rc {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
         }
-        let name = String::from_utf8_lossy(&fs[..fs.len() - 1]).into_owned();
-        why.push(format!("{name}: {}", std::io::Error::last_os_error()));
-    }
+    };
+    let iso = match try_fs(b"iso9660\0") {
+        Ok(()) => return Ok(()),
+        Err(e) => e,
+    };
+    let fat = match try_fs(b"vfat\0") {
+        Ok(()) => return Ok(()),
+        Err(e) => e,
+    };
     let _ = std::fs::remove_dir(at);
     Err(format!(
-        "mount {} read-only at {}: {}",
+        "mount {} read-only at {}: iso9660: {iso}; vfat: {fat}",
         dev.display(),
-        at.display(),
-        why.join("; ")
+        at.display()
     ))
 }
 
@@ -256,7 +250,7 @@ pub fn unmount(at: &Path) {
 mod tests {
     use super::*;
 
-    fn args_of(cmdline: &str, serial: &str) -> Option<Vec<(String, String)>> {
+    fn args_of(cmdline: &str, serial: &str) -> Option<String> {
         let dir = std::env::temp_dir().join(format!("kiln-nocloud-args-{}", fsutil::random_u64()));
         std::fs::create_dir_all(dir.join("proc")).unwrap();
         std::fs::create_dir_all(dir.join("sys/class/dmi/id")).unwrap();
@@ -269,32 +263,21 @@ mod tests {
 
     #[test]
     fn cloud_inits_command_line_forms() {
-        let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
-            v.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        };
-        assert_eq!(
-            args_of(
-                "ro quiet ds=nocloud;s=http://10.0.0.1:8000/;i=iid;h=host console=ttyS0\n",
-                ""
-            ),
-            Some(pairs(&[
-                ("seedfrom", "http://10.0.0.1:8000/"),
-                ("instance-id", "iid"),
-                ("local-hostname", "host")
-            ]))
-        );
-        assert_eq!(
-            args_of("ds=nocloud-net;seedfrom=http://h/\n", ""),
-            Some(pairs(&[("seedfrom", "http://h/")]))
-        );
-        assert_eq!(args_of("ds=nocloud\n", ""), Some(Vec::new()));
+        let a = args_of(
+            "ro quiet ds=nocloud;s=http://10.0.0.1:8000/;i=iid;h=host console=ttyS0\n",
+            "",
+        )
+        .unwrap();
+        assert_eq!(ds_arg(&a, "s", "seedfrom"), Some("http://10.0.0.1:8000/"));
+        assert_eq!(ds_arg(&a, "i", "instance-id"), Some("iid"));
+        assert_eq!(ds_arg(&a, "h", "local-hostname"), Some("host"));
+        let a = args_of("ds=nocloud-net;seedfrom=http://h/\n", "").unwrap();
+        assert_eq!(ds_arg(&a, "s", "seedfrom"), Some("http://h/"));
+        assert_eq!(ds_arg(&a, "i", "instance-id"), None);
+        assert_eq!(args_of("ds=nocloud\n", "").as_deref(), Some("ds=nocloud"));
         // The DMI serial, as QEMU's -smbios type=1,serial=… sets it.
-        assert_eq!(
-            args_of("ro\n", "ds=nocloud;i=from-serial"),
-            Some(pairs(&[("instance-id", "from-serial")]))
-        );
+        let a = args_of("ro\n", "ds=nocloud;i=from-serial").unwrap();
+        assert_eq!(ds_arg(&a, "i", "instance-id"), Some("from-serial"));
         assert_eq!(args_of("ro ds=nocloudy\n", ""), None);
         assert_eq!(args_of("ro\n", ""), None);
     }
