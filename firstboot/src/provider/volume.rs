@@ -170,8 +170,9 @@ mod sys {
     }
     /// `MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOSYMFOLLOW` (linux/mount.h).
     pub const FLAGS: c_ulong = 1 | 2 | 4 | 8 | 256;
-    /// `MNT_DETACH`.
-    pub const DETACH: c_int = 2;
+    /// `MNT_DETACH | UMOUNT_NOFOLLOW`: a link planted at the mount point is not followed to
+    /// unmount something else.
+    pub const DETACH: c_int = 2 | 8;
 }
 
 #[cfg(target_os = "linux")]
