@@ -71,9 +71,11 @@ impl Dmi {
     /// SMBIOS and the raw SMBIOS table (`provider/smbios.rs`), where `root` plays no part.
     pub fn read(root: &Path) -> Dmi {
         #[cfg(windows)]
-        let _ = root;
-        #[cfg(windows)]
-        return Dmi::with(&super::smbios::read_windows(&DMI_FILES));
+        return Dmi {
+            config_drive: volume::find(root, &volume::CONFIG_DRIVE).is_some(),
+            nocloud: volume::find(root, &volume::NOCLOUD_SEED).is_some(),
+            ..Dmi::with(&super::smbios::read_windows(&DMI_FILES))
+        };
         #[cfg(not(windows))]
         Dmi::read_sysfs(root)
     }

@@ -48,8 +48,15 @@ pub static NOCLOUD_SEED: Volume = Volume {
     labels: ["cidata", "CIDATA"],
 };
 
-/// The label link of `v` that exists under `root`, if one does.
+/// The label link of `v` that exists under `root`, if one does; on Windows, the root of the
+/// drive with its label (`D:\`).
 pub fn find(root: &Path, v: &Volume) -> Option<PathBuf> {
+    #[cfg(windows)]
+    {
+        let _ = root;
+        crate::windows::volumes::labelled(&v.labels)
+    }
+    #[cfg(not(windows))]
     v.labels
         .iter()
         .map(|l| paths::under(root, BY_LABEL).join(l))
@@ -147,6 +154,13 @@ impl Volume {
             }
             std::thread::sleep(Duration::from_millis(100));
         };
+        // Windows: the drive is mounted already, as its letter.
+        if cfg!(windows) {
+            return Ok((
+                self.table.load(cx, From::Dir(&dev))?,
+                dev.display().to_string(),
+            ));
+        }
         let at = paths::under(cx.root, MOUNT_POINT);
         mount_ro(&dev, &at).map_err(unreachable)?;
         let docs = self.table.load(cx, From::Dir(&at));

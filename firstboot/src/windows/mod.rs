@@ -14,6 +14,8 @@ pub mod kvp;
 #[cfg(windows)]
 pub mod scm;
 pub mod task;
+#[cfg(windows)]
+pub mod volumes;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
