@@ -5,55 +5,58 @@ use std::fmt;
 
 use crate::Reason;
 
-/// A failed run, grouped by the phase that failed. Each carries its reason code.
+/// A failed run: its reason code and the human message.
+///
+/// Boxed, so that an `Error` is one pointer: every `Result<_, Error>` forwarded through `?`
+/// stays small (the failure path is the rare one; a 32-byte error cost kiln-firstboot about
+/// 8 KiB of code moving it around). The constructors name the phase that failed.
 #[derive(Debug)]
-pub enum Error {
-    /// The command line was wrong.
-    Usage(String),
-    /// A contract file is missing, malformed, of an unknown version, or too open.
-    Config { reason: Reason, message: String },
-    /// The metadata source failed or answered something unusable.
-    Metadata { reason: Reason, message: String },
-    /// A file under `/run/kiln/` could not be written.
-    Write(String),
-    /// The service manager or `kubeadm join` failed.
-    Start { reason: Reason, message: String },
-    /// kubelet started but did not become healthy and joined; the reason is the diagnosis.
-    Join { reason: Reason, message: String },
+pub struct Error(Box<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    reason: Reason,
+    message: String,
 }
 
 impl Error {
-    /// A configuration error with `reason`.
-    pub fn config(reason: Reason, message: String) -> Error {
-        Error::Config { reason, message }
+    fn new(reason: Reason, message: String) -> Error {
+        Error(Box::new(Inner { reason, message }))
     }
 
-    /// A metadata error with `reason`.
+    /// A contract file is missing, malformed, of an unknown version, or too open.
+    pub fn config(reason: Reason, message: String) -> Error {
+        Error::new(reason, message)
+    }
+
+    /// The metadata source failed or answered something unusable.
     pub fn metadata(reason: Reason, message: String) -> Error {
-        Error::Metadata { reason, message }
+        Error::new(reason, message)
+    }
+
+    /// A file under `/run/kiln/` could not be written.
+    pub fn write(message: String) -> Error {
+        Error::new(Reason::WriteFailed, message)
+    }
+
+    /// The service manager or `kubeadm join` failed.
+    pub fn start(reason: Reason, message: String) -> Error {
+        Error::new(reason, message)
+    }
+
+    /// kubelet started but did not become healthy and joined; the reason is the diagnosis.
+    pub fn join(reason: Reason, message: String) -> Error {
+        Error::new(reason, message)
     }
 
     /// The stable reason code.
     pub fn reason(&self) -> Reason {
-        match self {
-            Error::Usage(_) => Reason::Usage,
-            Error::Write(_) => Reason::WriteFailed,
-            Error::Config { reason, .. }
-            | Error::Metadata { reason, .. }
-            | Error::Start { reason, .. }
-            | Error::Join { reason, .. } => *reason,
-        }
+        self.0.reason
     }
 
     /// The human message, without the reason code.
     pub fn message(&self) -> &str {
-        match self {
-            Error::Usage(m) | Error::Write(m) => m,
-            Error::Config { message, .. }
-            | Error::Metadata { message, .. }
-            | Error::Start { message, .. }
-            | Error::Join { message, .. } => message,
-        }
+        &self.0.message
     }
 }
 

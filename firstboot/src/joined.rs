@@ -250,10 +250,7 @@ pub fn wait(
             }
         }
         rep.failure_diagnosed(phase, &d);
-        return Err(Error::Join {
-            reason: d.reason,
-            message: d.message,
-        });
+        return Err(Error::join(d.reason, d.message));
     }
     // The node has joined: only now, off the path to it, read what kubelet said about its
     // own config without stopping, for the status (while the deadline leaves time).

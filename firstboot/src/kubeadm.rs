@@ -20,10 +20,7 @@ pub fn join(
     paths: &NodePaths,
     deadline: Instant,
 ) -> Result<(), Error> {
-    let failed = |message: String| Error::Start {
-        reason: Reason::KubeadmFailed,
-        message,
-    };
+    let failed = |message: String| Error::start(Reason::KubeadmFailed, message);
     let out = service::output(kubeadm, &["join", "--config", config], deadline)
         .map_err(|e| failed(e.message().to_string()))?;
     let (stderr, stdout) = (out.stderr_text(), out.stdout_text());

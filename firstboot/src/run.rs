@@ -392,7 +392,7 @@ fn size(paths: &NodePaths, cfg: &Config, node: &Node) -> Sizing {
 fn write(paths: &NodePaths, cfg: &Config, node: &Node, sized: &Sizing) -> Result<bool, Error> {
     let put = |full: &Path, data: &str, mode: u32| {
         fsutil::write_atomic(full, data.as_bytes(), mode)
-            .map_err(|e| Error::Write(format!("writing {}: {e}", full.display())))
+            .map_err(|e| Error::write(format!("writing {}: {e}", full.display())))
     };
     if let Credential::Token(token) = &cfg.credential {
         put(
@@ -413,7 +413,7 @@ fn write(paths: &NodePaths, cfg: &Config, node: &Node, sized: &Sizing) -> Result
         match &wanted {
             Some(text) => put(&paths.containerd_env, text, 0o644)?,
             None => fsutil::remove_file(&paths.containerd_env).map_err(|e| {
-                Error::Write(format!("removing {}: {e}", paths.containerd_env.display()))
+                Error::write(format!("removing {}: {e}", paths.containerd_env.display()))
             })?,
         }
     }
@@ -432,11 +432,11 @@ fn write(paths: &NodePaths, cfg: &Config, node: &Node, sized: &Sizing) -> Result
         &paths.kubelet_provisioned_dropin,
     );
     let remove = |p: &Path| {
-        fsutil::remove_file(p).map_err(|e| Error::Write(format!("removing {}: {e}", p.display())))
+        fsutil::remove_file(p).map_err(|e| Error::write(format!("removing {}: {e}", p.display())))
     };
     if let Some(dir) = node_dropin.parent() {
         fsutil::real_dir(dir, true)
-            .map_err(|e| Error::Write(format!("creating {}: {e}", dir.display())))?;
+            .map_err(|e| Error::write(format!("creating {}: {e}", dir.display())))?;
     }
     if cfg.node.join_mode == JoinMode::Kubelet {
         put(
@@ -513,10 +513,7 @@ fn restart_containerd(opts: &Options, cfg: &Config, deadline: Instant) -> Result
 fn systemctl(opts: &Options, args: &[&str], deadline: Instant, what: &str) -> Result<(), Error> {
     service::run(&opts.systemctl, args, deadline)
         .map(drop)
-        .map_err(|e| Error::Start {
-            reason: Reason::StartFailed,
-            message: format!("{what}: {}", e.message()),
-        })
+        .map_err(|e| Error::start(Reason::StartFailed, format!("{what}: {}", e.message())))
 }
 
 /// Starts kubelet through the service manager, or joins with kubeadm first; says how
@@ -558,13 +555,13 @@ fn start(
         match start_unit(Path::new(PRIVATE_SOCKET), &cfg.image.kubelet_unit, deadline) {
             Ok(()) => return Ok("via=bus"),
             Err(BusError::Refused(name, message)) => {
-                return Err(Error::Start {
-                    reason: Reason::StartFailed,
-                    message: format!(
+                return Err(Error::start(
+                    Reason::StartFailed,
+                    format!(
                         "systemd refused to start {}: {name}: {message}",
                         cfg.image.kubelet_unit
                     ),
-                })
+                ))
             }
             Err(BusError::Unavailable(_)) => {}
         }
@@ -577,10 +574,10 @@ fn start(
         deadline,
     )
     .map(|_| "via=systemctl")
-    .map_err(|e| Error::Start {
-        reason: Reason::StartFailed,
-        message: match e {
+    .map_err(|e| {
+        let message = match e {
             ToolError::Spawn(m) | ToolError::Failed(m) | ToolError::Timeout(m) => m,
-        },
+        };
+        Error::start(Reason::StartFailed, message)
     })
 }

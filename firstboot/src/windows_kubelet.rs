@@ -16,27 +16,24 @@ use crate::Reason;
 /// flags), puts them on kubelet's service command line and starts it through the SCM.
 pub fn start_kubelet_service(opts: &Options, paths: &NodePaths, cfg: &Config) -> Result<(), Error> {
     let env_path = &paths.kubelet_env;
-    let text = std::fs::read_to_string(env_path).map_err(|e| Error::Start {
-        reason: Reason::StartFailed,
-        message: format!(
-            "{}: cannot read kubelet's flags back: {e}",
-            env_path.display()
-        ),
+    let text = std::fs::read_to_string(env_path).map_err(|e| {
+        Error::start(
+            Reason::StartFailed,
+            format!(
+                "{}: cannot read kubelet's flags back: {e}",
+                env_path.display()
+            ),
+        )
     })?;
-    let env = envfile::parse(&text).map_err(|e| Error::Start {
-        reason: Reason::StartFailed,
-        message: format!("{}: {e}", env_path.display()),
-    })?;
+    let env = envfile::parse(&text)
+        .map_err(|e| Error::start(Reason::StartFailed, format!("{}: {e}", env_path.display())))?;
     let command = kubelet_command(
         &bin_dir(&opts.root),
         env.get(kubelet_env::KUBELET_ARGS).unwrap_or(""),
     );
     let name = service_name(&cfg.image.kubelet_unit);
     let started = open_scm().and_then(|mut scm| start_kubelet(scm.as_mut(), name, &command));
-    started.map_err(|e| Error::Start {
-        reason: Reason::StartFailed,
-        message: e.to_string(),
-    })
+    started.map_err(|e| Error::start(Reason::StartFailed, e.to_string()))
 }
 
 /// The machine's service manager: the real SCM on Windows; elsewhere there is none.

@@ -131,13 +131,16 @@ fn token_for(cx: &Context<'_>, ttl: &str) -> Result<String, Error> {
             &token_url,
             &[("X-aws-ec2-metadata-token-ttl-seconds", ttl)],
         )
-        .map_err(|e| match http_error(e) {
+        .map_err(|e| {
             // A hop limit of 1 drops the PUT's answer on its way into a container: say so.
-            Error::Metadata { reason, message } => Error::metadata(
-                reason,
-                format!("{message}; if firstboot runs in a container, the IMDS hop limit may be too low"),
-            ),
-            other => other,
+            let e = http_error(e);
+            Error::metadata(
+                e.reason(),
+                format!(
+                    "{}; if firstboot runs in a container, the IMDS hop limit may be too low",
+                    e.message()
+                ),
+            )
         })?;
     match resp.status {
         200 => {}
