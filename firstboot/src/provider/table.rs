@@ -216,10 +216,9 @@ impl Table {
             }
         }
         if f[ID].is_empty() {
-            let paths: Vec<_> = self.fields[ID].iter().map(|p| p.1).collect();
+            let path = self.fields[ID].first().map_or("", |p| p.1);
             return Err(invalid(format!(
-                "{what}: expected the instance ID ({}), found none",
-                paths.join(" or ")
+                "{what}: expected the instance ID ({path}), found none"
             )));
         }
         if self.serial_is_id {
