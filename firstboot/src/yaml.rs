@@ -15,6 +15,9 @@ use crate::json::{self, Value};
 
 /// How deep mappings, sequences and flow collections may nest.
 const MAX_DEPTH: usize = 32;
+/// How many keys one mapping may have: the duplicate check compares each new key with the
+/// ones before it, and a metadata document has tens.
+const MAX_KEYS: usize = 1024;
 
 /// One line: its indentation and the text after it.
 #[derive(Clone, Copy)]
@@ -194,6 +197,9 @@ impl<'a> Parser<'a> {
             };
             if members.iter().any(|(k, _)| *k == key) {
                 return Err(self.err("a key given twice"));
+            }
+            if members.len() == MAX_KEYS {
+                return Err(self.err("more than 1024 keys in one mapping"));
             }
             self.at += 1;
             let rest = uncomment(rest);
@@ -483,5 +489,9 @@ mod tests {
         assert!(parse(&deep).unwrap_err().contains("nested too deep"));
         let flow = format!("a: {}{}\n", "[".repeat(100), "]".repeat(100));
         assert!(parse(&flow).is_err());
+        let wide: String = (0..2000).map(|i| format!("k{i}: v\n")).collect();
+        assert!(parse(&wide)
+            .unwrap_err()
+            .contains("line 1025: more than 1024 keys"));
     }
 }
