@@ -4,6 +4,7 @@
 //! The keys, their shapes and the codec are the contract's ([`crate::contract`]); this
 //! module reads the files and turns what is wrong into a reason.
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::contract::envfile::{self, EnvFile};
@@ -29,8 +30,8 @@ pub enum Credential {
     KubeadmJoin,
 }
 
-impl std::fmt::Debug for Credential {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Never the token itself.
         f.write_str(match self {
             Credential::Kubeconfig => "Kubeconfig",
@@ -118,9 +119,27 @@ fn invalid(m: String) -> Error {
     Error::config(Reason::ConfigInvalid, m)
 }
 
-/// A value the contract rejects, as `file: KEY: expected …, found …`.
-fn invalid_value(file: &Path, e: &Invalid<'_>) -> Error {
-    invalid(format!("{}: {e}", file.display()))
+/// What is wrong with one file, as `file: what` (a value the contract rejects reads
+/// `file: KEY: expected …, found …`).
+fn at(reason: Reason, file: &Path, what: &dyn fmt::Display) -> Error {
+    Error::config(reason, format!("{}: {what}", file.display()))
+}
+
+fn invalid_at(file: &Path, what: &dyn fmt::Display) -> Error {
+    at(Reason::ConfigInvalid, file, what)
+}
+
+/// A secret file that could not be read the safe way: too open, foreign or a symlink is
+/// its own reason.
+fn secret_error(file: &Path, e: SecretError) -> Error {
+    let reason = match e {
+        SecretError::TooOpen(_) | SecretError::ForeignOwner(_) | SecretError::Symlink => {
+            Reason::SecretMode
+        }
+        SecretError::Missing => Reason::ConfigMissing,
+        _ => Reason::ConfigInvalid,
+    };
+    at(reason, file, &e)
 }
 
 /// Reads and parses an env file; `Ok(None)` when it does not exist.
@@ -130,7 +149,7 @@ fn read_env(full: &Path) -> Result<Option<EnvFile>, Error> {
     };
     envfile::parse(&text)
         .map(Some)
-        .map_err(|e| invalid(format!("{}: {e}", full.display())))
+        .map_err(|e| invalid_at(full, &e))
 }
 
 /// Reads an env file that must exist, speak this contract version and set `required`.
@@ -205,8 +224,8 @@ pub fn load_with_secrets(
     let node_path = &paths.node_env;
     let image_raw = require_env(image_path, &image_env::REQUIRED)?;
     let node_raw = require_env(node_path, &node_env::REQUIRED)?;
-    let node = NodeEnv::from_env(&node_raw).map_err(|e| invalid_value(node_path, &e))?;
-    let image = ImageEnv::from_env(&image_raw).map_err(|e| invalid_value(image_path, &e))?;
+    let node = NodeEnv::from_env(&node_raw).map_err(|e| invalid_at(node_path, &e))?;
+    let image = ImageEnv::from_env(&image_raw).map_err(|e| invalid_at(image_path, &e))?;
     let sizing =
         Settings::from_env(&image_raw, &node_raw).map_err(|(in_image, (key, expected))| {
             let (file, env) = if in_image {
@@ -215,7 +234,7 @@ pub fn load_with_secrets(
                 (node_path, &node_raw)
             };
             let found = env.get(key).unwrap_or("");
-            invalid_value(
+            invalid_at(
                 file,
                 &Invalid {
                     key,
@@ -231,9 +250,7 @@ pub fn load_with_secrets(
 
     let map_path = &paths.max_pods_map;
     let max_pods_map = match fsutil::read_capped(map_path, 4 * 1024 * 1024).map_err(invalid)? {
-        Some(text) => {
-            parse_max_pods(&text).map_err(|m| invalid(format!("{}: {m}", map_path.display())))?
-        }
+        Some(text) => parse_max_pods(&text).map_err(|m| invalid_at(map_path, &m))?,
         None => Vec::new(),
     };
 
@@ -282,30 +299,23 @@ pub fn load_with_secrets(
     let cp = &paths.credential_providers;
     let credential_providers = match fsutil::read_secret(cp, 256 * 1024) {
         Err(SecretError::Missing) => false,
-        Err(e) => {
-            let reason = match e {
-                SecretError::TooOpen(_) | SecretError::ForeignOwner(_) | SecretError::Symlink => {
-                    Reason::SecretMode
-                }
-                _ => Reason::ConfigInvalid,
-            };
-            return Err(Error::config(reason, format!("{}: {e}", cp.display())));
-        }
+        Err(e) => return Err(secret_error(cp, e)),
         Ok(text) => {
             let values = credential_provider_binaries(
                 &paths.root,
                 &image.credential_provider_bin_dir,
                 &text,
             )
-            .map_err(|e| invalid(format!("{}: {e}", cp.display())))?;
+            .map_err(|e| invalid_at(cp, &e))?;
             secrets.extend(values);
             true
         }
     };
     let sysctl = match fsutil::read_regular(&paths.node_sysctl, 256 * 1024).map_err(invalid)? {
         None => Vec::new(),
-        Some(text) => crate::contract::sysctl::parse(&text)
-            .map_err(|e| invalid(format!("{}: {e}", paths.node_sysctl.display())))?,
+        Some(text) => {
+            crate::contract::sysctl::parse(&text).map_err(|e| invalid_at(&paths.node_sysctl, &e))?
+        }
     };
     Ok(Config {
         kubelet_config,
@@ -434,16 +444,7 @@ fn credential(
             )))
         }
     };
-    let text = fsutil::read_secret(path, CREDENTIAL_CAP).map_err(|e| {
-        let reason = match e {
-            SecretError::TooOpen(_) | SecretError::ForeignOwner(_) | SecretError::Symlink => {
-                Reason::SecretMode
-            }
-            SecretError::Missing => Reason::ConfigMissing,
-            _ => Reason::ConfigInvalid,
-        };
-        Error::config(reason, format!("{}: {e}", path.display()))
-    })?;
+    let text = fsutil::read_secret(path, CREDENTIAL_CAP).map_err(|e| secret_error(path, e))?;
     if path == join {
         secrets.extend(redact::secrets_in(&text));
         return Ok(Credential::KubeadmJoin);
@@ -493,7 +494,7 @@ mod tests {
     /// Checks one node.env value against its expected shape ([`node_env::check`]).
     fn validate(file: &Path, key: &str, value: &str) -> Result<(), Error> {
         node_env::check(key, value).map_err(|expected| {
-            invalid_value(
+            invalid_at(
                 file,
                 &Invalid {
                     key,

@@ -407,14 +407,15 @@ fn write(paths: &NodePaths, cfg: &Config, node: &Node, sized: &Sizing) -> Result
     } else {
         kubelet_env::containerd_env(cfg)
     };
+    let remove = |p: &Path| {
+        fsutil::remove_file(p).map_err(|e| Error::write(format!("removing {}: {e}", p.display())))
+    };
     let had = std::fs::read_to_string(&paths.containerd_env).ok();
     let changed = wanted != had;
     if changed {
         match &wanted {
             Some(text) => put(&paths.containerd_env, text, 0o644)?,
-            None => fsutil::remove_file(&paths.containerd_env).map_err(|e| {
-                Error::write(format!("removing {}: {e}", paths.containerd_env.display()))
-            })?,
+            None => remove(&paths.containerd_env)?,
         }
     }
     if cfg.node.join_mode == JoinMode::Kubeadm {
@@ -431,9 +432,6 @@ fn write(paths: &NodePaths, cfg: &Config, node: &Node, sized: &Sizing) -> Result
         &paths.kubelet_node_dropin,
         &paths.kubelet_provisioned_dropin,
     );
-    let remove = |p: &Path| {
-        fsutil::remove_file(p).map_err(|e| Error::write(format!("removing {}: {e}", p.display())))
-    };
     if let Some(dir) = node_dropin.parent() {
         fsutil::real_dir(dir, true)
             .map_err(|e| Error::write(format!("creating {}: {e}", dir.display())))?;

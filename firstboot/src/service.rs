@@ -91,11 +91,18 @@ struct Reader {
     thread: thread::JoinHandle<()>,
 }
 
+/// Runs `task` on a thread of its own. Every detached thread of firstboot (these readers,
+/// the doctor's name lookup) starts through this one boxed type: each closure type given to
+/// `thread::spawn` costs the static binary another copy of std's thread start.
+pub(crate) fn detach(task: Box<dyn FnOnce() + Send>) -> thread::JoinHandle<()> {
+    thread::spawn(task)
+}
+
 /// Reads a stream on a thread, keeping the part `keep` says in the reader's buffer.
 fn reader(mut read: Reads, keep: Keep) -> Reader {
     let kept = Kept::default();
     let shared = Arc::clone(&kept);
-    let thread = thread::spawn(move || {
+    let thread = detach(Box::new(move || {
         let mut buf = [0u8; 4096];
         while let Ok(n) = read(&mut buf) {
             if n == 0 {
@@ -106,7 +113,7 @@ fn reader(mut read: Reads, keep: Keep) -> Reader {
                 keep.add(&mut k, &buf[..n]);
             }
         }
-    });
+    }));
     Reader { kept, thread }
 }
 

@@ -49,21 +49,23 @@ pub struct Check {
 }
 
 impl Check {
-    pub(crate) fn new(name: &'static str, verdict: Verdict, detail: impl Into<String>) -> Check {
+    /// Not inlined: some fifty call sites build their `Check` through this one copy.
+    #[inline(never)]
+    fn new(name: &'static str, verdict: Verdict, detail: String, remedy: String) -> Check {
         Check {
             name,
             verdict,
-            detail: detail.into(),
-            remedy: String::new(),
+            detail,
+            remedy,
         }
     }
 
     pub(crate) fn ok(name: &'static str, detail: impl Into<String>) -> Check {
-        Check::new(name, Verdict::Ok, detail)
+        Check::new(name, Verdict::Ok, detail.into(), String::new())
     }
 
     pub(crate) fn skip(name: &'static str, detail: impl Into<String>) -> Check {
-        Check::new(name, Verdict::Skip, detail)
+        Check::new(name, Verdict::Skip, detail.into(), String::new())
     }
 
     pub(crate) fn warn(
@@ -71,7 +73,7 @@ impl Check {
         detail: impl Into<String>,
         remedy: impl Into<String>,
     ) -> Check {
-        Check::new(name, Verdict::Warn, detail).remedy(remedy)
+        Check::new(name, Verdict::Warn, detail.into(), remedy.into())
     }
 
     pub(crate) fn fail(
@@ -79,12 +81,7 @@ impl Check {
         detail: impl Into<String>,
         remedy: impl Into<String>,
     ) -> Check {
-        Check::new(name, Verdict::Fail, detail).remedy(remedy)
-    }
-
-    pub(crate) fn remedy(mut self, r: impl Into<String>) -> Check {
-        self.remedy = r.into();
-        self
+        Check::new(name, Verdict::Fail, detail.into(), remedy.into())
     }
 }
 

@@ -8,6 +8,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::x509::{self, Cert};
@@ -68,21 +69,28 @@ fn resolve(
     }
     // Polled, not received over a channel: an mpsc channel of this result type costs the
     // static binary about 3 KiB of code, and a few milliseconds do not matter here.
-    let name = host.to_string();
-    let lookup = std::thread::spawn(move || {
-        (name.as_str(), port)
-            .to_socket_addrs()
-            .map(Iterator::collect::<Vec<_>>)
-    });
+    type Answer = std::io::Result<Vec<std::net::SocketAddr>>;
+    let answer: Arc<Mutex<Option<Answer>>> = Arc::default();
+    let lookup = {
+        let (name, answer) = (host.to_string(), Arc::clone(&answer));
+        crate::service::detach(Box::new(move || {
+            let found = (name.as_str(), port)
+                .to_socket_addrs()
+                .map(Iterator::collect);
+            if let Ok(mut a) = answer.lock() {
+                *a = Some(found);
+            }
+        }))
+    };
     let until = std::time::Instant::now() + timeout;
     while !lookup.is_finished() && std::time::Instant::now() < until {
         std::thread::sleep(Duration::from_millis(5));
     }
     // A lookup still running is left behind (its thread ends with the process).
-    match lookup.is_finished().then(|| lookup.join()) {
-        Some(Ok(Ok(a))) => Ok(a),
-        Some(Ok(Err(e))) => Err(TlsError::Connect(format!("cannot resolve {host}: {e}"))),
-        _ => Err(TlsError::Connect(format!(
+    match answer.lock().ok().and_then(|mut a| a.take()) {
+        Some(Ok(a)) => Ok(a),
+        Some(Err(e)) => Err(TlsError::Connect(format!("cannot resolve {host}: {e}"))),
+        None => Err(TlsError::Connect(format!(
             "cannot resolve {host}: no answer within {} s",
             timeout.as_secs()
         ))),

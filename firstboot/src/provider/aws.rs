@@ -41,10 +41,6 @@ impl MetadataSource for Aws {
         let token = token(cx)?;
         let token = token.as_str();
         let headers = [("X-aws-ec2-metadata-token", token)];
-        let get = |key: &str, optional: bool| -> Result<String, Error> {
-            let url = format!("{base}/latest/meta-data/{key}");
-            Ok(get_text(cx, &url, &headers, optional)?.unwrap_or_default())
-        };
         // The warm-pool state, beside the rest with the same token, on a client of its own
         // bounded at 5 s: an IMDS that fails this key is retried until the client's deadline,
         // which must not become the whole metadata phase's.
@@ -53,19 +49,29 @@ impl MetadataSource for Aws {
             client: &bounded,
             ..*cx
         };
-        let lifecycle_url = format!("{base}/latest/meta-data/{TARGET_LIFECYCLE_STATE}");
-        let lifecycle = || Ok(get_text(&lcx, &lifecycle_url, &headers, true)?.unwrap_or_default());
-        let mut v = each(&[
-            &lifecycle,
-            &|| get("instance-id", false),
-            &|| get("instance-type", false),
-            &|| get("placement/availability-zone", false),
-            &|| get("placement/region", true),
-            &|| get("local-ipv4", true),
-            &|| get("local-hostname", true),
-            &|| get("ipv6", true),
-            &|| get("mac", true),
-        ]);
+        let get = |key: &str, optional: bool| -> Result<String, Error> {
+            let cx = if key == TARGET_LIFECYCLE_STATE {
+                &lcx
+            } else {
+                cx
+            };
+            let url = format!("{base}/latest/meta-data/{key}");
+            Ok(get_text(cx, &url, &headers, optional)?.unwrap_or_default())
+        };
+        let mut v = each(
+            &[
+                (TARGET_LIFECYCLE_STATE, true),
+                ("instance-id", false),
+                ("instance-type", false),
+                ("placement/availability-zone", false),
+                ("placement/region", true),
+                ("local-ipv4", true),
+                ("local-hostname", true),
+                ("ipv6", true),
+                ("mac", true),
+            ],
+            &get,
+        );
         let lifecycle = v.remove(0).map_err(|e| e.message().to_string());
         let v = v.into_iter().collect::<Result<Vec<_>, _>>()?;
         let [instance_id, instance_type, zone, mut region, ip, hostname, ipv6, mac] =
@@ -92,9 +98,9 @@ impl MetadataSource for Aws {
                 format!("{base}/latest/meta-data/{v4s}"),
                 format!("{base}/latest/meta-data/{v6s}"),
             );
-            let v4 = || get_optional(cx, &v4_url, &headers);
-            let v6 = || get_optional(cx, &v6_url, &headers);
-            let lists = parallel(&[&v4, &v6])?;
+            let lists = parallel(&[(&v4_url, false), (&v6_url, false)], &|url, _| {
+                get_optional(cx, url, &headers)
+            })?;
             // Items are not token-checked: they are addresses, which netaddr parses.
             for (field, list) in [v4s, v6s].into_iter().zip(lists) {
                 let field = format!("meta-data/{field}");

@@ -209,11 +209,13 @@ pub fn kvp_publish(pool: &Path, key: &str, value: &Redacted) -> Result<(), Chann
     }
     let chunks = kvp_chunks(value);
     let count = chunks.len().to_string();
-    let head = kvp_record(key, &count).ok_or_else(|| err(format!("key {key:?} too long")))?;
-    out.extend_from_slice(&head);
-    for (i, c) in chunks.iter().enumerate() {
-        let k = format!("{chunk_prefix}{i}");
-        let rec = kvp_record(&k, c).ok_or_else(|| err(format!("key {k:?} too long")))?;
+    // `KEY` and the count first, then `KEY|0`, `KEY|1`, … and the pieces.
+    for (i, v) in std::iter::once(count.as_str()).chain(chunks).enumerate() {
+        let k = match i {
+            0 => key.to_string(),
+            _ => format!("{chunk_prefix}{}", i - 1),
+        };
+        let rec = kvp_record(&k, v).ok_or_else(|| err(format!("key {k:?} too long")))?;
         out.extend_from_slice(&rec);
     }
     f.seek(SeekFrom::Start(0))

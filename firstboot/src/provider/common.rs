@@ -240,20 +240,23 @@ pub fn doc_field(doc: &Value, url: &str, path: &str, required: bool) -> Result<S
     }
 }
 
-/// One metadata lookup that can run on its own thread.
-pub type Job<'a> = &'a (dyn Fn() -> Result<String, Error> + Sync);
+/// One metadata lookup that can run on its own thread: `(key, optional)` to a value.
+pub type Get<'a> = &'a (dyn Fn(&str, bool) -> Result<String, Error> + Sync);
 
-/// Runs lookups side by side and returns their results in order, or the first error in
-/// order. Metadata round trips dominate a boot's critical path; they do not depend on each
-/// other, so they need not wait for each other.
-pub fn parallel(jobs: &[Job<'_>]) -> Result<Vec<String>, Error> {
-    each(jobs).into_iter().collect()
+/// Runs `get` for every `(key, optional)` side by side and returns the values in order, or
+/// the first error in order. Metadata round trips dominate a boot's critical path; they do
+/// not depend on each other, so they need not wait for each other.
+pub fn parallel(keys: &[(&str, bool)], get: Get<'_>) -> Result<Vec<String>, Error> {
+    each(keys, get).into_iter().collect()
 }
 
 /// [`parallel`], with every lookup's own result: for a caller that can go on without some.
-pub fn each(jobs: &[Job<'_>]) -> Vec<Result<String, Error>> {
+pub fn each(keys: &[(&str, bool)], get: Get<'_>) -> Vec<Result<String, Error>> {
     std::thread::scope(|s| {
-        let handles: Vec<_> = jobs.iter().map(|job| s.spawn(*job)).collect();
+        let handles: Vec<_> = keys
+            .iter()
+            .map(|&(key, optional)| s.spawn(move || get(key, optional)))
+            .collect();
         handles
             .into_iter()
             .map(|h| {
@@ -330,6 +333,33 @@ pub fn route_ip(api_server: &str) -> Result<IpAddr, Error> {
             )
         })?;
     Ok(sock.ip())
+}
+
+/// The metadata of a source of named values that uses kiln's own names (QEMU's fw_cfg
+/// entries, VMware's guestinfo keys), read with `get` in this order: `hostname`,
+/// `local-ipv4`, `local-ipv6`, `instance-type`, `zone`, `region`. `field` names where an
+/// address came from (`fw_cfg opt/kiln/`, to which the key is added).
+pub fn named_values(
+    field: &str,
+    get: &dyn Fn(&str) -> Result<String, Error>,
+    instance_id: String,
+    provider_id: String,
+) -> Result<Metadata, Error> {
+    let hostname = get("hostname")?;
+    let mut addresses = Vec::new();
+    for key in ["local-ipv4", "local-ipv6"] {
+        addresses.push(Candidate::new(format!("{field}{key}"), get(key)?));
+    }
+    Ok(Metadata {
+        hostname,
+        addresses,
+        instance_type: get("instance-type")?,
+        zone: get("zone")?,
+        region: get("region")?,
+        provider_id,
+        instance_id,
+        lifecycle_state: None,
+    })
 }
 
 /// The last `/`-separated segment: GCP answers `projects/1/zones/us-central1-a`.

@@ -65,16 +65,19 @@ impl MetadataSource for Gcp {
     }
 
     fn fetch(&self, cx: &Context<'_>) -> Result<Metadata, Error> {
-        let v = parallel(&[
-            &|| get(cx, "instance/id", false),
-            &|| get(cx, "instance/name", true),
-            &|| get(cx, "instance/machine-type", false),
-            &|| get(cx, "instance/zone", false),
-            &|| get(cx, "project/project-id", false),
-            &|| get(cx, "instance/network-interfaces/0/ip", true),
-            &|| get(cx, IPV6S, true),
-            &|| get(cx, "instance/hostname", true),
-        ])?;
+        let v = parallel(
+            &[
+                ("instance/id", false),
+                ("instance/name", true),
+                ("instance/machine-type", false),
+                ("instance/zone", false),
+                ("project/project-id", false),
+                ("instance/network-interfaces/0/ip", true),
+                (IPV6S, true),
+                ("instance/hostname", true),
+            ],
+            &|path, optional| get(cx, path, optional),
+        )?;
         let [id, name, machine_type, zone_path, project, ip, ipv6s, fqdn] =
             <[String; 8]>::try_from(v).unwrap_or_default();
         // The FQDN's first label is the short hostname GCE gives the guest: the instance

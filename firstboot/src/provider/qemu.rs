@@ -5,8 +5,7 @@ use crate::contract::paths;
 use crate::contract::Provider;
 use crate::error::Error;
 use crate::fsutil;
-use crate::netaddr::Candidate;
-use crate::provider::common::{check_token, Context, Metadata, MetadataSource};
+use crate::provider::common::{check_token, named_values, Context, Metadata, MetadataSource};
 use crate::Reason;
 
 /// Where the kernel's `qemu_fw_cfg` driver shows the `opt/kiln/…` entries.
@@ -41,18 +40,12 @@ impl MetadataSource for Qemu {
                 ),
             ));
         }
-        Ok(Metadata {
-            hostname: entry(cx, "hostname")?,
-            addresses: vec![
-                Candidate::new("fw_cfg opt/kiln/local-ipv4", entry(cx, "local-ipv4")?),
-                Candidate::new("fw_cfg opt/kiln/local-ipv6", entry(cx, "local-ipv6")?),
-            ],
-            instance_type: entry(cx, "instance-type")?,
-            zone: entry(cx, "zone")?,
-            region: entry(cx, "region")?,
-            provider_id: format!("kiln://qemu/{instance_id}"),
+        let provider_id = format!("kiln://qemu/{instance_id}");
+        named_values(
+            "fw_cfg opt/kiln/",
+            &|key| entry(cx, key),
             instance_id,
-            lifecycle_state: None,
-        })
+            provider_id,
+        )
     }
 }

@@ -6,9 +6,8 @@ use std::time::{Duration, Instant};
 
 use crate::contract::Provider;
 use crate::error::Error;
-use crate::netaddr::Candidate;
 use crate::provider::common::{
-    check_token, ChannelError, Context, Metadata, MetadataSource, ReportTarget,
+    check_token, named_values, ChannelError, Context, Metadata, MetadataSource, ReportTarget,
 };
 use crate::provider::detect::dmi_field;
 use crate::redact::Redacted;
@@ -69,23 +68,17 @@ impl MetadataSource for Vmware {
             ));
         }
         check_token(&uuid, "product_uuid", "/sys/class/dmi/id/product_uuid")?;
-        Ok(Metadata {
-            hostname: info_get(cx, "hostname")?,
-            addresses: vec![
-                Candidate::new("guestinfo.kiln.local-ipv4", info_get(cx, "local-ipv4")?),
-                Candidate::new("guestinfo.kiln.local-ipv6", info_get(cx, "local-ipv6")?),
-            ],
-            instance_type: info_get(cx, "instance-type")?,
-            zone: info_get(cx, "zone")?,
-            region: info_get(cx, "region")?,
-            provider_id: if uuid.is_empty() {
-                String::new()
-            } else {
-                format!("vsphere://{uuid}")
-            },
+        let provider_id = if uuid.is_empty() {
+            String::new()
+        } else {
+            format!("vsphere://{uuid}")
+        };
+        named_values(
+            "guestinfo.kiln.",
+            &|key| info_get(cx, key),
             instance_id,
-            lifecycle_state: None,
-        })
+            provider_id,
+        )
     }
 }
 
