@@ -258,7 +258,7 @@ fn detected(root: &Path, rep: &mut Reporter) -> Result<Provider, Error> {
     let dmi = Dmi::read(root);
     let stop = |m: String| Error::metadata(Reason::ProviderUnknown, m);
     match detect::detect(&dmi) {
-        Detected::Provider(p, _) => Ok(p),
+        Detected::Provider(p) => Ok(p),
         Detected::Nothing => {
             rep.warn(&format!(
                 "PROVIDER=auto found no known platform in DMI ({}): running as provider none, with no instance identity; set PROVIDER in {} to say which",

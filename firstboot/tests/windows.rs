@@ -478,7 +478,7 @@ fn auto_detection_reads_each_clouds_values_from_the_registry() {
         assert_eq!(dmi.sys_vendor, values.first().map_or("", |v| v.1));
         let got = detect(&dmi);
         match (want, &got) {
-            (Some(p), Detected::Provider(q, _)) => assert_eq!(p, *q, "{}", dmi.describe()),
+            (Some(p), Detected::Provider(q)) => assert_eq!(p, *q, "{}", dmi.describe()),
             (None, Detected::Nothing) if values.is_empty() || values == HYPER_V => {}
             // A Xen guest with EC2's BIOS version but no EC2 UUID stops, naming the marker.
             (

@@ -151,8 +151,9 @@ impl Dmi {
 /// What detection concluded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Detected {
-    /// A supported platform, and the rule that matched (for messages and docs).
-    Provider(Provider, &'static str),
+    /// A supported platform (the rule that matched is in the comment beside each return,
+    /// and in docs/firstboot.md).
+    Provider(Provider),
     /// A cloud kiln recognises but has no provider for.
     Unsupported {
         /// The cloud's name.
@@ -234,22 +235,16 @@ fn marker(name: &str, value: &str) -> String {
 pub fn detect(d: &Dmi) -> Detected {
     use Detected::*;
     if d.chassis_asset_tag == AZURE_ASSET_TAG {
-        return Provider(
-            crate::contract::Provider::Azure,
-            "chassis_asset_tag is Azure's",
-        );
+        // chassis_asset_tag is Azure's
+        return Provider(crate::contract::Provider::Azure);
     }
     if d.sys_vendor == "Amazon EC2" || d.bios_vendor == "Amazon EC2" {
-        return Provider(
-            crate::contract::Provider::Aws,
-            "vendor is Amazon EC2 (Nitro)",
-        );
+        // vendor is Amazon EC2 (Nitro)
+        return Provider(crate::contract::Provider::Aws);
     }
     if d.hypervisor_uuid.to_ascii_lowercase().starts_with("ec2") {
-        return Provider(
-            crate::contract::Provider::Aws,
-            "/sys/hypervisor/uuid starts with ec2 (Xen)",
-        );
+        // /sys/hypervisor/uuid starts with ec2 (Xen)
+        return Provider(crate::contract::Provider::Aws);
     }
     let mut aws = Vec::new();
     if ec2_uuid(&d.product_uuid) {
@@ -262,89 +257,51 @@ pub fn detect(d: &Dmi) -> Detected {
         aws.push(marker("bios_version", &d.bios_version));
     }
     if aws.len() >= 2 {
-        return Provider(
-            crate::contract::Provider::Aws,
-            "two of product_uuid/product_serial starting with ec2, bios_version ending .amazon",
-        );
+        // two of product_uuid/product_serial starting with ec2, bios_version ending .amazon
+        return Provider(crate::contract::Provider::Aws);
     }
     if GCE_PRODUCTS.contains(&d.product_name.as_str()) {
-        return Provider(crate::contract::Provider::Gcp, "product_name is Google's");
+        // product_name is Google's
+        return Provider(crate::contract::Provider::Gcp);
     }
     if d.product_serial.starts_with("GoogleCloud-") {
-        return Provider(
-            crate::contract::Provider::Gcp,
-            "product_serial starts with GoogleCloud-",
-        );
+        // product_serial starts with GoogleCloud-
+        return Provider(crate::contract::Provider::Gcp);
     }
     if OPENSTACK_PRODUCTS.contains(&d.product_name.as_str()) {
-        return Provider(
-            crate::contract::Provider::Openstack,
-            "product_name is OpenStack's",
-        );
+        // product_name is OpenStack's
+        return Provider(crate::contract::Provider::Openstack);
     }
     if OPENSTACK_ASSET_TAGS.contains(&d.chassis_asset_tag.as_str()) {
-        return Provider(
-            crate::contract::Provider::Openstack,
-            "chassis_asset_tag is an OpenStack cloud's",
-        );
+        // chassis_asset_tag is an OpenStack cloud's
+        return Provider(crate::contract::Provider::Openstack);
     }
     if d.sys_vendor == "OpenStack Foundation" {
-        return Provider(
-            crate::contract::Provider::Openstack,
-            "sys_vendor is OpenStack Foundation",
-        );
+        // sys_vendor is OpenStack Foundation
+        return Provider(crate::contract::Provider::Openstack);
     }
     if d.sys_vendor == "VMware, Inc." {
-        return Provider(
-            crate::contract::Provider::Vmware,
-            "sys_vendor is VMware, Inc.",
-        );
+        // sys_vendor is VMware, Inc.
+        return Provider(crate::contract::Provider::Vmware);
     }
     use crate::contract::Provider as P;
-    for (p, rule, hit) in [
-        (
-            P::Oraclecloud,
-            "chassis_asset_tag is OracleCloud.com",
-            d.chassis_asset_tag == "OracleCloud.com",
-        ),
-        (
-            P::Digitalocean,
-            "sys_vendor is DigitalOcean",
-            d.sys_vendor == "DigitalOcean",
-        ),
-        (
-            P::Hetzner,
-            "sys_vendor is Hetzner",
-            d.sys_vendor == "Hetzner",
-        ),
-        (
-            P::Akamai,
-            "sys_vendor is Linode or Akamai",
-            d.sys_vendor == "Linode" || d.sys_vendor == "Akamai",
-        ),
-        (
-            P::Scaleway,
-            "sys_vendor is Scaleway",
-            d.sys_vendor == "Scaleway",
-        ),
-        (
-            P::Nocloud,
-            "product_serial or the kernel command line says ds=nocloud",
-            d.product_serial.starts_with("ds=nocloud"),
-        ),
-        (
-            P::Configdrive,
-            "a volume is labelled config-2",
-            d.config_drive,
-        ),
-        (
-            P::Nocloud,
-            "a volume is labelled cidata, or the kernel command line says ds=nocloud",
-            d.nocloud,
-        ),
+    let sys_vendor = d.sys_vendor.as_str();
+    for (p, hit) in [
+        // chassis_asset_tag is OracleCloud.com (bare metal and VMs)
+        (P::Oraclecloud, d.chassis_asset_tag == "OracleCloud.com"),
+        (P::Digitalocean, sys_vendor == "DigitalOcean"),
+        (P::Hetzner, sys_vendor == "Hetzner"),
+        (P::Akamai, sys_vendor == "Linode" || sys_vendor == "Akamai"),
+        (P::Scaleway, sys_vendor == "Scaleway"),
+        // the DMI serial says ds=nocloud (QEMU's -smbios type=1,serial=ds=nocloud;…)
+        (P::Nocloud, d.product_serial.starts_with("ds=nocloud")),
+        // a volume labelled config-2
+        (P::Configdrive, d.config_drive),
+        // a volume labelled cidata, or ds=nocloud on the kernel command line
+        (P::Nocloud, d.nocloud),
     ] {
         if hit {
-            return Provider(p, rule);
+            return Provider(p);
         }
     }
     if d.product_name == "Alibaba Cloud ECS" {
@@ -354,10 +311,8 @@ pub fn detect(d: &Dmi) -> Detected {
         };
     }
     if d.sys_vendor == "QEMU" && d.qemu_fw_cfg {
-        return Provider(
-            crate::contract::Provider::Qemu,
-            "sys_vendor is QEMU, fw_cfg has opt/kiln",
-        );
+        // sys_vendor is QEMU, fw_cfg has opt/kiln
+        return Provider(crate::contract::Provider::Qemu);
     }
     if !aws.is_empty() {
         return Partial {

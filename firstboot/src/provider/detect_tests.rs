@@ -23,7 +23,7 @@ fn dmi(pairs: &[(&str, &str)]) -> Dmi {
 
 fn provider(d: &Detected) -> Option<P> {
     match d {
-        Detected::Provider(p, _) => Some(*p),
+        Detected::Provider(p) => Some(*p),
         _ => None,
     }
 }

@@ -422,7 +422,7 @@ mod tests {
 
     fn provider(d: &Dmi) -> Option<P> {
         match detect(d) {
-            Detected::Provider(p, _) => Some(p),
+            Detected::Provider(p) => Some(p),
             _ => None,
         }
     }
