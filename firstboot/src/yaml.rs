@@ -7,7 +7,7 @@
 //!
 //! Refused, with the line: anchors, aliases and tags (a metadata document has no use for
 //! them, and aliases are how YAML bombs grow), tabs in indentation, a key twice in one
-//! mapping, nesting deeper than [`MAX_DEPTH`]. Scalars stay text (`42` and `true` read as
+//! mapping, nesting deeper than `MAX_DEPTH`. Scalars stay text (`42` and `true` read as
 //! written); `null`, `~` and an empty value are [`Value::Null`], which readers treat as absent.
 //! Messages name the line, never a value: a caller may hand this user data.
 
