@@ -114,7 +114,7 @@ fn supported_platforms() {
         ),
         (
             &[
-                ("product_serial", "ds=nocloud;s=http://10.0.0.1/"),
+                ("product_serial", "ds=nocloud;s=http://127.0.0.1/"),
                 ("config_drive", ""),
             ],
             P::Nocloud,

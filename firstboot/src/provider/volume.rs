@@ -279,11 +279,11 @@ mod tests {
     #[test]
     fn cloud_inits_command_line_forms() {
         let a = args_of(
-            "ro quiet ds=nocloud;s=http://10.0.0.1:8000/;i=iid;h=host console=ttyS0\n",
+            "ro quiet ds=nocloud;s=http://127.0.0.1:8000/;i=iid;h=host console=ttyS0\n",
             "",
         )
         .unwrap();
-        assert_eq!(ds_arg(&a, "s", "seedfrom"), Some("http://10.0.0.1:8000/"));
+        assert_eq!(ds_arg(&a, "s", "seedfrom"), Some("http://127.0.0.1:8000/"));
         assert_eq!(ds_arg(&a, "i", "instance-id"), Some("iid"));
         assert_eq!(ds_arg(&a, "h", "local-hostname"), Some("host"));
         let a = args_of("ds=nocloud-net;seedfrom=http://h/\n", "").unwrap();
