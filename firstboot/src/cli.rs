@@ -101,15 +101,12 @@ USAGE:
 
 RUN FLAGS:
   --root DIR            prefix for every contract and /sys path (default /)
-  --provider NAME       auto, aws, azure, gcp, openstack, vmware, qemu, none,
-                        configdrive, nocloud, hetzner, digitalocean, oraclecloud, akamai,
-                        ibmcloud, scaleway (default: PROVIDER in /etc/kiln/node.env, else
-                        auto = detect from DMI and attached metadata volumes)
-  --metadata-url URL    metadata base URL, or aws-ipv6 for http://[fd00:ec2::254], or the
-                        directory of a config drive's or NoCloud seed's files (default
-                        METADATA_URL in node.env, else the platform's service, e.g.
-                        http://169.254.169.254, or its volume: on a workstation always pass
-                        a loopback URL)
+  --provider NAME       auto, aws, azure, gcp, openstack, vmware, qemu, none, configdrive,
+                        nocloud, hetzner, digitalocean, oraclecloud, akamai, ibmcloud,
+                        scaleway (default: PROVIDER in node.env, else auto: DMI and volumes)
+  --metadata-url URL    metadata base URL, aws-ipv6 (http://[fd00:ec2::254]), or a metadata
+                        volume's directory (default METADATA_URL, else the platform's own:
+                        on a workstation always pass a loopback URL)
   --systemctl PATH      service manager (default /usr/bin/systemctl; with it and --root /,
                         kubelet's start is queued over /run/systemd/private directly)
   --kubeadm PATH        kubeadm for JOIN_MODE=kubeadm (default /usr/bin/kubeadm)
